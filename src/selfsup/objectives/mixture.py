@@ -1,0 +1,77 @@
+"""Mixture of denoisers (UL2): each batch samples one configured denoiser by weight.
+
+Every denoiser reads the same raw window (seq_len tokens) and, optionally, gets a mode token of
+its family (R, X or S) prepended to the encoder input, as in UL2's paradigm tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from selfsup.data.vocab import Vocab
+from selfsup.objectives.base import Objective, ObjectiveBatch, ObjectiveError
+from selfsup.objectives.prefix import PrefixLM
+from selfsup.objectives.span import SpanCorruption
+
+FAMILIES = ("R", "X", "S")
+
+
+@dataclass
+class Denoiser:
+    family: str  # R (regular spans), X (extreme), S (sequential = prefix LM)
+    mask_rate: float = 0.15
+    mean_span_length: float = 3.0
+    weight: float = 1.0
+
+
+UL2_DENOISERS = (
+    Denoiser("R", 0.15, 3), Denoiser("R", 0.15, 8),
+    Denoiser("X", 0.5, 3), Denoiser("X", 0.5, 8), Denoiser("X", 0.15, 64), Denoiser("X", 0.5, 64),
+    Denoiser("S"),
+)
+
+
+class Mixture(Objective):
+    name = "ul2"
+    architectures = ("encoder_decoder",)
+
+    def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None, *,
+                 denoisers=UL2_DENOISERS, mode_tokens: bool = True):
+        super().__init__(vocab, seq_len, architecture)
+        denoisers = [d if isinstance(d, Denoiser) else Denoiser(**d) for d in denoisers]
+        if not denoisers:
+            raise ObjectiveError("objective.denoisers is empty: configure at least one denoiser")
+        self.members: list[Objective] = []
+        for i, d in enumerate(denoisers):
+            if d.family not in FAMILIES:
+                raise ObjectiveError(f"objective.denoisers[{i}].family={d.family!r} is unknown: use R, X or S")
+            if d.weight < 0:
+                raise ObjectiveError(f"objective.denoisers[{i}].weight={d.weight} is negative: use a weight >= 0")
+            if d.family == "S":
+                self.members.append(PrefixLM(vocab, seq_len, self.architecture))
+            else:
+                self.members.append(SpanCorruption(vocab, seq_len, self.architecture, mask_rate=d.mask_rate,
+                                                   mean_span_length=d.mean_span_length, raw_length=seq_len))
+        weights = torch.tensor([d.weight for d in denoisers], dtype=torch.float)
+        if weights.sum() <= 0:
+            raise ObjectiveError("objective.denoisers weights sum to 0: give at least one a positive weight")
+        self.denoisers = denoisers
+        self.weights = weights / weights.sum()
+        self.mode_tokens = mode_tokens
+
+    @property
+    def model_length(self) -> int:
+        return max(m.model_length for m in self.members) + int(self.mode_tokens)
+
+    def __call__(self, tokens: torch.Tensor, generator: torch.Generator) -> ObjectiveBatch:
+        pick = torch.multinomial(self.weights.to(tokens.device), 1, generator=generator).item()
+        batch = self.members[pick](tokens, generator)
+        if self.mode_tokens:
+            mode = self.vocab.mode_ids[FAMILIES.index(self.denoisers[pick].family)]
+            enc = batch.encoder_inputs
+            batch.encoder_inputs = torch.cat([torch.full_like(enc[:, :1], mode), enc], dim=1)
+            if batch.encoder_mask is not None:
+                batch.encoder_mask = torch.cat([torch.ones_like(batch.encoder_mask[:, :1]), batch.encoder_mask], dim=1)
+        return batch

@@ -1,0 +1,127 @@
+"""Span corruption (T5): contiguous spans become sentinels; the decoder writes the spans.
+
+Follows T5's `random_spans_noise_mask` exactly: noise tokens = round(L * rate) clamped to
+[1, L-1]; spans = max(1, round(noise / mean_span_length)); noise and non-noise lengths are
+independent random compositions into that many positive parts, interleaved starting with
+non-noise, so the last noise span ends the sequence. For fixed settings every batch has the same
+shapes: inputs = non-noise + spans + 1 (eos), targets = noise + spans + 1 (eos).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from selfsup.data.vocab import Vocab
+from selfsup.objectives.base import Objective, ObjectiveBatch, ObjectiveError, check_probability
+
+
+def span_counts(raw_length: int, mask_rate: float, mean_span_length: float) -> tuple[int, int]:
+    """(noise tokens, noise spans) for a raw window, as T5 computes them."""
+    noise = min(max(int(round(raw_length * mask_rate)), 1), raw_length - 1)
+    spans = max(1, int(round(noise / mean_span_length)))
+    return noise, spans
+
+
+def span_lengths(raw_length: int, mask_rate: float, mean_span_length: float) -> tuple[int, int]:
+    """(encoder input length, target length) produced from a raw window of raw_length tokens."""
+    noise, spans = span_counts(raw_length, mask_rate, mean_span_length)
+    return raw_length - noise + spans + 1, noise + spans + 1
+
+
+def raw_length_for(inputs_length: int, mask_rate: float, mean_span_length: float) -> tuple[int, int]:
+    """Longest raw window whose corrupted encoder input fits inputs_length: (raw length, targets length).
+
+    T5's `random_spans_helper`: 512 inputs at rate 0.15, mean 3 -> 568 raw tokens, 114 targets.
+    """
+    raw = max(inputs_length - 1, 2)
+    while span_lengths(raw + 1, mask_rate, mean_span_length)[0] <= inputs_length:
+        raw += 1
+    targets = span_lengths(raw, mask_rate, mean_span_length)[1]
+    if mask_rate == 0.5 and targets > inputs_length:  # T5's hack: keep targets <= inputs at 50%
+        raw -= 1
+        targets = span_lengths(raw, mask_rate, mean_span_length)[1]
+    return raw, targets
+
+
+def random_compositions(total: int, parts: int, batch: int, generator: torch.Generator,
+                        device: torch.device) -> torch.Tensor:
+    """[batch, parts] positive integers summing to total, uniformly over compositions."""
+    if parts == 1:
+        return torch.full((batch, 1), total, dtype=torch.long, device=device)
+    # choose parts-1 distinct cut points among the total-1 gaps between items
+    order = torch.rand(batch, total - 1, generator=generator, device=device).argsort(dim=1)
+    first_in_part = torch.zeros(batch, total, dtype=torch.long, device=device)
+    first_in_part[:, 1:].scatter_(1, order[:, : parts - 1], 1)
+    part_id = first_in_part.cumsum(dim=1)
+    return torch.zeros(batch, parts, dtype=torch.long, device=device).scatter_add_(
+        1, part_id, torch.ones_like(part_id))
+
+
+class SpanCorruption(Objective):
+    name = "span_corruption"
+    architectures = ("encoder_decoder",)
+
+    def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None, *,
+                 mask_rate: float = 0.15, mean_span_length: float = 3.0, raw_length: int | None = None):
+        """seq_len is the encoder input length; raw_length overrides the window (then seq_len is derived)."""
+        super().__init__(vocab, seq_len, architecture)
+        check_probability("objective.mask_rate", mask_rate, open_low=True, open_high=True,
+                          why_low="0% hides nothing and teaches nothing",
+                          why_high="100% leaves no context to predict from")
+        if mean_span_length < 1:
+            raise ObjectiveError(f"objective.mean_span_length={mean_span_length} is below 1: "
+                                 f"a span holds at least one token, use a value >= 1 (T5: 3)")
+        self.mask_rate = mask_rate
+        self.mean_span_length = mean_span_length
+        self._raw = raw_length if raw_length is not None else raw_length_for(seq_len, mask_rate, mean_span_length)[0]
+        if self._raw < 2:
+            raise ObjectiveError(f"data.seq_len={seq_len} is too short for span corruption at "
+                                 f"mask_rate={mask_rate}: raise data.seq_len")
+        self.noise, self.spans = span_counts(self._raw, mask_rate, mean_span_length)
+        self.inputs_length, self.targets_length = span_lengths(self._raw, mask_rate, mean_span_length)
+        if self.spans > vocab.n_sentinels:
+            raise ObjectiveError(
+                f"span corruption needs {self.spans} sentinels per sequence but the vocabulary has "
+                f"{vocab.n_sentinels}: raise data.n_sentinels to {self.spans} or more, or lower "
+                f"data.seq_len / objective.mask_rate, or raise objective.mean_span_length")
+
+    @property
+    def raw_length(self) -> int:
+        return self._raw
+
+    @property
+    def model_length(self) -> int:
+        return max(self.inputs_length, self.targets_length)
+
+    def noise_mask(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        """[batch, raw_length] bool, True on noise tokens, T5's layout."""
+        L, noise, spans = self._raw, self.noise, self.spans
+        noise_lengths = random_compositions(noise, spans, batch, generator, device)
+        keep_lengths = random_compositions(L - noise, spans, batch, generator, device)
+        interleaved = torch.stack([keep_lengths, noise_lengths], dim=2).reshape(batch, 2 * spans)
+        starts = interleaved.cumsum(dim=1)[:, :-1]
+        span_start = torch.zeros(batch, L, dtype=torch.long, device=device).scatter_(1, starts, 1)
+        return span_start.cumsum(dim=1) % 2 == 1
+
+    def __call__(self, tokens: torch.Tensor, generator: torch.Generator) -> ObjectiveBatch:
+        B, L = tokens.shape
+        if L != self._raw:
+            raise ObjectiveError(f"span corruption was built for windows of {self._raw} tokens, got {L}")
+        noise = self.noise_mask(B, generator, tokens.device)
+        inputs = self._collapse(tokens, noise, B)
+        targets = self._collapse(tokens, ~noise, B)
+        decoder_inputs = torch.cat([torch.full_like(targets[:, :1], self.vocab.bos_id), targets[:, :-1]], dim=1)
+        return ObjectiveBatch(targets=targets, n_inputs=self.count_inputs(tokens),
+                              encoder_inputs=inputs, decoder_inputs=decoder_inputs)
+
+    def _collapse(self, tokens: torch.Tensor, drop: torch.Tensor, B: int) -> torch.Tensor:
+        """Replace each run of `drop` tokens by one sentinel (numbered in order), append eos.
+
+        Every row keeps the same number of tokens, so boolean selection reshapes to [B, n].
+        """
+        prev = torch.cat([torch.zeros_like(drop[:, :1]), drop[:, :-1]], dim=1)
+        first = drop & ~prev
+        sentinel = self.vocab.sentinel_start + first.cumsum(dim=1) - 1
+        values = torch.where(first, sentinel.to(tokens.dtype), tokens)
+        kept = values[~drop | first].view(B, -1)
+        return torch.cat([kept, torch.full_like(kept[:, :1], self.vocab.eos_id)], dim=1)
