@@ -48,13 +48,12 @@ def random_compositions(total: int, parts: int, batch: int, generator: torch.Gen
     """[batch, parts] positive integers summing to total, uniformly over compositions."""
     if parts == 1:
         return torch.full((batch, 1), total, dtype=torch.long, device=device)
-    # choose parts-1 distinct cut points among the total-1 gaps between items
-    order = torch.rand(batch, total - 1, generator=generator, device=device).argsort(dim=1)
-    first_in_part = torch.zeros(batch, total, dtype=torch.long, device=device)
-    first_in_part[:, 1:].scatter_(1, order[:, : parts - 1], 1)
-    part_id = first_in_part.cumsum(dim=1)
-    return torch.zeros(batch, parts, dtype=torch.long, device=device).scatter_add_(
-        1, part_id, torch.ones_like(part_id))
+    # choose parts-1 distinct cut points among the total-1 gaps between items: the indices of the
+    # k largest of i.i.d. uniforms are a uniformly random k-subset (topk beats a full argsort)
+    cuts = torch.rand(batch, total - 1, generator=generator, device=device).topk(parts - 1, dim=1).indices
+    edges = torch.cat([torch.zeros(batch, 1, dtype=torch.long, device=device), cuts.sort(dim=1).values + 1,
+                       torch.full((batch, 1), total, dtype=torch.long, device=device)], dim=1)
+    return edges.diff(dim=1)
 
 
 class SpanCorruption(Objective):
@@ -108,20 +107,23 @@ class SpanCorruption(Objective):
         if L != self._raw:
             raise ObjectiveError(f"span corruption was built for windows of {self._raw} tokens, got {L}")
         noise = self.noise_mask(B, generator, tokens.device)
-        inputs = self._collapse(tokens, noise, B)
-        targets = self._collapse(tokens, ~noise, B)
+        inputs = self._collapse(tokens, noise, B, self.inputs_length)
+        targets = self._collapse(tokens, ~noise, B, self.targets_length)
         decoder_inputs = torch.cat([torch.full_like(targets[:, :1], self.vocab.bos_id), targets[:, :-1]], dim=1)
         return ObjectiveBatch(targets=targets, n_inputs=self.count_inputs(tokens),
                               encoder_inputs=inputs, decoder_inputs=decoder_inputs)
 
-    def _collapse(self, tokens: torch.Tensor, drop: torch.Tensor, B: int) -> torch.Tensor:
+    def _collapse(self, tokens: torch.Tensor, drop: torch.Tensor, B: int, length: int) -> torch.Tensor:
         """Replace each run of `drop` tokens by one sentinel (numbered in order), append eos.
 
-        Every row keeps the same number of tokens, so boolean selection reshapes to [B, n].
+        Every row keeps the same number of tokens (length - 1 before eos), so each kept token is
+        scattered to its rank among the kept; dropped ones go to a spare column that is overwritten.
         """
-        prev = torch.cat([torch.zeros_like(drop[:, :1]), drop[:, :-1]], dim=1)
-        first = drop & ~prev
-        sentinel = self.vocab.sentinel_start + first.cumsum(dim=1) - 1
+        first = drop & ~torch.nn.functional.pad(drop[:, :-1], (1, 0))
+        keep = ~drop | first
+        sentinel = self.vocab.sentinel_start - 1 + first.cumsum(dim=1)
         values = torch.where(first, sentinel.to(tokens.dtype), tokens)
-        kept = values[~drop | first].view(B, -1)
-        return torch.cat([kept, torch.full_like(kept[:, :1], self.vocab.eos_id)], dim=1)
+        dest = torch.where(keep, keep.cumsum(dim=1) - 1, length - 1)
+        out = torch.empty(B, length, dtype=tokens.dtype, device=tokens.device).scatter_(1, dest, values)
+        out[:, -1] = self.vocab.eos_id
+        return out

@@ -1,0 +1,29 @@
+"""Model layer: one pre-norm transformer in three assemblies (see transformer.py)."""
+
+from selfsup.models.transformer import (
+    MODEL_NAMES,
+    MLP,
+    Attention,
+    Block,
+    Decoder,
+    Encoder,
+    EncoderDecoder,
+    Stack,
+    TransformerModel,
+    build_model,
+    pad_vocab_size,
+)
+
+__all__ = [
+    "MODEL_NAMES",
+    "MLP",
+    "Attention",
+    "Block",
+    "Decoder",
+    "Encoder",
+    "EncoderDecoder",
+    "Stack",
+    "TransformerModel",
+    "build_model",
+    "pad_vocab_size",
+]
