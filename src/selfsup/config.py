@@ -1,0 +1,115 @@
+"""Structured configs: the schema Hydra checks every key and type against.
+
+The YAML files under conf/ fill these in, one swappable thing per file; a typo'd key or a value
+of the wrong type is refused by Hydra with the key's full name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class DenoiserConfig:
+    family: str = "R"          # R (regular spans), X (extreme), S (sequential: prefix LM)
+    mask_rate: float = 0.15
+    mean_span_length: float = 3.0
+    weight: float = 1.0
+
+
+@dataclass
+class ObjectiveConfig:
+    name: str = MISSING                 # mlm | clm | span_corruption | prefix_lm | ul2
+    mask_rate: float = 0.15             # MLM rate; span-corruption noise density
+    mean_span_length: float = 3.0       # span corruption
+    mask_token_prob: float = 0.8        # MLM: chosen tokens that become <mask>
+    random_token_prob: float = 0.1      # MLM: chosen tokens that become a random token
+    whole_word: bool = False            # MLM: choose whole words
+    denoisers: List[DenoiserConfig] = field(default_factory=list)  # ul2
+    mode_tokens: bool = True            # ul2: prepend a mode token per denoiser family
+
+
+@dataclass
+class ArchitectureConfig:
+    name: str = MISSING                 # encoder | decoder | encoder_decoder
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    d_ff: Optional[int] = None          # default 4 * d_model
+    n_decoder_layers: Optional[int] = None  # encoder_decoder; default n_layers
+    dropout: float = 0.0
+    tie_embeddings: bool = True
+    activation_checkpointing: bool = False
+
+
+@dataclass
+class DataConfig:
+    source: str = "builtin"             # builtin | text_files | hf_dataset
+    paths: List[str] = field(default_factory=list)     # text_files: files or folders
+    text_field: str = "text"            # .jsonl / .parquet / hf_dataset column
+    hf_name: Optional[str] = None       # hf_dataset: hub name or a builder such as json / parquet
+    hf_config: Optional[str] = None
+    hf_split: str = "train"
+    data_files: Optional[List[str]] = None
+    streaming: bool = False
+    max_documents: Optional[int] = None
+    vocab_size: int = 8192
+    n_sentinels: int = 100
+    val_fraction: float = 0.05
+    seq_len: int = 128                  # model input length
+    batch_size: int = 32                # per device, per micro-batch
+    num_workers: int = 0
+    cache_dir: str = ".cache/selfsup"
+
+
+@dataclass
+class TrainerConfig:
+    accelerator: str = "cpu"
+    devices: Any = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
+    max_steps: int = 200
+    val_check_interval: int = 50        # steps between evaluations
+    limit_val_batches: Any = 1.0        # fraction or number of validation batches
+    log_every_n_steps: int = 10
+    accumulate: int = 1                 # gradient-accumulation micro-batches per step
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.95])
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+    progress_bar: bool = True
+    checkpoint_every_n_steps: Optional[int] = None  # default: at each evaluation
+
+
+@dataclass
+class LoggerConfig:
+    wandb: bool = True
+    csv: bool = True
+    mode: str = "auto"                  # auto (online only with an API key) | offline | online | disabled
+    project: str = "selfsup"
+    entity: Optional[str] = None
+    name: Optional[str] = None          # default: <objective>-<architecture>[-<overrides>]
+    group: Optional[str] = None         # default: the sweep dir of a multirun
+    tags: List[str] = field(default_factory=list)
+
+
+@dataclass
+class TrainConfig:
+    objective: ObjectiveConfig = MISSING
+    architecture: ArchitectureConfig = MISSING
+    data: DataConfig = field(default_factory=DataConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    seed: int = 0
+    ckpt_path: Optional[str] = None     # resume from this checkpoint
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)

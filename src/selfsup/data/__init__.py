@@ -1,0 +1,45 @@
+"""Data layer: text sources → byte-level BPE tokenizer + token cache → fixed-length windows."""
+
+from selfsup.data.datamodule import SOURCES, SelfSupDataModule, TokenWindows
+from selfsup.data.sources import (
+    DataError,
+    builtin_documents,
+    document_bucket,
+    hf_documents,
+    split_documents,
+    text_file_documents,
+)
+from selfsup.data.tokenizer import (
+    FORMAT_VERSION,
+    TokenCache,
+    build_or_load_cache,
+    cache_key,
+    load_tokenizer,
+    min_vocab_size,
+    train_tokenizer,
+    vocab_from_tokenizer,
+)
+from selfsup.data.vocab import WORD_START_MARKER, Vocab, special_tokens
+
+__all__ = [
+    "FORMAT_VERSION",
+    "SOURCES",
+    "WORD_START_MARKER",
+    "DataError",
+    "SelfSupDataModule",
+    "TokenCache",
+    "TokenWindows",
+    "Vocab",
+    "build_or_load_cache",
+    "builtin_documents",
+    "cache_key",
+    "document_bucket",
+    "hf_documents",
+    "load_tokenizer",
+    "min_vocab_size",
+    "special_tokens",
+    "split_documents",
+    "text_file_documents",
+    "train_tokenizer",
+    "vocab_from_tokenizer",
+]

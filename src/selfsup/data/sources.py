@@ -1,0 +1,442 @@
+"""Text sources: each turns settings into a list of documents (str), then one deterministic split.
+
+A document is the unit that is never split across train / validation. Three sources:
+
+- `builtin_documents()`: English prose that ships with Python (pydoc topics + stdlib docstrings).
+- `text_file_documents(paths, text_field)`: .txt / .jsonl / .parquet files or folders.
+- `hf_documents(name, ...)`: a data set loaded with `datasets.load_dataset`.
+
+This file imports only the standard library at the top: it is also run as a script, in a clean
+interpreter, to gather the standard-library docstrings (see `_stdlib_docstrings`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+
+class DataError(ValueError):
+    """Bad data input; the message is one line saying what is wrong and how to fix it."""
+
+
+SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".parquet")
+MAX_TXT_DOCUMENT_CHARS = 64_000  # .txt files longer than this are cut (at blank lines) into documents
+BUILTIN_MAX_CHARS = 3_000_000  # cap on the builtin corpus, so tokenizing stays fast
+BUILTIN_MIN_DOCSTRING_CHARS = 200
+_VAL_BUCKETS = 10_000
+
+
+def _one_line(message: object, limit: int = 200) -> str:
+    text = " ".join(str(message).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def drop_empty(documents: Iterable[str | None]) -> list[str]:
+    """Documents that are not None, empty or whitespace only."""
+    return [d for d in documents if d is not None and d.strip()]
+
+
+# --------------------------------------------------------------------------------------------
+# builtin: pydoc topics + standard-library docstrings
+# --------------------------------------------------------------------------------------------
+
+# Never imported: side effects on import (open a browser, print, start Tk, rewrite files) or tests.
+_BUILTIN_SKIP = {
+    "antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test", "tests",
+    "lib2to3", "readline", "rlcompleter", "site", "msilib", "pydoc_data",
+    "xxlimited", "xxlimited_35", "xxsubtype",
+}  # fmt: skip
+
+
+def _skip_module(name: str) -> bool:
+    return any(
+        part in _BUILTIN_SKIP or part.startswith("_") or part.startswith("test") or part.startswith("turtle")
+        for part in name.split(".")
+    )
+
+
+def _stdlib_docstrings() -> list[tuple[str, str]]:
+    """(module name, text) for every importable standard-library module with long docstrings.
+
+    The text of a module is its docstring plus those of its public classes, functions and methods
+    that are at least BUILTIN_MIN_DOCSTRING_CHARS long, each once (deduplicated), joined by blank
+    lines. Modules in sorted order, packages walked recursively. Meant to run in a fresh
+    interpreter (`python -I -S sources.py --stdlib-docstrings`), so imports cannot disturb the caller.
+    """
+    import contextlib
+    import importlib
+    import inspect
+    import io
+    import pkgutil
+    import warnings
+
+    def modules() -> Iterable:
+        pending = sorted(n for n in sys.stdlib_module_names if not _skip_module(n))
+        while pending:
+            name = pending.pop(0)
+            try:
+                module = importlib.import_module(name)
+            except BaseException:  # noqa: BLE001 - any failure (ImportError, SystemExit, ...) skips it
+                continue
+            yield module
+            if hasattr(module, "__path__"):
+                children = sorted(f"{name}.{m.name}" for m in pkgutil.iter_modules(module.__path__))
+                pending[:0] = [c for c in children if not _skip_module(c)]
+
+    seen: set[str] = set()
+
+    def doc_of(obj: object) -> str | None:
+        raw = getattr(obj, "__doc__", None)
+        if not isinstance(raw, str):
+            return None
+        text = inspect.cleandoc(raw)
+        if len(text) < BUILTIN_MIN_DOCSTRING_CHARS or text in seen:
+            return None
+        seen.add(text)
+        return text
+
+    out: list[tuple[str, str]] = []
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        warnings.simplefilter("ignore")
+        for module in modules():
+            parts = [doc_of(module)]
+            namespace = vars(module)
+            for attr in sorted(namespace):
+                obj = namespace[attr]
+                if attr.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                    continue
+                if inspect.isroutine(obj):
+                    parts.append(doc_of(obj))
+                elif inspect.isclass(obj):
+                    parts.append(doc_of(obj))
+                    members = vars(obj)
+                    parts += [doc_of(members[m]) for m in sorted(members) if not m.startswith("_")]
+            text = "\n\n".join(p for p in parts if p)
+            if text:
+                out.append((module.__name__, text))
+    return out
+
+
+def builtin_documents(max_chars: int = BUILTIN_MAX_CHARS) -> list[str]:
+    """Every `pydoc_data.topics` topic, then standard-library docstrings (one document per module).
+
+    Deterministic for a given Python installation: the docstrings are gathered in a fresh, isolated
+    interpreter (`-I -S`: no environment variables, current directory or site-packages, so neither
+    installed packages nor anything the caller imported can change them), in sorted order.
+    """
+    from pydoc_data.topics import topics
+
+    documents = [topics[name] for name in sorted(topics)]
+    if sys.executable:
+        command = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--stdlib-docstrings"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise DataError(f"data=builtin: could not gather standard-library docstrings: {_one_line(e)}") from e
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+            raise DataError(f"data=builtin: gathering standard-library docstrings failed: {_one_line(tail)}")
+        modules = json.loads(done.stdout)
+    else:  # embedded interpreter with no executable to start: gather here
+        modules = _stdlib_docstrings()
+    documents += [text for _, text in modules]
+
+    kept, total = [], 0
+    for doc in dict.fromkeys(drop_empty(documents)):  # some pydoc topics are the same text
+        if total + len(doc) > max_chars:
+            break
+        kept.append(doc)
+        total += len(doc)
+    return kept
+
+
+# --------------------------------------------------------------------------------------------
+# text_files: .txt / .jsonl / .parquet
+# --------------------------------------------------------------------------------------------
+
+
+def _expand_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = list(paths or ())
+    if not paths:
+        raise DataError("data.paths is empty: pass one or more .txt/.jsonl/.parquet files or folders")
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given).expanduser()
+        if not path.exists():
+            raise DataError(f"data.paths: {path} does not exist: pass existing .txt/.jsonl/.parquet files or folders")
+        if path.is_dir():
+            found = sorted(
+                f
+                for f in path.rglob("*")
+                if f.suffix.lower() in SUPPORTED_SUFFIXES
+                and f.is_file()
+                and not any(part.startswith(".") for part in f.relative_to(path).parts)
+            )
+            if not found:
+                raise DataError(
+                    f"data.paths: folder {path} holds no .txt, .jsonl or .parquet files: add some or pass other paths"
+                )
+            files += found
+        elif path.suffix.lower() not in SUPPORTED_SUFFIXES:
+            raise DataError(
+                f"data.paths: {path} has unsupported extension '{path.suffix or '(none)'}': "
+                f"use .txt, .jsonl or .parquet"
+            )
+        else:
+            files.append(path)
+    return list(dict.fromkeys(files))  # a file named twice is read once
+
+
+def _read_text(path: Path) -> str:
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise DataError(f"{path} looks binary (it holds NUL bytes), not text: remove it from data.paths")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"{path} is not UTF-8 text (invalid byte at offset {e.start}): "
+            f"convert it to UTF-8 or remove it from data.paths"
+        ) from None
+
+
+def split_long_text(text: str, limit: int = MAX_TXT_DOCUMENT_CHARS) -> list[str]:
+    """Cut text into pieces of at most `limit` characters, preferably at blank lines.
+
+    Falls back to line ends, then spaces, then a hard cut. The pieces concatenate back to `text`.
+    """
+    pieces, start = [], 0
+    while len(text) - start > limit:
+        window = text[start : start + limit]
+        for separator in ("\n\n", "\n", " "):
+            i = window.rfind(separator)
+            if i > 0:
+                cut = start + i + len(separator)
+                break
+        else:
+            cut = start + limit
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
+
+
+def _txt_documents(path: Path) -> list[str]:
+    text = _read_text(path)
+    if not text.strip():
+        raise DataError(f"{path} is empty: add text to it or remove it from data.paths")
+    return drop_empty(split_long_text(text))
+
+
+def _jsonl_documents(path: Path, text_field: str) -> list[str]:
+    documents: list[str | None] = []
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(
+                f"{path}:{number}: not valid JSON ({e.msg}): each line of a .jsonl file must be one JSON object"
+            ) from None
+        if not isinstance(record, dict):
+            raise DataError(
+                f"{path}:{number}: a JSON {type(record).__name__}, not an object: each line must be an object "
+                f"with a '{text_field}' field"
+            )
+        if text_field not in record:
+            fields = ", ".join(map(str, list(record)[:10])) or "none"
+            raise DataError(
+                f"{path}:{number}: no field '{text_field}' (fields: {fields}): "
+                f"set data.text_field to the field holding the text"
+            )
+        value = record[text_field]
+        if value is not None and not isinstance(value, str):
+            raise DataError(
+                f"{path}:{number}: field '{text_field}' is a JSON {type(value).__name__}, not a string: "
+                f"set data.text_field to the field holding the text"
+            )
+        documents.append(value)
+    documents = drop_empty(documents)
+    if not documents:
+        raise DataError(
+            f"{path} has no text (no non-empty '{text_field}' values): add records or remove it from data.paths"
+        )
+    return documents
+
+
+def _parquet_documents(path: Path, text_field: str) -> list[str]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"reading {path} needs pyarrow: pip install pyarrow") from None
+    try:
+        schema = pq.read_schema(path)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds
+        raise DataError(f"{path} is not a readable parquet file ({_one_line(e)}): fix or remove it") from None
+    if text_field not in schema.names:
+        columns = ", ".join(schema.names[:10]) or "none"
+        raise DataError(
+            f"{path}: no column '{text_field}' (columns: {columns}): set data.text_field to the column holding the text"
+        )
+    kind = schema.field(text_field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or str(kind) == "string_view"):
+        raise DataError(
+            f"{path}: column '{text_field}' holds {kind}, not strings: "
+            f"set data.text_field to the column holding the text"
+        )
+    documents = drop_empty(pq.read_table(path, columns=[text_field]).column(text_field).to_pylist())
+    if not documents:
+        raise DataError(
+            f"{path} has no text (no non-empty '{text_field}' values): add rows or remove it from data.paths"
+        )
+    return documents
+
+
+def text_file_documents(paths: str | os.PathLike | Sequence[str | os.PathLike], text_field: str = "text") -> list[str]:
+    """Documents from files and folders (searched recursively, in sorted order; hidden ones skipped).
+
+    .txt: one document per file, cut at blank lines into pieces of <= 64K characters when longer.
+    .jsonl: one document per line, the text in `text_field`. .parquet: one per row of `text_field`.
+    """
+    documents: list[str] = []
+    for path in _expand_paths(paths):
+        suffix = path.suffix.lower()
+        if suffix == ".txt":
+            documents += _txt_documents(path)
+        elif suffix == ".jsonl":
+            documents += _jsonl_documents(path, text_field)
+        else:
+            documents += _parquet_documents(path, text_field)
+    return documents
+
+
+# --------------------------------------------------------------------------------------------
+# hf_dataset
+# --------------------------------------------------------------------------------------------
+
+
+def hf_documents(
+    name: str | None,
+    config: str | None = None,
+    split: str = "train",
+    text_field: str = "text",
+    data_files=None,
+    streaming: bool = False,
+    max_documents: int | None = None,
+) -> list[str]:
+    """Documents from `datasets.load_dataset(name, config, split=split, streaming=streaming, data_files=...)`.
+
+    Stops after `max_documents` non-empty documents (with streaming, nothing more is read).
+    """
+    if not name:
+        raise DataError("data.hf_name is not set: name a data set (e.g. data.hf_name=wikitext) for data=hf_dataset")
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("data=hf_dataset needs the datasets package: pip install datasets") from None
+    if isinstance(data_files, Mapping):  # plain containers: an OmegaConf one is not accepted by datasets
+        data_files = {str(k): v if isinstance(v, str) else list(map(str, v)) for k, v in data_files.items()}
+    elif data_files is not None and not isinstance(data_files, (str, os.PathLike)):
+        data_files = list(map(str, data_files))
+    where = f"data.hf_name={name}" + (f" (config {config})" if config else "") + f", split {split}"
+    try:
+        dataset = datasets.load_dataset(name, config, split=split, streaming=streaming, data_files=data_files)
+    except Exception as e:  # noqa: BLE001 - load_dataset raises many kinds
+        raise DataError(
+            f"could not load {where}: {type(e).__name__}: {_one_line(e)}: check the name, config and split "
+            f"(and that the hub is reachable, or pass local data_files)"
+        ) from None
+    if not isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
+        raise DataError(f"{where} did not give one split ({type(dataset).__name__}): set data.hf_split")
+
+    columns = dataset.column_names  # None for some streaming data sets: then checked row by row
+    if columns is not None and text_field not in columns:
+        raise DataError(
+            f"{where} has no column '{text_field}' (columns: {', '.join(columns[:10])}): set data.text_field"
+        )
+    if columns is not None and not streaming:
+        dataset = dataset.select_columns([text_field])
+
+    documents: list[str] = []
+    for number, row in enumerate(dataset):
+        if max_documents is not None and len(documents) >= max_documents:
+            break
+        if text_field not in row:
+            raise DataError(
+                f"{where}: row {number} has no field '{text_field}' (fields: {', '.join(row)}): set data.text_field"
+            )
+        value = row[text_field]
+        if value is not None and not isinstance(value, str):
+            raise DataError(
+                f"{where}: field '{text_field}' holds {type(value).__name__}, not strings: set data.text_field"
+            )
+        if value is not None and value.strip():
+            documents.append(value)
+    return documents
+
+
+# --------------------------------------------------------------------------------------------
+# the split
+# --------------------------------------------------------------------------------------------
+
+
+def document_bucket(text: str) -> int:
+    """A stable number in [0, 10000) for a document: blake2b of its text (equal texts, equal buckets)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % _VAL_BUCKETS
+
+
+def split_documents(documents: Sequence[str], val_fraction: float) -> tuple[list[str], list[str]]:
+    """(train, val): a document goes to validation iff its bucket < val_fraction * 10000.
+
+    Order within each split follows `documents`. With two or more documents both splits are
+    non-empty: an empty validation split takes the document with the smallest bucket, an empty
+    training split gives back the one with the largest.
+    """
+    if len(documents) < 2:
+        raise DataError(
+            f"the corpus has {len(documents)} document(s) but needs at least 2 "
+            f"(one for training, one for validation): add text"
+        )
+    if not 0 < val_fraction < 1:
+        raise DataError(f"data.val_fraction={val_fraction} must be between 0 and 1 (e.g. 0.05)")
+    buckets = [document_bucket(d) for d in documents]
+    threshold = val_fraction * _VAL_BUCKETS
+    is_val = [b < threshold for b in buckets]
+    if not any(is_val):
+        is_val[min(range(len(documents)), key=lambda i: buckets[i])] = True
+    elif all(is_val):
+        is_val[max(range(len(documents)), key=lambda i: buckets[i])] = False
+    train = [d for d, v in zip(documents, is_val, strict=True) if not v]
+    val = [d for d, v in zip(documents, is_val, strict=True) if v]
+    return train, val
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--stdlib-docstrings"]:
+    # Keep the real stdout / stderr for the answer: modules that print on import cannot corrupt it.
+    answer, errors = os.fdopen(os.dup(1), "w"), os.fdopen(os.dup(2), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    try:
+        json.dump(_stdlib_docstrings(), answer)  # ASCII (json escapes the rest): no locale issues
+        answer.flush()
+    except BaseException as e:  # noqa: BLE001
+        errors.write(f"{type(e).__name__}: {e}\n")
+        errors.flush()
+        os._exit(1)
+    os._exit(0)  # skip tearing down hundreds of modules (atexit hooks, threads)

@@ -1,0 +1,150 @@
+"""The LightningModule: the one shared cross-entropy step, for every objective.
+
+    loss = sum of -log p(target) over scored positions / number of scored positions
+
+The normalisation is by the total number of scored tokens of the optimizer step, across
+gradient-accumulation micro-batches and devices (not a mean of per-batch means). A batch with no
+scored position contributes nothing and never produces NaN. The output head is evaluated only at
+scored positions (15% of MLM positions need 15% of the head's work).
+
+Objectives run here, on the training device, with a generator seeded from (seed, stream, step,
+micro-batch, rank): masks are reproducible, resume is exact, and validation sees the same masks
+at every evaluation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric, SumMetric
+
+from selfsup.objectives import Objective, ObjectiveBatch
+
+
+def stream_seed(*parts) -> int:
+    """A 63-bit seed from any parts; different parts give unrelated streams."""
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def cross_entropy_sums(model: torch.nn.Module, batch: ObjectiveBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sum of -log p over scored positions, number scored, number predicted correctly)."""
+    hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
+                   encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
+    scored = batch.scored
+    targets = batch.targets[scored]
+    logits = model.head(hidden[scored]).float()
+    nll = F.cross_entropy(logits, targets, reduction="sum")
+    correct = (logits.argmax(dim=-1) == targets).sum()
+    return nll, targets.new_tensor(targets.numel()), correct
+
+
+def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """Learning-rate multiplier: linear warmup to 1, cosine decay to min_ratio at `total`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class SelfSupModule(L.LightningModule):
+    def __init__(self, model: torch.nn.Module, objective: Objective, *, lr: float = 3e-4,
+                 weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95), warmup_steps: int = 100,
+                 max_steps: int = 1000, min_lr_ratio: float = 0.1, grad_clip: float = 1.0,
+                 accumulate: int = 1, seed: int = 0):
+        super().__init__()
+        self.automatic_optimization = False  # to normalise by scored tokens across micro-batches
+        self.model = model
+        self.objective = objective
+        self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
+        self.warmup_steps, self.max_steps, self.min_lr_ratio = warmup_steps, max_steps, min_lr_ratio
+        self.grad_clip, self.accumulate, self.seed = grad_clip, accumulate, seed
+        self.tokens_seen = 0   # global input tokens consumed by training so far
+        self.targets_seen = 0  # global scored targets so far
+        self.val_loss = MeanMetric()
+        self.val_accuracy = MeanMetric()
+        self.val_scored = SumMetric()
+        self.val_inputs = SumMetric()
+        self.flops_per_batch = None  # read by ThroughputMonitor; measured by the lab when it can
+
+    # ------------------------------------------------------------------ masks
+    def generator(self, stream: str, *index: int) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(
+            stream_seed(self.seed, stream, *index, self.global_rank))
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        step = self.global_step
+        micro = [self.objective(chunk, self.generator("train", step, i))
+                 for i, chunk in enumerate(tokens.chunk(self.accumulate))]
+        local = torch.stack([torch.stack([b.n_scored, b.n_inputs]) for b in micro]).sum(0).float()
+        total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
+        # DDP averages gradients over ranks: multiply by world size so the result is sum / total
+        scale = self.trainer.world_size / max(total_scored, 1.0)
+        nll_sum = correct = 0.0
+        for batch in micro:
+            nll, _, right = cross_entropy_sums(self.model, batch)
+            self.manual_backward(nll * scale)
+            nll_sum, correct = nll_sum + nll.detach(), correct + right
+        if self.grad_clip:
+            self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+
+        sums = self.trainer.strategy.reduce(torch.stack([torch.as_tensor(nll_sum, device=self.device).float(),
+                                                         torch.as_tensor(correct, device=self.device).float()]),
+                                            reduce_op="sum")
+        loss = sums[0] / max(total_scored, 1.0)
+        self.tokens_seen += int(total_inputs)
+        self.targets_seen += int(total_scored)
+        self.log_dict({
+            "train/loss": loss, "train/perplexity": torch.exp(loss), "train/accuracy": sums[1] / max(total_scored, 1.0),
+            "train/signal_per_token": total_scored / max(total_inputs, 1.0),
+            "train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
+            "train/lr": sched.get_last_lr()[0],
+        }, prog_bar=False, on_step=True, on_epoch=False, rank_zero_only=True)
+        self.log("loss", loss, prog_bar=True, logger=False, on_step=True, on_epoch=False)
+        return loss
+
+    # ------------------------------------------------------------------ validation
+    def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
+        batch = self.objective(tokens, self.generator("val", batch_idx))  # same masks every evaluation
+        nll, n, correct = cross_entropy_sums(self.model, batch)
+        if n > 0:
+            self.val_loss.update(nll / n, weight=n)
+            self.val_accuracy.update(correct / n, weight=n)
+        self.val_scored.update(n)
+        self.val_inputs.update(batch.n_inputs)
+
+    def on_validation_epoch_end(self) -> None:
+        loss = self.val_loss.compute()
+        metrics = {"val/loss": loss, "val/perplexity": torch.exp(loss), "val/accuracy": self.val_accuracy.compute(),
+                   "val/signal_per_token": self.val_scored.compute() / self.val_inputs.compute().clamp(min=1)}
+        for metric in (self.val_loss, self.val_accuracy, self.val_scored, self.val_inputs):
+            metric.reset()
+        self.log_dict(metrics, prog_bar=True)
+
+    # ------------------------------------------------------------------ optimizer, state
+    def configure_optimizers(self):
+        decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=self.betas,
+                                fused=self.device.type == "cuda" or None)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: warmup_cosine(step, self.warmup_steps, self.max_steps, self.min_lr_ratio))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["selfsup"] = {"tokens_seen": self.tokens_seen, "targets_seen": self.targets_seen}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("selfsup", {})
+        self.tokens_seen = state.get("tokens_seen", 0)
+        self.targets_seen = state.get("targets_seen", 0)

@@ -1,0 +1,247 @@
+"""selfsup-train: the Hydra entry point. Compose, check compatibility, build, fit, summarise.
+
+    selfsup-train objective=clm trainer.max_steps=100
+    selfsup-train -m objective=mlm,clm,span_corruption
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from selfsup.config import register
+
+log = logging.getLogger("selfsup")
+CONF_DIR = Path(os.environ.get("SELFSUP_CONF", Path(__file__).resolve().parents[2] / "conf"))
+
+
+class SelfSupError(Exception):
+    """A problem the user can fix; reported as one line, no traceback."""
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    from selfsup.data import DataError
+    from selfsup.objectives import ObjectiveError
+    return (SelfSupError, DataError, ObjectiveError)
+
+
+# ---------------------------------------------------------------------------- W&B
+def wandb_mode(requested: str) -> str:
+    """auto: offline unless the user configured W&B (WANDB_MODE, or an API key); never a prompt."""
+    if requested != "auto":
+        return requested
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    if netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
+        return "online"
+    return "offline"
+
+
+def run_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
+    """W&B name, group and tags from the objective and the sweep."""
+    hc = HydraConfig.get()
+    swept = [o for o in hc.overrides.task if not o.startswith(("logger.", "hydra."))]
+    name = cfg.logger.name or "-".join([cfg.objective.name, cfg.architecture.name] + (
+        [o.split(".")[-1] for o in swept if not o.startswith(("objective=", "architecture="))]))
+    group = cfg.logger.group
+    if group is None and hc.mode.name == "MULTIRUN":
+        sweep = Path(hc.sweep.dir)
+        group = f"sweep-{sweep.parent.name}-{sweep.name}"
+    tags = list(cfg.logger.tags) + [f"objective={cfg.objective.name}", f"architecture={cfg.architecture.name}"] + swept
+    return name, group, [t[:64] for t in dict.fromkeys(tags)]
+
+
+def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
+    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+    loggers = []
+    if cfg.logger.wandb:
+        mode = wandb_mode(cfg.logger.mode)
+        if mode != "disabled":
+            os.environ.setdefault("WANDB_SILENT", "true")
+            name, group, tags = run_identity(cfg)
+            loggers.append(WandbLogger(
+                save_dir=str(run_dir), project=cfg.logger.project, entity=cfg.logger.entity, name=name, group=group,
+                tags=tags, mode=mode, config=OmegaConf.to_container(cfg, resolve=True), job_type="train"))
+    if cfg.logger.csv:
+        loggers.append(CSVLogger(save_dir=str(run_dir), name="csv", version=""))
+    return loggers
+
+
+def define_wandb_axes(loggers: list) -> None:
+    """tokens seen and targets seen are x-axes, so objectives compare on the same compute."""
+    from lightning.pytorch.loggers import WandbLogger
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            run = lg.experiment
+            run.define_metric("train/tokens_seen")
+            run.define_metric("train/targets_seen")
+            for prefix in ("train", "val", "perf"):
+                run.define_metric(f"{prefix}/*", step_metric="train/tokens_seen")
+
+
+def finish_wandb(loggers: list, exit_code: int) -> str | None:
+    from lightning.pytorch.loggers import WandbLogger
+    for lg in loggers:
+        if isinstance(lg, WandbLogger) and lg._experiment is not None:
+            run_dir = lg.experiment.dir
+            lg.experiment.finish(exit_code=exit_code)
+            return str(Path(run_dir).parent)
+    return None
+
+
+# ---------------------------------------------------------------------------- build and fit
+def quiet_lightning() -> None:
+    """Lightning has its own console handler; without this Hydra's root logger prints each line twice."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).propagate = False
+    warnings.filterwarnings("ignore", message=".*(LeafSpec|litlogger|anonymous setting).*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+
+
+def build(cfg: DictConfig):
+    from selfsup.data import SelfSupDataModule
+    from selfsup.models import build_model
+    from selfsup.module import SelfSupModule
+    from selfsup.objectives import build_objective, compatibility_error
+
+    problem = compatibility_error(cfg.objective.name, cfg.architecture.name)
+    if problem:
+        raise SelfSupError(problem)
+    d = cfg.data
+    dm = SelfSupDataModule(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
+                           hf_config=d.hf_config, hf_split=d.hf_split,
+                           data_files=list(d.data_files) if d.data_files else None, streaming=d.streaming,
+                           max_documents=d.max_documents, vocab_size=d.vocab_size, n_sentinels=d.n_sentinels,
+                           val_fraction=d.val_fraction, batch_size=d.batch_size, num_workers=d.num_workers,
+                           cache_dir=d.cache_dir, seed=cfg.seed)
+    vocab = dm.prepare()
+    o = cfg.objective
+    params = {"mlm": dict(mask_rate=o.mask_rate, mask_token_prob=o.mask_token_prob,
+                          random_token_prob=o.random_token_prob, whole_word=o.whole_word),
+              "span_corruption": dict(mask_rate=o.mask_rate, mean_span_length=o.mean_span_length),
+              "ul2": dict(denoisers=OmegaConf.to_container(o.denoisers), mode_tokens=o.mode_tokens)}.get(o.name, {})
+    objective = build_objective(o.name, vocab, d.seq_len, cfg.architecture.name, **params)
+    dm.set_window(objective.raw_length, cfg.trainer.accumulate)
+    a = cfg.architecture
+    try:
+        model = build_model(a.name, vocab.size, objective.model_length, d_model=a.d_model, n_layers=a.n_layers,
+                            n_heads=a.n_heads, d_ff=a.d_ff, dropout=a.dropout, tie_embeddings=a.tie_embeddings,
+                            n_decoder_layers=a.n_decoder_layers, activation_checkpointing=a.activation_checkpointing)
+    except ValueError as err:
+        raise SelfSupError(f"architecture: {err}") from None
+    t = cfg.trainer
+    module = SelfSupModule(model, objective, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
+                           warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio,
+                           grad_clip=t.grad_clip, accumulate=t.accumulate, seed=cfg.seed)
+    return dm, objective, model, module
+
+
+def fit(cfg: DictConfig, run_dir: Path) -> dict:
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+
+    from selfsup.throughput import TokenThroughput
+
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    quiet_lightning()
+    if cfg.trainer.accelerator == "cpu":
+        torch.set_flush_denormal(True)  # tiny gradients as denormals make CPU matmuls ~8x slower
+    if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
+        raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file, "
+                           f"e.g. {run_dir.parent}/<time>/checkpoints/last.ckpt")
+    dm, objective, model, module = build(cfg)
+    t = cfg.trainer
+    loggers = make_loggers(cfg, run_dir)
+    status, error = "failed", None
+    summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name,
+               "parameters": model.num_parameters(), "run_dir": str(run_dir)}
+    try:
+        define_wandb_axes(loggers)
+        for lg in loggers:
+            lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": dm.vocab.size,
+                                "raw_length": objective.raw_length,
+                                "global_batch_size": cfg.data.batch_size * t.accumulate * t.num_nodes *
+                                (t.devices if isinstance(t.devices, int) and t.devices > 0 else 1)})
+        checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step:06d}",
+                                     auto_insert_metric_name=False, monitor="val/loss", mode="min",
+                                     save_top_k=1, save_last=True,
+                                     every_n_train_steps=t.checkpoint_every_n_steps)
+        callbacks = [checkpoint, TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps)))]
+        if t.progress_bar and sys.stdout.isatty():
+            callbacks.append(RichProgressBar())
+        trainer = L.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, strategy=t.strategy,
+                            precision=t.precision, max_steps=t.max_steps, val_check_interval=t.val_check_interval,
+                            check_val_every_n_epoch=None, limit_val_batches=t.limit_val_batches,
+                            log_every_n_steps=t.log_every_n_steps, logger=loggers or False, callbacks=callbacks,
+                            enable_progress_bar=t.progress_bar, default_root_dir=str(run_dir),
+                            num_sanity_val_steps=0, enable_model_summary=False)
+        start = time.perf_counter()
+        trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
+        elapsed = time.perf_counter() - start
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        summary.update(steps=trainer.global_step, val_loss=metrics.get("val/loss"),
+                       val_perplexity=metrics.get("val/perplexity"), val_accuracy=metrics.get("val/accuracy"),
+                       signal_per_token=metrics.get("train/signal_per_token"),
+                       tokens_seen=module.tokens_seen, targets_seen=module.targets_seen,
+                       tokens_per_sec=module.tokens_seen / elapsed if elapsed else None,
+                       best_checkpoint=checkpoint.best_model_path, last_checkpoint=checkpoint.last_model_path)
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except Exception as err:  # recorded in the run dir and W&B, then re-raised
+        error = f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        summary.update(status=status, error=error, wandb_dir=finish_wandb(loggers, 0 if status == "finished" else 1))
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def print_summary(rows: list[dict]) -> None:
+    from selfsup.report import summary_table
+    print(summary_table(rows))
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+def hydra_main(cfg: DictConfig) -> float | None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        summary = fit(cfg, run_dir)
+    except user_errors() as err:
+        message = f"error: {err}"
+        (run_dir / "error.txt").write_text(message + "\n")
+        if HydraConfig.get().mode.name == "MULTIRUN":
+            raise  # the sweep records the failure and goes on with the other jobs
+        print(message, file=sys.stderr)
+        raise SystemExit(2) from None
+    if HydraConfig.get().mode.name != "MULTIRUN":
+        print_summary([summary])
+        if summary.get("wandb_dir"):
+            print(f"W&B run files: {summary['wandb_dir']}  (upload: wandb sync {summary['wandb_dir']})")
+    return summary.get("val_loss")
+
+
+def main() -> None:
+    register()
+    if not CONF_DIR.is_dir():
+        sys.exit(f"error: config folder {CONF_DIR} not found: install selfsup with `pip install -e .` "
+                 f"from its checkout, or set SELFSUP_CONF to the conf/ folder")
+    hydra_main()
+
+
+if __name__ == "__main__":
+    main()
