@@ -43,6 +43,22 @@ def cross_entropy_sums(model: torch.nn.Module, batch: ObjectiveBatch) -> tuple[t
     return nll, targets.new_tensor(targets.numel()), correct
 
 
+def accumulate_gradients(model: torch.nn.Module, micro: list[ObjectiveBatch], total_scored: float,
+                         world_size: int = 1, backward=torch.Tensor.backward) -> tuple[torch.Tensor, torch.Tensor]:
+    """Backward over micro-batches so the gradient is that of (sum of -log p) / total_scored.
+
+    total_scored counts the scored targets of all micro-batches on all devices; DDP averages the
+    gradients of the ranks, hence the factor world_size. Returns this device's (nll sum, correct).
+    """
+    scale = world_size / max(total_scored, 1.0)
+    nll_sum = correct = torch.zeros((), device=micro[0].targets.device)
+    for batch in micro:
+        nll, _, right = cross_entropy_sums(model, batch)
+        backward(nll * scale)
+        nll_sum, correct = nll_sum + nll.detach(), correct + right
+    return nll_sum, correct
+
+
 def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
     """Learning-rate multiplier: linear warmup to 1, cosine decay to min_ratio at `total`."""
     if step < warmup:
@@ -84,22 +100,15 @@ class SelfSupModule(L.LightningModule):
                  for i, chunk in enumerate(tokens.chunk(self.accumulate))]
         local = torch.stack([torch.stack([b.n_scored, b.n_inputs]) for b in micro]).sum(0).float()
         total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
-        # DDP averages gradients over ranks: multiply by world size so the result is sum / total
-        scale = self.trainer.world_size / max(total_scored, 1.0)
-        nll_sum = correct = 0.0
-        for batch in micro:
-            nll, _, right = cross_entropy_sums(self.model, batch)
-            self.manual_backward(nll * scale)
-            nll_sum, correct = nll_sum + nll.detach(), correct + right
+        nll_sum, correct = accumulate_gradients(self.model, micro, total_scored, self.trainer.world_size,
+                                                backward=self.manual_backward)
         if self.grad_clip:
             self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
         opt.step()
         opt.zero_grad(set_to_none=True)
         sched.step()
 
-        sums = self.trainer.strategy.reduce(torch.stack([torch.as_tensor(nll_sum, device=self.device).float(),
-                                                         torch.as_tensor(correct, device=self.device).float()]),
-                                            reduce_op="sum")
+        sums = self.trainer.strategy.reduce(torch.stack([nll_sum, correct.float()]), reduce_op="sum")
         loss = sums[0] / max(total_scored, 1.0)
         self.tokens_seen += int(total_inputs)
         self.targets_seen += int(total_scored)

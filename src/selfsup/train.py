@@ -150,15 +150,12 @@ def build(cfg: DictConfig):
 
 def fit(cfg: DictConfig, run_dir: Path) -> dict:
     import lightning as L
-    import torch
     from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 
     from selfsup.throughput import TokenThroughput
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     quiet_lightning()
-    if cfg.trainer.accelerator == "cpu":
-        torch.set_flush_denormal(True)  # tiny gradients as denormals make CPU matmuls ~8x slower
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file, "
                            f"e.g. {run_dir.parent}/<time>/checkpoints/last.ckpt")

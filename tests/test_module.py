@@ -1,0 +1,117 @@
+"""The shared cross-entropy step: exact values from the seeds, accumulation, zero-target batches."""
+
+import math
+
+import lightning as L
+import pytest
+import torch
+
+from selfsup.data.vocab import Vocab
+from selfsup.models import build_model
+from selfsup.module import SelfSupModule, accumulate_gradients, cross_entropy_sums, warmup_cosine
+from selfsup.objectives import IGNORE, MaskedLM, ObjectiveBatch
+
+V = Vocab(size=300, n_sentinels=10)
+
+
+class FixedDistribution(torch.nn.Module):
+    """Predicts the same distribution `probs` at every position (logits = log probs)."""
+
+    def __init__(self, probs: torch.Tensor):
+        super().__init__()
+        self.logits = torch.nn.Parameter(probs.log())
+
+    def forward(self, encoder_inputs=None, decoder_inputs=None, encoder_mask=None, prefix_length=None):
+        x = encoder_inputs if encoder_inputs is not None else decoder_inputs
+        return self.logits.expand(*x.shape, -1)
+
+    def head(self, hidden):
+        return hidden
+
+
+@pytest.mark.parametrize("p,loss", [(0.20, 1.609), (0.65, 0.431)])
+def test_seed_worked_example_through_the_shared_step(p, loss):
+    # "rates rose sharply today": mask "rose" (id 1); the model gives it probability p
+    probs = torch.tensor([(1 - p) / 3, p, (1 - p) / 3, (1 - p) / 3])
+    batch = ObjectiveBatch(targets=torch.tensor([[IGNORE, 1, IGNORE, IGNORE]]), n_inputs=torch.tensor(4),
+                           encoder_inputs=torch.tensor([[0, 3, 2, 0]]))
+    nll, n, _ = cross_entropy_sums(FixedDistribution(probs), batch)
+    assert n.item() == 1
+    assert (nll / n).item() == pytest.approx(loss, abs=5e-4)
+    assert (nll / n).item() == pytest.approx(-math.log(p), rel=1e-6)
+    assert math.exp((nll / n).item()) == pytest.approx(1 / p, rel=1e-6)  # perplexity = e^loss
+
+
+def test_batch_without_scored_positions_gives_zero_not_nan():
+    model = build_model("encoder", V.size, 16, d_model=32, n_layers=1, n_heads=2)
+    batch = ObjectiveBatch(targets=torch.full((2, 8), IGNORE), n_inputs=torch.tensor(16),
+                           encoder_inputs=torch.randint(V.first_ordinary, V.size, (2, 8)))
+    nll_sum, _ = accumulate_gradients(model, [batch], total_scored=0)
+    assert nll_sum.item() == 0.0
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_accumulation_normalises_by_total_scored_tokens_not_mean_of_means():
+    torch.manual_seed(0)
+    model = build_model("encoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
+    tokens = torch.randint(V.first_ordinary, V.size, (6, 32))
+    full = MaskedLM(V, 32, mask_rate=0.3)(tokens, torch.Generator().manual_seed(1))
+    # uneven split: rows 0-1 lose most of their targets, rows 2-5 keep all
+    targets = full.targets.clone()
+    targets[:2, 4:] = IGNORE
+
+    def part(rows):
+        return ObjectiveBatch(targets=targets[rows], n_inputs=torch.tensor(0), encoder_inputs=full.encoder_inputs[rows])
+
+    one, a, b = part(slice(0, 6)), part(slice(0, 2)), part(slice(2, 6))
+    assert a.n_scored.item() != b.n_scored.item()
+    total = one.n_scored.item()
+
+    def grads(micro):
+        model.zero_grad()
+        nll, _ = accumulate_gradients(model, micro, total)
+        return nll / total, [p.grad.clone() for p in model.parameters()]
+
+    loss_one, g_one = grads([one])
+    loss_acc, g_acc = grads([a, b])
+    assert loss_acc.item() == pytest.approx(loss_one.item(), rel=1e-6)
+    for x, y in zip(g_one, g_acc):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
+    # the mean of per-batch means differs: the test would catch that normalisation
+    mean_of_means = ((cross_entropy_sums(model, a)[0] / a.n_scored) + (cross_entropy_sums(model, b)[0] / b.n_scored)) / 2
+    assert abs(mean_of_means.item() - loss_one.item()) > 1e-3
+
+
+def test_uniform_model_has_perplexity_equal_to_vocabulary_size():
+    """Validation over a real loader: a model with zero output weights is uniform over the vocabulary."""
+    vocab = Vocab(size=1000, n_sentinels=10)  # 1000 real tokens, the head is padded to 1024
+    model = build_model("encoder", vocab.size, 32, d_model=32, n_layers=1, n_heads=2, tie_embeddings=False)
+    assert model.padded_vocab_size == 1024
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+    module = SelfSupModule(model, MaskedLM(vocab, 32))
+    data = torch.randint(vocab.first_ordinary, vocab.size, (40, 32))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    first = trainer.validate(module, loader, verbose=False)[0]
+    assert first["val/perplexity"] == pytest.approx(1000, rel=1e-4)
+    assert first["val/loss"] == pytest.approx(math.log(1000), rel=1e-5)
+    assert first["val/signal_per_token"] == pytest.approx(0.15, abs=4 * math.sqrt(0.15 * 0.85 / data.numel()))
+
+
+def test_validation_uses_the_same_masks_every_time():
+    torch.manual_seed(0)
+    model = build_model("encoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
+    module = SelfSupModule(model, MaskedLM(V, 32))
+    loader = torch.utils.data.DataLoader(torch.randint(V.first_ordinary, V.size, (24, 32)), batch_size=8)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    a = trainer.validate(module, loader, verbose=False)[0]
+    b = trainer.validate(module, loader, verbose=False)[0]
+    assert a == b
+
+
+def test_warmup_then_cosine():
+    assert warmup_cosine(0, 10, 100, 0.1) == pytest.approx(0.1)
+    assert warmup_cosine(9, 10, 100, 0.1) == pytest.approx(1.0)
+    assert warmup_cosine(100, 10, 100, 0.1) == pytest.approx(0.1)
+    assert 0.1 < warmup_cosine(55, 10, 100, 0.1) < 1.0
