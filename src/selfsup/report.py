@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -47,6 +48,13 @@ def read_summaries(sweep_dir: Path) -> list[dict]:
 class SweepSummary(Callback):
     """Hydra callback: one line per finished job, and the table of all jobs when the sweep ends."""
 
+    def on_multirun_start(self, config, **kwargs) -> None:
+        """Tell the jobs which keys this sweep varies (for W&B names and tags)."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        overrides = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        os.environ["SELFSUP_SWEPT"] = ",".join(sorted({o.get_key_element() for o in parsed if o.is_sweep_override()}))
+
     def on_job_end(self, config, job_return, **kwargs) -> None:
         from hydra.core.utils import JobStatus
         if config.hydra.mode.name != "MULTIRUN":
@@ -55,7 +63,9 @@ class SweepSummary(Callback):
         ok = job_return.status == JobStatus.COMPLETED
         what = f"val loss {job_return.return_value:.3f}" if ok and job_return.return_value is not None else (
             "finished" if ok else f"FAILED: {job_return._return_value}")
-        print(f"[job {config.hydra.job.num}] {' '.join(config.hydra.overrides.task)}: {what}  ({job_dir})", flush=True)
+        swept = set(os.environ.get("SELFSUP_SWEPT", "").split(","))
+        label = " ".join(o for o in config.hydra.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
+        print(f"[job {config.hydra.job.num}] {label}: {what}  ({job_dir})", flush=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)

@@ -50,11 +50,12 @@ def wandb_mode(requested: str) -> str:
 
 
 def run_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
-    """W&B name, group and tags from the objective and the sweep."""
+    """W&B name, group and tags: the objective, the architecture and the values this sweep varies."""
     hc = HydraConfig.get()
-    swept = [o for o in hc.overrides.task if not o.startswith(("logger.", "hydra."))]
-    name = cfg.logger.name or "-".join([cfg.objective.name, cfg.architecture.name] + (
-        [o.split(".")[-1] for o in swept if not o.startswith(("objective=", "architecture="))]))
+    swept_keys = set(filter(None, os.environ.get("SELFSUP_SWEPT", "").split(",")))
+    swept = [o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept_keys]
+    values = [o.split(".")[-1] for o in swept if not o.startswith(("objective=", "architecture="))]
+    name = cfg.logger.name or "-".join([cfg.objective.name, cfg.architecture.name, *values])
     group = cfg.logger.group
     if group is None and hc.mode.name == "MULTIRUN":
         sweep = Path(hc.sweep.dir)
@@ -71,9 +72,11 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
         if mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
             name, group, tags = run_identity(cfg)
-            loggers.append(WandbLogger(
+            wandb_logger = WandbLogger(
                 save_dir=str(run_dir), project=cfg.logger.project, entity=cfg.logger.entity, name=name, group=group,
-                tags=tags, mode=mode, config=OmegaConf.to_container(cfg, resolve=True), job_type="train"))
+                tags=tags, mode=mode, config=OmegaConf.to_container(cfg, resolve=True), job_type="train")
+            wandb_logger._wandb_init.pop("anonymous", None)  # Lightning passes it; wandb warns it has no effect
+            loggers.append(wandb_logger)
     if cfg.logger.csv:
         loggers.append(CSVLogger(save_dir=str(run_dir), name="csv", version=""))
     return loggers
@@ -114,11 +117,7 @@ def build(cfg: DictConfig):
     from selfsup.data import SelfSupDataModule
     from selfsup.models import build_model
     from selfsup.module import SelfSupModule
-    from selfsup.objectives import build_objective, compatibility_error
-
-    problem = compatibility_error(cfg.objective.name, cfg.architecture.name)
-    if problem:
-        raise SelfSupError(problem)
+    from selfsup.objectives import build_objective
     d = cfg.data
     dm = SelfSupDataModule(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
                            hf_config=d.hf_config, hf_split=d.hf_split,
@@ -156,9 +155,6 @@ def fit(cfg: DictConfig, run_dir: Path) -> dict:
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     quiet_lightning()
-    if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
-        raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file, "
-                           f"e.g. {run_dir.parent}/<time>/checkpoints/last.ckpt")
     dm, objective, model, module = build(cfg)
     t = cfg.trainer
     loggers = make_loggers(cfg, run_dir)
@@ -213,14 +209,30 @@ def print_summary(rows: list[dict]) -> None:
     print(summary_table(rows))
 
 
+def check_before_building(cfg: DictConfig, run_dir: Path) -> None:
+    """The cheap checks, before any data is read or anything is written."""
+    from selfsup.objectives import compatibility_error
+    problem = compatibility_error(cfg.objective.name, cfg.architecture.name)
+    if problem:
+        raise SelfSupError(problem)
+    if (run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists():
+        raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; pick a new hydra.run.dir, "
+                           f"or resume into a new dir with ckpt_path={run_dir}/checkpoints/last.ckpt")
+    if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
+        raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
+                           f"outputs/<date>/<time>/checkpoints/last.ckpt")
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        check_before_building(cfg, run_dir)
         summary = fit(cfg, run_dir)
     except user_errors() as err:
         message = f"error: {err}"
-        (run_dir / "error.txt").write_text(message + "\n")
+        if not (run_dir / "summary.json").exists():
+            (run_dir / "error.txt").write_text(message + "\n")
         if HydraConfig.get().mode.name == "MULTIRUN":
             raise  # the sweep records the failure and goes on with the other jobs
         print(message, file=sys.stderr)

@@ -279,7 +279,7 @@ def test_same_generator_state_gives_same_masks(name):
     (lambda: SpanCorruption(V, 64, mask_rate=1.0), ["objective.mask_rate"]),
     (lambda: SpanCorruption(V, 64, mean_span_length=0.5), ["objective.mean_span_length", ">= 1"]),
     (lambda: SpanCorruption(Vocab(size=1000, n_sentinels=10), 512), ["sentinels", "data.n_sentinels"]),
-    (lambda: CausalLM(V, 1), ["seq_len", "too short"]),
+    (lambda: CausalLM(V, 1), ["data.seq_len", "too short"]),
     (lambda: MaskedLM(V, 64, architecture="decoder"), ["decoder"]),
     (lambda: Mixture(V, 64, denoisers=[]), ["denoisers"]),
     (lambda: Mixture(V, 64, denoisers=[Denoiser("Q")]), ["family"]),

@@ -75,7 +75,8 @@ class Objective:
             raise ObjectiveError(f"objective {self.name} cannot train architecture={architecture}: "
                                  f"use one of {', '.join(self.architectures)}")
         if seq_len < 2:
-            raise ObjectiveError(f"seq_len={seq_len} is too short: {self.name} needs at least 2 tokens")
+            raise ObjectiveError(f"data.seq_len={seq_len} is too short: {self.name} needs at least 2 tokens, "
+                                 f"raise data.seq_len")
         self.vocab = vocab
         self.seq_len = seq_len
         self.architecture = architecture

@@ -1,0 +1,64 @@
+"""End-to-end helpers: run `selfsup-train` as a user would, with tiny settings, W&B offline."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TINY = ["architecture.d_model=32", "architecture.n_layers=1", "architecture.n_heads=2", "data.seq_len=32",
+        "data.batch_size=8", "data.vocab_size=512", "trainer.max_steps=6", "trainer.val_check_interval=3",
+        "trainer.limit_val_batches=2", "trainer.warmup_steps=2", "trainer.log_every_n_steps=1",
+        "trainer.progress_bar=false"]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def train(cache_dir, tmp_path):
+    """train(*overrides, multirun=False) -> CompletedProcess; runs land under tmp_path."""
+
+    def run(*overrides: str, multirun: bool = False, run_dir: Path | None = None, tiny: bool = True, env=None):
+        where = ([f"hydra.sweep.dir={tmp_path / 'multirun'}"] if multirun
+                 else [f"hydra.run.dir={run_dir or tmp_path / 'run'}"])
+        args = ["selfsup-train", *(["-m"] if multirun else []), *(TINY if tiny else []),
+                f"data.cache_dir={cache_dir}", *where, *overrides]
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+        environment.update(env or {})
+        return subprocess.run(args, capture_output=True, text=True, env=environment, timeout=600)
+
+    return run
+
+
+def wandb_summary(run_dir: Path) -> dict:
+    """What W&B recorded, read back from the offline run files with wandb's own inspector."""
+    [offline] = list((run_dir / "wandb").glob("offline-run-*"))
+    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--summary", "--json", str(offline)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def wandb_history(run_dir: Path) -> list[dict]:
+    [offline] = list((run_dir / "wandb").glob("offline-run-*"))
+    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+                         capture_output=True, text=True, timeout=120)
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return [r["history"]["item"] for r in records if r.get("type") == "history"]
+
+
+def wandb_run_record(run_dir: Path) -> dict:
+    """The run record (name, group, tags, id) of the offline run files."""
+    [offline] = list((run_dir / "wandb").glob("offline-run-*"))
+    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+                         capture_output=True, text=True, timeout=120)
+    for line in out.stdout.splitlines():
+        record = json.loads(line)
+        if record.get("type") == "run":
+            return record["run"]
+    raise AssertionError(f"no run record in {offline}")

@@ -1,0 +1,68 @@
+"""Bad input: one clear line, a non-zero exit, no traceback, nothing overwritten."""
+
+import json
+
+import pytest
+
+
+def assert_refused(out, *words):
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text[-2000:]
+    assert "Traceback" not in text, text[-3000:]
+    for w in words:
+        assert w in text, (w, text[-2000:])
+
+
+@pytest.fixture
+def files(tmp_path):
+    d = tmp_path / "files"
+    d.mkdir()
+    (d / "empty.txt").write_text("")
+    (d / "binary.txt").write_bytes(bytes(range(256)) * 40)
+    (d / "latin1.txt").write_bytes("caf\xe9 cr\xe8me br\xfbl\xe9e ".encode("latin-1") * 200)
+    (d / "small").mkdir()
+    (d / "small" / "a.txt").write_text("A few words of text. " * 5)
+    (d / "small" / "b.txt").write_text("Some other words here. " * 5)
+    (d / "nofield.jsonl").write_text(json.dumps({"body": "text under another key"}) + "\n")
+    return d
+
+
+@pytest.mark.parametrize("overrides,words", [
+    (["objective=clm", "architecture=encoder"], ["see its own answer"]),
+    (["objective=mlm", "architecture=decoder"], ["right context"]),
+    (["objective=nope"], ["objective/nope", "mlm"]),
+    (["architecture=nope"], ["architecture/nope"]),
+    (["objective.mask_rte=0.2"], ["mask_rte"]),
+    (["data.seq_len=abc"], ["data.seq_len"]),
+    (["objective.mask_rate=0"], ["objective.mask_rate", "hides nothing"]),
+    (["objective.mask_rate=1.0"], ["objective.mask_rate", "no context"]),
+    (["objective=span_corruption", "data.seq_len=1"], ["data.seq_len"]),
+    (["objective=span_corruption", "data.seq_len=512", "data.n_sentinels=10"], ["sentinels", "data.n_sentinels"]),
+    (["data.vocab_size=100"], ["data.vocab_size"]),
+    (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path", "does not exist"]),
+])
+def test_config_mistakes(train, overrides, words):
+    assert_refused(train(*overrides), *words)
+
+
+@pytest.mark.parametrize("path,words", [
+    ("missing.txt", ["does not exist"]),
+    ("empty.txt", ["empty.txt"]),
+    ("binary.txt", ["binary.txt"]),
+    ("latin1.txt", ["latin1.txt", "UTF-8"]),
+    ("nofield.jsonl", ["nofield.jsonl", "text"]),
+    ("small", ["too small"]),
+])
+def test_data_mistakes(train, files, path, words):
+    assert_refused(train("data=text_files", f"data.paths=[{files / path}]", "data.vocab_size=300",
+                         "data.n_sentinels=4"), *words)
+
+
+def test_a_finished_run_is_never_overwritten(train, tmp_path):
+    run = tmp_path / "keep"
+    assert train("objective=clm", run_dir=run).returncode == 0
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and ".hydra" not in p.parts}
+    again = train("objective=clm", run_dir=run)
+    assert_refused(again, "already holds a run")
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and ".hydra" not in p.parts}
+    assert before == after
