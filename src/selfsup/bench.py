@@ -2,6 +2,9 @@
 
   selfsup-bench objectives   tokens/s of each objective on a 256x512 batch, beside transformers'
                              DataCollatorForLanguageModeling (needs the `bench` extra)
+  selfsup-bench train        training tokens/s of the full Lightning step per objective for the
+                             default model, beside same-shape Hugging Face models trained in a
+                             plain PyTorch loop on the same batches (needs the `bench` extra)
 """
 
 from __future__ import annotations
@@ -87,6 +90,97 @@ def bench_objectives(batch: int, length: int, repeats: int) -> list[dict]:
     return rows
 
 
+# ---------------------------------------------------------------------------- training step
+SHAPES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_decoder"}
+
+
+def hf_model(objective: str, vocab_size: int, d_model: int, n_layers: int, n_heads: int, max_len: int):
+    """The Hugging Face model of the same shape as ours for an objective (None without transformers)."""
+    try:
+        import transformers as tf
+    except ImportError:
+        return None
+    d_ff = 4 * d_model
+    if objective == "mlm":
+        return tf.BertForMaskedLM(tf.BertConfig(vocab_size=vocab_size, hidden_size=d_model, num_hidden_layers=n_layers,
+                                                num_attention_heads=n_heads, intermediate_size=d_ff,
+                                                max_position_embeddings=max_len, hidden_dropout_prob=0.0,
+                                                attention_probs_dropout_prob=0.0, attn_implementation="sdpa"))
+    if objective == "clm":
+        return tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=vocab_size, n_embd=d_model, n_layer=n_layers, n_head=n_heads,
+                                                n_inner=d_ff, n_positions=max_len, resid_pdrop=0.0, embd_pdrop=0.0,
+                                                attn_pdrop=0.0, attn_implementation="sdpa"))
+    return tf.T5ForConditionalGeneration(tf.T5Config(vocab_size=vocab_size, d_model=d_model, d_ff=d_ff,
+                                                     d_kv=d_model // n_heads, num_layers=n_layers,
+                                                     num_decoder_layers=n_layers, num_heads=n_heads,
+                                                     dropout_rate=0.0, decoder_start_token_id=1, pad_token_id=0))
+
+
+def hf_step(model, objective: str, batch, opt) -> None:
+    if objective == "mlm":
+        loss = model(input_ids=batch.encoder_inputs, labels=batch.targets).loss
+    elif objective == "clm":
+        # GPT-2 shifts labels itself: same [B, L] forward and backward, L-1 of L positions scored
+        loss = model(input_ids=batch.decoder_inputs, labels=batch.decoder_inputs).loss
+    else:
+        loss = model(input_ids=batch.encoder_inputs, decoder_input_ids=batch.decoder_inputs, labels=batch.targets).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: int, seq_len: int, batch: int,
+                vocab_size: int) -> list[dict]:
+    import lightning as L
+
+    from selfsup.models import build_model
+    from selfsup.module import SelfSupModule
+    from selfsup.objectives import build_objective
+
+    class Clock(L.Callback):
+        def on_train_batch_start(self, trainer, *args):
+            if trainer.global_step == warmup:
+                self.start = time.perf_counter()
+
+        def on_train_end(self, trainer, *args):
+            self.seconds = time.perf_counter() - self.start
+
+    vocab = Vocab(size=vocab_size)
+    rows = []
+    for objective, arch in SHAPES.items():
+        obj = build_objective(objective, vocab, seq_len)
+        gen = torch.Generator().manual_seed(0)
+        data = torch.randint(vocab.first_ordinary, vocab.size, (batch * steps, obj.raw_length), generator=gen)
+        torch.manual_seed(0)
+        model = build_model(arch, vocab.size, obj.model_length, d_model=d_model, n_layers=n_layers, n_heads=n_heads)
+        module = SelfSupModule(model, obj, max_steps=steps, warmup_steps=10)
+        clock = Clock()
+        trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                            callbacks=[clock])
+        trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=batch, shuffle=False))
+        ours = batch * obj.raw_length * (steps - warmup) / clock.seconds
+        row = {"objective": objective, "shape": f"{arch} d{d_model} L{n_layers} H{n_heads}",
+               "batch": f"{batch}x{obj.raw_length}", "params (ours)": f"{model.num_parameters() / 1e6:.2f}M",
+               "selfsup tokens/s": f"{ours:,.0f}"}
+        hf = hf_model(objective, vocab.size, d_model, n_layers, n_heads, obj.model_length + 1)
+        if hf is not None:
+            opt = torch.optim.AdamW(hf.parameters(), lr=1e-3, weight_decay=0.1)
+            batches = [obj(data[i * batch:(i + 1) * batch], gen) for i in range(steps)]
+            hf.train()
+            for b in batches[:warmup]:
+                hf_step(hf, objective, b, opt)
+            start = time.perf_counter()
+            for b in batches[warmup:]:
+                hf_step(hf, objective, b, opt)
+            theirs = batch * obj.raw_length * (steps - warmup) / (time.perf_counter() - start)
+            row.update({"HF model": type(hf).__name__, "params (HF)": f"{sum(p.numel() for p in hf.parameters()) / 1e6:.2f}M",
+                        "HF tokens/s": f"{theirs:,.0f}", "selfsup / HF": f"{ours / theirs:.2f}x"})
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="selfsup-bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,11 +190,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--length", type=int, default=512)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
+    p = sub.add_parser("train", help="training tokens/s per objective vs same-shape Hugging Face models")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--n-layers", type=int, default=2)
+    p.add_argument("--n-heads", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
     if args.what == "objectives":
         print_table(bench_objectives(args.batch, args.length, args.repeats))
+    elif args.what == "train":
+        print_table(bench_train(args.steps, args.warmup, args.d_model, args.n_layers, args.n_heads, args.seq_len,
+                                args.batch, args.vocab_size))
 
 
 if __name__ == "__main__":

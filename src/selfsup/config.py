@@ -74,6 +74,7 @@ class TrainerConfig:
     strategy: str = "auto"
     precision: str = "32-true"
     max_steps: int = 200
+    max_tokens: Optional[int] = None    # also stop after this many input tokens (compare objectives on equal text)
     val_check_interval: int = 50        # steps between evaluations
     limit_val_batches: Any = 1.0        # fraction or number of validation batches
     log_every_n_steps: int = 10
@@ -111,5 +112,14 @@ class TrainConfig:
     ckpt_path: Optional[str] = None     # resume from this checkpoint
 
 
+def per_stack(blocks: int, architecture: str) -> int:
+    """Blocks per stack for a depth budget: an encoder-decoder splits it L/2 + L/2 (about the
+    parameters of an L-block encoder or decoder, as in the T5 paper's comparisons)."""
+    return max(1, blocks // 2) if architecture == "encoder_decoder" else blocks
+
+
 def register() -> None:
+    from omegaconf import OmegaConf
+    if not OmegaConf.has_resolver("per_stack"):
+        OmegaConf.register_new_resolver("per_stack", per_stack)
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)

@@ -31,20 +31,28 @@ def stream_seed(*parts) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
-def cross_entropy_sums(model: torch.nn.Module, batch: ObjectiveBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sum of -log p over scored positions, number scored, number predicted correctly)."""
+def cross_entropy_sums(model: torch.nn.Module, batch: ObjectiveBatch, accuracy: bool = True
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sum of -log p over scored positions, number scored, number predicted correctly).
+
+    The output head runs only at scored positions (all of them for CLM, ~15% for MLM).
+    """
     hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
                    encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
     scored = batch.scored
-    targets = batch.targets[scored]
-    logits = model.head(hidden[scored]).float()
+    if scored.all():  # every position scored: no gather and scatter of the hidden states
+        hidden, targets = hidden.flatten(0, 1), batch.targets.flatten()
+    else:
+        hidden, targets = hidden[scored], batch.targets[scored]
+    logits = model.head(hidden).float()
     nll = F.cross_entropy(logits, targets, reduction="sum")
-    correct = (logits.argmax(dim=-1) == targets).sum()
+    correct = (logits.argmax(dim=-1) == targets).sum() if accuracy else torch.zeros((), device=nll.device)
     return nll, targets.new_tensor(targets.numel()), correct
 
 
 def accumulate_gradients(model: torch.nn.Module, micro: list[ObjectiveBatch], total_scored: float,
-                         world_size: int = 1, backward=torch.Tensor.backward) -> tuple[torch.Tensor, torch.Tensor]:
+                         world_size: int = 1, backward=torch.Tensor.backward, accuracy: bool = True
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backward over micro-batches so the gradient is that of (sum of -log p) / total_scored.
 
     total_scored counts the scored targets of all micro-batches on all devices; DDP averages the
@@ -53,7 +61,7 @@ def accumulate_gradients(model: torch.nn.Module, micro: list[ObjectiveBatch], to
     scale = world_size / max(total_scored, 1.0)
     nll_sum = correct = torch.zeros((), device=micro[0].targets.device)
     for batch in micro:
-        nll, _, right = cross_entropy_sums(model, batch)
+        nll, _, right = cross_entropy_sums(model, batch, accuracy)
         backward(nll * scale)
         nll_sum, correct = nll_sum + nll.detach(), correct + right
     return nll_sum, correct
@@ -71,7 +79,7 @@ class SelfSupModule(L.LightningModule):
     def __init__(self, model: torch.nn.Module, objective: Objective, *, lr: float = 3e-4,
                  weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95), warmup_steps: int = 100,
                  max_steps: int = 1000, min_lr_ratio: float = 0.1, grad_clip: float = 1.0,
-                 accumulate: int = 1, seed: int = 0):
+                 accumulate: int = 1, seed: int = 0, max_tokens: int | None = None):
         super().__init__()
         self.automatic_optimization = False  # to normalise by scored tokens across micro-batches
         self.model = model
@@ -79,6 +87,7 @@ class SelfSupModule(L.LightningModule):
         self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
         self.warmup_steps, self.max_steps, self.min_lr_ratio = warmup_steps, max_steps, min_lr_ratio
         self.grad_clip, self.accumulate, self.seed = grad_clip, accumulate, seed
+        self.max_tokens = max_tokens  # stop once this many input tokens were read (equal-text comparisons)
         self.tokens_seen = 0   # global input tokens consumed by training so far
         self.targets_seen = 0  # global scored targets so far
         self.val_loss = MeanMetric()
@@ -100,8 +109,9 @@ class SelfSupModule(L.LightningModule):
                  for i, chunk in enumerate(tokens.chunk(self.accumulate))]
         local = torch.stack([torch.stack([b.n_scored, b.n_inputs]) for b in micro]).sum(0).float()
         total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
+        logging = self.trainer._logger_connector.should_update_logs  # accuracy costs an argmax: only when logged
         nll_sum, correct = accumulate_gradients(self.model, micro, total_scored, self.trainer.world_size,
-                                                backward=self.manual_backward)
+                                                backward=self.manual_backward, accuracy=logging)
         if self.grad_clip:
             self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
         opt.step()
@@ -112,12 +122,15 @@ class SelfSupModule(L.LightningModule):
         loss = sums[0] / max(total_scored, 1.0)
         self.tokens_seen += int(total_inputs)
         self.targets_seen += int(total_scored)
-        self.log_dict({
-            "train/loss": loss, "train/perplexity": torch.exp(loss), "train/accuracy": sums[1] / max(total_scored, 1.0),
-            "train/signal_per_token": total_scored / max(total_inputs, 1.0),
-            "train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
-            "train/lr": sched.get_last_lr()[0],
-        }, prog_bar=False, on_step=True, on_epoch=False, rank_zero_only=True)
+        if self.max_tokens and self.tokens_seen >= self.max_tokens:
+            self.trainer.should_stop = True  # Lightning validates once more before it stops
+        metrics = {"train/loss": loss, "train/perplexity": torch.exp(loss),
+                   "train/signal_per_token": total_scored / max(total_inputs, 1.0),
+                   "train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
+                   "train/lr": sched.get_last_lr()[0]}
+        if logging:
+            metrics["train/accuracy"] = sums[1] / max(total_scored, 1.0)
+        self.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
         self.log("loss", loss, prog_bar=True, logger=False, on_step=True, on_epoch=False)
         return loss
 
@@ -145,7 +158,7 @@ class SelfSupModule(L.LightningModule):
         no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
                                  {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=self.betas,
-                                fused=self.device.type == "cuda" or None)
+                                fused=True)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: warmup_cosine(step, self.warmup_steps, self.max_steps, self.min_lr_ratio))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -23,6 +23,9 @@ class TokenThroughput(ThroughputMonitor):
         if stage is None or stage.value != "train":
             return
         metrics = self._throughputs[stage].compute()
+        if trainer.world_size == 1:  # Lightning adds the global numbers only for several devices
+            metrics.update({k.removeprefix("device/"): v for k, v in metrics.items()
+                            if k in ("device/items_per_sec", "device/samples_per_sec", "device/flops_per_sec")})
         renamed = {NAMES[f"train/{k}"]: v for k, v in metrics.items() if f"train/{k}" in NAMES}
         if renamed:
             trainer._logger_connector.log_metrics(renamed, step=iter_num)

@@ -143,7 +143,7 @@ def build(cfg: DictConfig):
     t = cfg.trainer
     module = SelfSupModule(model, objective, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
                            warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio,
-                           grad_clip=t.grad_clip, accumulate=t.accumulate, seed=cfg.seed)
+                           grad_clip=t.grad_clip, accumulate=t.accumulate, seed=cfg.seed, max_tokens=t.max_tokens)
     return dm, objective, model, module
 
 

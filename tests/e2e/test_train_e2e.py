@@ -52,7 +52,8 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     assert f"objective={objective}" in recorded["tags"]
     assert recorded["summary"]["val/loss"] == pytest.approx(summary["val_loss"], rel=1e-6)
     for key in ("train/loss", "train/perplexity", "train/accuracy", "train/signal_per_token", "train/tokens_seen",
-                "train/targets_seen", "val/perplexity", "val/accuracy", "val/signal_per_token"):
+                "train/targets_seen", "val/perplexity", "val/accuracy", "val/signal_per_token",
+                "perf/tokens_per_sec"):
         assert key in recorded["summary"], key
     tokens = [row["train/tokens_seen"] for row in wandb_history(run) if "train/loss" in row]
     assert tokens == sorted(tokens) and tokens[-1] == summary["tokens_seen"]
