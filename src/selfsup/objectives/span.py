@@ -92,38 +92,47 @@ class SpanCorruption(Objective):
     def model_length(self) -> int:
         return max(self.inputs_length, self.targets_length)
 
-    def noise_mask(self, batch: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-        """[batch, raw_length] bool, True on noise tokens, T5's layout."""
-        L, noise, spans = self._raw, self.noise, self.spans
-        noise_lengths = random_compositions(noise, spans, batch, generator, device)
-        keep_lengths = random_compositions(L - noise, spans, batch, generator, device)
-        interleaved = torch.stack([keep_lengths, noise_lengths], dim=2).reshape(batch, 2 * spans)
+    def span_lengths(self, batch: int, generator: torch.Generator, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(non-noise lengths, noise lengths), each [batch, spans]; span j of each kind alternate,
+        non-noise first, so the last noise span ends the sequence."""
+        keep = random_compositions(self._raw - self.noise, self.spans, batch, generator, device)
+        noise = random_compositions(self.noise, self.spans, batch, generator, device)
+        return keep, noise
+
+    def noise_mask(self, batch: int, generator: torch.Generator, device) -> torch.Tensor:
+        """[batch, raw_length] bool, True on noise tokens, T5's layout (same draws as __call__)."""
+        keep, noise = self.span_lengths(batch, generator, device)
+        interleaved = torch.stack([keep, noise], dim=2).reshape(batch, 2 * self.spans)
         starts = interleaved.cumsum(dim=1)[:, :-1]
-        span_start = torch.zeros(batch, L, dtype=torch.long, device=device).scatter_(1, starts, 1)
+        span_start = torch.zeros(batch, self._raw, dtype=torch.long, device=device).scatter_(1, starts, 1)
         return span_start.cumsum(dim=1) % 2 == 1
 
     def __call__(self, tokens: torch.Tensor, generator: torch.Generator) -> ObjectiveBatch:
         B, L = tokens.shape
         if L != self._raw:
             raise ObjectiveError(f"span corruption was built for windows of {self._raw} tokens, got {L}")
-        noise = self.noise_mask(B, generator, tokens.device)
-        inputs = self._collapse(tokens, noise, B, self.inputs_length)
-        targets = self._collapse(tokens, ~noise, B, self.targets_length)
+        keep, noise = self.span_lengths(B, generator, tokens.device)
+        keep_start = (keep + noise).cumsum(dim=1) - (keep + noise)  # where non-noise span j starts
+        # encoder: each non-noise span followed by the sentinel of the noise span it replaces
+        inputs = self._layout(tokens, keep, keep_start, self.inputs_length, sentinel_first=False)
+        # decoder: each noise span preceded by its sentinel
+        targets = self._layout(tokens, noise, keep_start + keep, self.targets_length, sentinel_first=True)
         decoder_inputs = torch.cat([torch.full_like(targets[:, :1], self.vocab.bos_id), targets[:, :-1]], dim=1)
         return ObjectiveBatch(targets=targets, n_inputs=self.count_inputs(tokens),
                               encoder_inputs=inputs, decoder_inputs=decoder_inputs)
 
-    def _collapse(self, tokens: torch.Tensor, drop: torch.Tensor, B: int, length: int) -> torch.Tensor:
-        """Replace each run of `drop` tokens by one sentinel (numbered in order), append eos.
-
-        Every row keeps the same number of tokens (length - 1 before eos), so each kept token is
-        scattered to its rank among the kept; dropped ones go to a spare column that is overwritten.
-        """
-        first = drop & ~torch.nn.functional.pad(drop[:, :-1], (1, 0))
-        keep = ~drop | first
-        sentinel = self.vocab.sentinel_start - 1 + first.cumsum(dim=1)
-        values = torch.where(first, sentinel.to(tokens.dtype), tokens)
-        dest = torch.where(keep, keep.cumsum(dim=1) - 1, length - 1)
-        out = torch.empty(B, length, dtype=tokens.dtype, device=tokens.device).scatter_(1, dest, values)
-        out[:, -1] = self.vocab.eos_id
-        return out
+    def _layout(self, tokens: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor, length: int,
+                sentinel_first: bool) -> torch.Tensor:
+        """Row b: for each span j, tokens[starts[j] : starts[j] + lengths[j]] with sentinel j before
+        or after it, then eos. Every row has the same length, so this is one gather (no mask, no loop)."""
+        B, k = lengths.shape
+        slots = lengths + 1
+        out_start = slots.cumsum(dim=1) - slots                        # where span j begins in the output
+        shift = starts - out_start - int(sentinel_first)               # source = output position + shift
+        source = torch.arange(length - 1, device=tokens.device) + torch.repeat_interleave(
+            shift.flatten(), slots.flatten(), output_size=B * (length - 1)).view(B, length - 1)
+        values = tokens.gather(1, source.clamp(0, tokens.shape[1] - 1))
+        sentinel_at = out_start if sentinel_first else out_start + lengths
+        sentinels = self.vocab.sentinel_start + torch.arange(k, device=tokens.device, dtype=tokens.dtype)
+        values.scatter_(1, sentinel_at, sentinels.expand(B, k))
+        return torch.cat([values, torch.full_like(values[:, :1], self.vocab.eos_id)], dim=1)
