@@ -1,0 +1,47 @@
+"""Hydra callback for sweeps: the keys a sweep varies, one line per job, the table at the end."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+
+from selfsup.report import read_summaries, summary_table
+
+
+class SweepSummary(Callback):
+    """Hydra callback: one line per finished job, and the table of all jobs when the sweep ends."""
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        """Tell the jobs which keys this sweep varies (for W&B names and tags)."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        overrides = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        os.environ["SELFSUP_SWEPT"] = ",".join(sorted({o.get_key_element() for o in parsed if o.is_sweep_override()}))
+
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        from hydra.core.utils import JobStatus
+        if config.hydra.mode.name != "MULTIRUN":
+            return
+        job_dir = Path(config.hydra.runtime.output_dir)
+        ok = job_return.status == JobStatus.COMPLETED
+        what = f"val loss {job_return.return_value:.3f}" if ok and job_return.return_value is not None else (
+            "finished" if ok else f"FAILED: {job_return._return_value}")
+        swept = set(os.environ.get("SELFSUP_SWEPT", "").split(","))
+        label = " ".join(o for o in config.hydra.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
+        print(f"[job {config.hydra.job.num}] {label}: {what}  ({job_dir})", flush=True)
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        rows = read_summaries(sweep_dir)
+        if not rows:
+            return
+        print(summary_table(rows))
+        failed = [r for r in rows if r.get("status") != "finished"]
+        for r in failed:
+            print(f"failed: {r['run_dir']}: {r.get('error')}")
+        wandb_dirs = [r["wandb_dir"] for r in rows if r.get("wandb_dir")]
+        print(f"Sweep outputs: {sweep_dir}")
+        if wandb_dirs:
+            print(f"W&B offline runs: {len(wandb_dirs)} (upload: wandb sync {sweep_dir}/*/wandb/offline-run-*)")
