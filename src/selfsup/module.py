@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 
 import lightning as L
 import torch
@@ -162,6 +163,14 @@ class SelfSupModule(L.LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: warmup_cosine(step, self.warmup_steps, self.max_steps, self.min_lr_ratio))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        self._fit_start = (time.perf_counter(), self.tokens_seen)
+
+    def fit_tokens_per_sec(self) -> float | None:
+        """Input tokens per second of this fit (validation included), not counting a resumed past."""
+        start, tokens = getattr(self, "_fit_start", (None, 0))
+        return (self.tokens_seen - tokens) / (time.perf_counter() - start) if start else None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["selfsup"] = {"tokens_seen": self.tokens_seen, "targets_seen": self.targets_seen}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -14,7 +15,9 @@ class SweepSummary(Callback):
     """Hydra callback: one line per finished job, and the table of all jobs when the sweep ends."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        """Tell the jobs which keys this sweep varies (for W&B names and tags)."""
+        """Tell the jobs which keys this sweep varies (for W&B names and tags); make the sweep dir
+        (Optuna's SQLite study is created there before any job runs)."""
+        Path(config.hydra.sweep.dir).mkdir(parents=True, exist_ok=True)
         from hydra.core.override_parser.overrides_parser import OverridesParser
         overrides = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -25,9 +28,14 @@ class SweepSummary(Callback):
         if config.hydra.mode.name != "MULTIRUN":
             return
         job_dir = Path(config.hydra.runtime.output_dir)
-        ok = job_return.status == JobStatus.COMPLETED
-        what = f"val loss {job_return.return_value:.3f}" if ok and job_return.return_value is not None else (
-            "finished" if ok else f"FAILED: {job_return._return_value}")
+        error = job_dir / "error.txt"
+        if job_return.status != JobStatus.COMPLETED:
+            what = f"FAILED: {job_return._return_value}"
+        elif error.is_file():
+            what = "FAILED: " + error.read_text().strip().removeprefix("error: ")
+        else:
+            value = job_return.return_value
+            what = f"val loss {value:.3f}" if value is not None else "finished"
         swept = set(os.environ.get("SELFSUP_SWEPT", "").split(","))
         label = " ".join(o for o in config.hydra.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
         print(f"[job {config.hydra.job.num}] {label}: {what}  ({job_dir})", flush=True)
@@ -39,9 +47,12 @@ class SweepSummary(Callback):
             return
         print(summary_table(rows))
         failed = [r for r in rows if r.get("status") != "finished"]
-        for r in failed:
-            print(f"failed: {r['run_dir']}: {r.get('error')}")
         wandb_dirs = [r["wandb_dir"] for r in rows if r.get("wandb_dir")]
-        print(f"Sweep outputs: {sweep_dir}")
+        print(f"Sweep outputs: {sweep_dir}   (report: selfsup-report {sweep_dir})")
         if wandb_dirs:
             print(f"W&B offline runs: {len(wandb_dirs)} (upload: wandb sync {sweep_dir}/*/wandb/offline-run-*)")
+        if failed:
+            for r in failed:
+                print(f"failed: {r['run_dir']}: {r.get('error')}")
+            print(f"{len(failed)} of {len(rows)} jobs failed", file=sys.stderr)
+            raise SystemExit(1)

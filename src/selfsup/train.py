@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import sys
-import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -155,14 +155,14 @@ def fit(cfg: DictConfig, run_dir: Path) -> dict:
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     quiet_lightning()
-    dm, objective, model, module = build(cfg)
     t = cfg.trainer
-    loggers = make_loggers(cfg, run_dir)
+    loggers = make_loggers(cfg, run_dir)  # first, so that a job failing at build time is a failed W&B run
     status, error = "failed", None
-    summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name,
-               "parameters": model.num_parameters(), "run_dir": str(run_dir)}
+    summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name, "run_dir": str(run_dir)}
     try:
         define_wandb_axes(loggers)
+        dm, objective, model, module = build(cfg)
+        summary["parameters"] = model.num_parameters()
         for lg in loggers:
             lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": dm.vocab.size,
                                 "raw_length": objective.raw_length,
@@ -181,22 +181,20 @@ def fit(cfg: DictConfig, run_dir: Path) -> dict:
                             log_every_n_steps=t.log_every_n_steps, logger=loggers or False, callbacks=callbacks,
                             enable_progress_bar=t.progress_bar, default_root_dir=str(run_dir),
                             num_sanity_val_steps=0, enable_model_summary=False)
-        start = time.perf_counter()
         trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
-        elapsed = time.perf_counter() - start
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         summary.update(steps=trainer.global_step, val_loss=metrics.get("val/loss"),
                        val_perplexity=metrics.get("val/perplexity"), val_accuracy=metrics.get("val/accuracy"),
                        signal_per_token=metrics.get("train/signal_per_token"),
                        tokens_seen=module.tokens_seen, targets_seen=module.targets_seen,
-                       tokens_per_sec=module.tokens_seen / elapsed if elapsed else None,
+                       tokens_per_sec=module.fit_tokens_per_sec(),
                        best_checkpoint=checkpoint.best_model_path, last_checkpoint=checkpoint.last_model_path)
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
         raise
     except Exception as err:  # recorded in the run dir and W&B, then re-raised
-        error = f"{type(err).__name__}: {err}"
+        error = str(err) if isinstance(err, user_errors()) else f"{type(err).__name__}: {err}"
         raise
     finally:
         summary.update(status=status, error=error, wandb_dir=finish_wandb(loggers, 0 if status == "finished" else 1))
@@ -226,18 +224,29 @@ def check_before_building(cfg: DictConfig, run_dir: Path) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    multirun = HydraConfig.get().mode.name == "MULTIRUN"
     try:
         check_before_building(cfg, run_dir)
         summary = fit(cfg, run_dir)
-    except user_errors() as err:
-        message = f"error: {err}"
-        if not (run_dir / "summary.json").exists():
-            (run_dir / "error.txt").write_text(message + "\n")
-        if HydraConfig.get().mode.name == "MULTIRUN":
-            raise  # the sweep records the failure and goes on with the other jobs
-        print(message, file=sys.stderr)
-        raise SystemExit(2) from None
-    if HydraConfig.get().mode.name != "MULTIRUN":
+    except Exception as err:
+        user_error = isinstance(err, user_errors())
+        message = f"error: {err}" if user_error else f"error: {type(err).__name__}: {err}"
+        (run_dir / "error.txt").write_text(message + "\n")
+        if multirun:
+            # a failing job does not end the sweep: it is recorded (error.txt, summary.json, a failed
+            # W&B run). The basic sweeper gets NaN and goes on; Optuna's sweeper needs the exception
+            # to record a failed trial (it cannot tell NaN), and it goes on by itself.
+            if not user_error:
+                (run_dir / "traceback.txt").write_text(traceback.format_exc())
+            log.error(message)
+            if "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
+                raise
+            return float("nan")
+        if user_error:
+            print(message, file=sys.stderr)
+            raise SystemExit(2) from None
+        raise
+    if not multirun:
         print_summary([summary])
         if summary.get("wandb_dir"):
             print(f"W&B run files: {summary['wandb_dir']}  (upload: wandb sync {summary['wandb_dir']})")
@@ -249,6 +258,8 @@ def main() -> None:
     if not CONF_DIR.is_dir():
         sys.exit(f"error: config folder {CONF_DIR} not found: install selfsup with `pip install -e .` "
                  f"from its checkout, or set SELFSUP_CONF to the conf/ folder")
+    if not any(arg.startswith(("--config-dir", "-cd")) for arg in sys.argv[1:]):
+        sys.argv[1:1] = ["--config-dir", str(CONF_DIR.parent)]  # finds the sweeps/ folder beside conf/
     hydra_main()
 
 

@@ -1,0 +1,217 @@
+"""selfsup-report end to end: a real tiny sweep (mask rate x seed, W&B offline), reported as HTML and Markdown."""
+
+import base64
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY, wandb_history
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # no key: runs are offline
+REPORT = ["selfsup-report"] if shutil.which("selfsup-report") else [sys.executable, "-m", "selfsup.report"]
+
+
+def sweep(root: Path, cache_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={root}",
+                           *overrides], capture_output=True, text=True, env=ENV, timeout=600)
+
+
+def report(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([*REPORT, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def mask_sweep(cache_dir, tmp_path_factory) -> Path:
+    """4 jobs: objective.mask_rate=0.1,0.4 x seed=0,1 (MLM)."""
+    root = tmp_path_factory.mktemp("report") / "sweep"
+    out = sweep(root, cache_dir, "objective.mask_rate=0.1,0.4", "seed=0,1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def html_report(mask_sweep) -> tuple[str, subprocess.CompletedProcess]:
+    out = report(mask_sweep)
+    assert out.returncode == 0, out.stderr[-3000:]
+    path = mask_sweep / "report.html"
+    assert out.stdout.strip().splitlines()[-1].endswith(str(path))  # says where it was written, last
+    return path.read_text(), out
+
+
+class Tables(HTMLParser):
+    """The rows of every <table>, as lists of cell texts."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self._row, self._cell = [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self._row.append(self._cell.strip())
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self.rows.append(self._row)
+            self._row = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+def html_table(text: str) -> list[dict]:
+    parser = Tables()
+    parser.feed(text)
+    header, *rows = parser.rows
+    return [dict(zip(header, row)) for row in rows]
+
+
+def md_table(text: str) -> list[dict]:
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    split = lambda line: [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]  # noqa: E731
+    header = split(lines[0])
+    return [dict(zip(header, split(line))) for line in lines[2:]]
+
+
+def test_one_row_per_run_with_the_swept_values(html_report, mask_sweep):
+    rows = html_table(html_report[0])
+    assert [r["run"] for r in rows] == ["0", "1", "2", "3"]
+    assert [(r["objective.mask_rate"], r["seed"]) for r in rows] == [("0.1", "0"), ("0.1", "1"), ("0.4", "0"),
+                                                                    ("0.4", "1")]
+    assert "data.seq_len" not in rows[0]  # the same in every run: not a swept value
+    for row in rows:
+        assert (row["objective"], row["architecture"], row["status"], row["data"]) == \
+            ("mlm", "encoder", "finished", "wandb-file")
+
+
+def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
+    rows = html_table(html_report[0])
+    with ThreadPoolExecutor(4) as pool:  # read back independently with wandb's inspector
+        histories = list(pool.map(wandb_history, [mask_sweep / str(job) for job in range(4)]))
+    for row, history in zip(rows, histories):
+        last = lambda key: [item[key] for item in history if key in item][-1]  # noqa: E731
+        assert row["val loss"] == f"{last('val/loss'):.4f}"
+        assert row["val ppl"] == f"{last('val/perplexity'):.2f}"
+        assert row["val signal/token"] == f"{last('val/signal_per_token'):.3f}"
+        assert row["tokens seen"] == f"{last('train/tokens_seen'):,.0f}"
+        assert row["tokens/s"] == f"{last('perf/tokens_per_sec'):,.0f}"
+    assert len({r["val loss"] for r in rows}) > 1
+
+
+def test_html_is_self_contained_with_real_png_plots(html_report):
+    import matplotlib.image as mpimg
+    text = html_report[0]
+    images = re.findall(r'<figure id="([^"]+)"><img alt="[^"]*" src="data:image/png;base64,([^"]+)"', text)
+    assert [name for name, _ in images] == ["val_loss_vs_tokens", "val_loss_vs_mask_rate"]  # 1 span length: no span plot
+    for name, data in images:
+        png = base64.b64decode(data)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
+        pixels = mpimg.imread(io.BytesIO(png), format="png")
+        assert pixels.ndim == 3 and pixels.shape[0] > 200 and pixels.shape[1] > 300, name
+        assert pixels[..., :3].std() > 0.05, f"{name} is (nearly) one color"
+    assert not re.search(r'(src|href)="(?!data:)', text)  # nothing outside the file
+    assert "not directly comparable" in text and "signal per token" in text
+    assert "both sides visible" in text and "left context" in text and "sentinel" in text
+
+
+def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mask_sweep, tmp_path):
+    out = report(mask_sweep, "--format", "md", "--out", tmp_path / "out" / "summary.md", "--wandb")
+    assert out.returncode == 0, out.stderr[-3000:]
+    md = tmp_path / "out" / "summary.md"
+    text = md.read_text()
+    rows = md_table(text)
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"finished"}
+    pngs = sorted((tmp_path / "out").glob("*.png"))
+    assert [p.name for p in pngs] == ["summary-val_loss_vs_mask_rate.png", "summary-val_loss_vs_tokens.png"]
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert f"]({png.name})" in text
+    # offline runs: the command that uploads them, then rerun; nothing published
+    [sync] = [line for line in out.stdout.splitlines() if "wandb sync" in line]
+    offline = sorted(str(p) for p in mask_sweep.glob("*/wandb/offline-run-*"))
+    assert len(offline) == 4 and sorted(sync.split()[2:]) == offline
+    assert "rerun with --wandb" in out.stdout
+    assert str(md) in out.stdout.strip().splitlines()[-1]
+
+
+def test_csv_is_the_source_without_wandb_files(mask_sweep, html_report, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(mask_sweep / "0", run, ignore=shutil.ignore_patterns("wandb", "checkpoints"))
+    out = report(run, "--format", "md")
+    assert out.returncode == 0, out.stderr[-3000:]
+    [row] = md_table((run / "report.md").read_text())
+    assert row["data"] == "csv"
+    assert row["val loss"] == html_table(html_report[0])[0]["val loss"]  # the same value the W&B files hold
+
+
+@pytest.fixture(scope="module")
+def failed_sweep(cache_dir, tmp_path_factory) -> Path:
+    """2 jobs: mask rate 0.2 trains, 1.5 fails (out of range)."""
+    root = tmp_path_factory.mktemp("report_failed") / "sweep"
+    sweep(root, cache_dir, "objective.mask_rate=0.2,1.5")  # the sweep's exit status may say a job failed
+    assert (root / "1" / "error.txt").is_file()
+    return root
+
+
+def test_a_failed_job_is_listed_with_its_error(failed_sweep):
+    out = report(failed_sweep, "--format", "md")
+    assert out.returncode == 0, out.stderr[-3000:]
+    ok, failed = md_table((failed_sweep / "report.md").read_text())
+    assert ok["status"] == "finished" and ok["objective.mask_rate"] == "0.2" and ok["val loss"] != "-"
+    error = (failed_sweep / "1" / "error.txt").read_text().strip().removeprefix("error: ")
+    assert failed["objective.mask_rate"] == "1.5"
+    assert failed["status"].startswith("failed") and error in failed["status"].replace("\\|", "|")
+    assert failed["val loss"] == "-"
+    assert "failed" in out.stdout and "mask_rate=1.5" in out.stdout
+
+
+@pytest.mark.parametrize("what", ["missing", "empty", "file"])
+def test_a_path_that_is_not_a_sweep_exits_2_with_one_line(tmp_path, what):
+    path = tmp_path / "nothing-here"
+    if what == "empty":
+        path.mkdir()
+    elif what == "file":
+        path.write_text("{}")
+    out = report(path)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error: ")
+    assert str(path) in out.stderr and "Traceback" not in out.stderr
+    assert not list(tmp_path.glob("**/report.*"))
+
+
+def test_the_wandb_report_has_the_same_panels(mask_sweep, monkeypatch):
+    """The W&B Report built for online runs, checked without a network: its spec filters the sweep's
+    W&B group and plots val/loss against train/tokens_seen and mask rate."""
+    pytest.importorskip("wandb_workspaces")
+    import json
+
+    import wandb_workspaces.reports.v2.interface as interface
+
+    from selfsup import report as rep
+    monkeypatch.setattr(interface, "_get_api", lambda: None)
+    monkeypatch.setattr(interface, "execute_graphql", lambda api, query, variables: {"project": {"internalId": "p"}})
+    runs = rep.load_runs([str(mask_sweep)])
+    spec = json.loads(rep.build_wandb_report(runs, rep.swept_keys(runs), "someone", "selfsup")
+                      ._to_model().spec.model_dump_json(by_alias=True, exclude_none=True))
+    [grid] = [b for b in spec["blocks"] if b["type"] == "panel-grid"]
+    [runset] = grid["metadata"]["runSets"]
+    group = runs[0].wandb_record["run_group"]
+    assert group and runset["filters"]["filters"][0]["key"]["name"] == "group"
+    assert runset["filters"]["filters"][0]["value"] == group
+    panels = [p["config"] for p in grid["metadata"]["panelBankSectionConfig"]["panels"]]
+    assert any(p.get("xAxis") == "train/tokens_seen" and p.get("metrics") == ["val/loss"] for p in panels)
+    assert any("mask_rate" in str(p.get("xAxis")) for p in panels)
+    assert any(b["type"] == "markdown-block" and "not directly comparable" in b["content"] for b in spec["blocks"])

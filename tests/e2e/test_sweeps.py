@@ -1,0 +1,91 @@
+"""Sweeps: shipped definitions compose, a failing job does not end the sweep, Optuna, submitit."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import TINY, wandb_summary
+
+SWEEPS = sorted(p.stem for p in (Path(__file__).parents[2] / "sweeps").glob("*.yaml"))
+
+
+def compose(*overrides):
+    out = subprocess.run(["selfsup-train", *overrides, "--cfg", "all"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return OmegaConf.create(out.stdout)
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_shipped_sweeps_compose(sweep):
+    cfg = compose(f"sweeps={sweep}")
+    assert cfg.hydra.mode == "MULTIRUN" and cfg.hydra.sweeper.params
+    assert f"sweep={sweep}" in cfg.logger.tags
+
+
+def test_sweep_grids_match_the_ablations():
+    assert compose("sweeps=mask_rate").hydra.sweeper.params["objective.mask_rate"] == "0.10,0.15,0.25,0.40"
+    span = compose("sweeps=span").hydra.sweeper.params
+    assert span["objective.mean_span_length"] == "2,3,5,10" and span["objective.mask_rate"] == "0.15,0.25,0.50"
+    assert compose("sweeps=objectives").hydra.sweeper.params["objective"] == "mlm,clm,span_corruption,prefix_lm,ul2"
+
+
+@pytest.mark.parametrize("objective,layers", [("mlm", 4), ("clm", 4), ("span_corruption", 2), ("ul2", 2)])
+def test_objectives_sweep_gives_equal_depth_budget(objective, layers):
+    from selfsup.config import register
+    register()  # the per_stack resolver
+    cfg = compose("sweeps=objectives", f"objective={objective}")
+    assert OmegaConf.to_container(cfg.architecture, resolve=True)["n_layers"] == layers
+    assert cfg.trainer.max_tokens == 150000
+
+
+def run_sweep(cache_dir, sweep_dir, *overrides):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return subprocess.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}",
+                           f"hydra.sweep.dir={sweep_dir}", *overrides],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_a_failing_job_does_not_end_the_sweep(cache_dir, tmp_path):
+    out = run_sweep(cache_dir, tmp_path, "objective.mask_rate=1.5,0.2")
+    assert out.returncode == 1  # the sweep ran to the end, then says that a job failed
+    assert "Traceback" not in out.stdout + out.stderr
+    bad, good = tmp_path / "0", tmp_path / "1"
+    assert json.loads((good / "summary.json").read_text())["status"] == "finished"
+    error = (bad / "error.txt").read_text()
+    assert "objective.mask_rate=1.5" in error and len(error.strip().splitlines()) == 1
+    assert wandb_summary(bad)["state"] == "failed" and wandb_summary(good)["state"] == "finished"
+    assert "[job 0] objective.mask_rate=1.5: FAILED" in out.stdout
+    assert "[job 1] objective.mask_rate=0.2: val loss" in out.stdout
+    assert f"failed: {bad}" in out.stdout and "1 of 2 jobs failed" in out.stderr
+
+
+def test_optuna_study_in_sqlite_can_be_continued(cache_dir, tmp_path):
+    optuna = pytest.importorskip("optuna")
+    out = run_sweep(cache_dir, tmp_path, "sweeps=tune", "hydra.sweeper.n_trials=3")
+    assert out.returncode == 0, out.stderr[-3000:]
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    study = optuna.load_study(study_name="selfsup-tune", storage=storage)
+    trials = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(trials) == 3
+    logged = sorted(json.loads((tmp_path / str(i) / "summary.json").read_text())["val_loss"] for i in range(3))
+    assert sorted(t.value for t in trials) == pytest.approx(logged, rel=1e-6)  # the app returns val loss
+    assert {"objective.mask_rate", "objective.mean_span_length", "trainer.lr"} <= set(trials[0].params)
+    again = run_sweep(cache_dir, tmp_path / "more", "sweeps=tune", "hydra.sweeper.n_trials=1",
+                      f"hydra.sweeper.storage={storage}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(optuna.load_study(study_name="selfsup-tune", storage=storage).trials) == 4
+
+
+def test_submitit_local_launcher_runs_two_jobs(cache_dir, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    out = run_sweep(cache_dir, tmp_path, "hydra/launcher=local", "objective=mlm,clm")
+    assert out.returncode == 0, out.stderr[-3000:]
+    for job, objective in enumerate(["mlm", "clm"]):
+        summary = json.loads((tmp_path / str(job) / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["objective"] == objective
+        assert wandb_summary(tmp_path / str(job))["state"] == "finished"
+    assert list(tmp_path.glob(".submitit/*"))  # submitit's own job files
