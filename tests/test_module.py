@@ -115,3 +115,32 @@ def test_warmup_then_cosine():
     assert warmup_cosine(9, 10, 100, 0.1) == pytest.approx(1.0)
     assert warmup_cosine(100, 10, 100, 0.1) == pytest.approx(0.1)
     assert 0.1 < warmup_cosine(55, 10, 100, 0.1) < 1.0
+
+
+def test_sparse_head_equals_dense_head_loss_and_gradients():
+    torch.manual_seed(0)
+    model = build_model("encoder", V.size, 64, d_model=32, n_layers=2, n_heads=2)
+    batch = MaskedLM(V, 64)(torch.randint(V.first_ordinary, V.size, (4, 64)), torch.Generator().manual_seed(0))
+    nll, n, _ = cross_entropy_sums(model, batch)
+    (nll / n).backward()
+    sparse = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    logits = model.head(model(encoder_inputs=batch.encoder_inputs))  # every position, as a dense head does
+    dense = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=IGNORE)
+    dense.backward()
+    assert (nll / n).item() == pytest.approx(dense.item(), abs=1e-5)
+    for a, b in zip(sparse, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_mixed_precision_trains_on_cpu():
+    torch.manual_seed(0)
+    model = build_model("decoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
+    from selfsup.objectives import CausalLM
+    module = SelfSupModule(model, CausalLM(V, 32), max_steps=4, warmup_steps=1)
+    data = torch.randint(V.first_ordinary, V.size, (32, 33))
+    trainer = L.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=4, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
+    assert trainer.global_step == 4 and torch.isfinite(torch.tensor(float(trainer.callback_metrics["train/loss"])))
+    assert module.flops_per_batch > 0  # measured on the first batch for ThroughputMonitor

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 import statistics
 import time
 
@@ -130,54 +132,88 @@ def hf_step(model, objective: str, batch, opt) -> None:
     opt.zero_grad(set_to_none=True)
 
 
+PRESETS = {  # name: (d_model, n_layers, n_heads, seq_len, batch, vocab)
+    "default": (128, 2, 4, 128, 16, 4096),           # conf/architecture defaults, conf/data/builtin
+    "d512": (512, 4, 8, 256, 8, 8192),               # the CPU efficiency target's size
+    "gpt2-small": (768, 12, 12, 1024, 8, 50304),     # GPT-2 small shape (124M decoder)
+}
+
+
 def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: int, seq_len: int, batch: int,
-                vocab_size: int) -> list[dict]:
+                vocab_size: int, objectives: list[str], device: str = "cpu", precision: str = "32-true",
+                compile: bool = False, hf: bool = True) -> list[dict]:
     import lightning as L
 
     from selfsup.models import build_model
     from selfsup.module import SelfSupModule
-    from selfsup.objectives import build_objective
+    from selfsup.objectives import build_objective, default_architecture
+    from selfsup.throughput import cpu_matmul_peak
 
     class Clock(L.Callback):
         def on_train_batch_start(self, trainer, *args):
             if trainer.global_step == warmup:
+                if device == "cuda":
+                    torch.cuda.synchronize()
                 self.start = time.perf_counter()
 
         def on_train_end(self, trainer, *args):
+            if device == "cuda":
+                torch.cuda.synchronize()
             self.seconds = time.perf_counter() - self.start
 
+    if device == "cuda":
+        from lightning.fabric.utilities.throughput import get_available_flops
+        dtype = torch.bfloat16 if "bf16" in precision else torch.float32
+        peak = get_available_flops(torch.device("cuda"), dtype)
+    else:
+        peak = cpu_matmul_peak()
     vocab = Vocab(size=vocab_size)
     rows = []
-    for objective, arch in SHAPES.items():
+    for objective in objectives:
+        arch = default_architecture(objective)
         obj = build_objective(objective, vocab, seq_len)
         gen = torch.Generator().manual_seed(0)
         data = torch.randint(vocab.first_ordinary, vocab.size, (batch * steps, obj.raw_length), generator=gen)
         torch.manual_seed(0)
-        model = build_model(arch, vocab.size, obj.model_length, d_model=d_model, n_layers=n_layers, n_heads=n_heads)
+        layers = n_layers // 2 if arch == "encoder_decoder" else n_layers  # equal depth budget
+        model = build_model(arch, vocab.size, obj.model_length, d_model=d_model, n_layers=layers, n_heads=n_heads)
+        if compile:
+            model.compile(dynamic=False)
         module = SelfSupModule(model, obj, max_steps=steps, warmup_steps=10)
         clock = Clock()
-        trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
-                            enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                            callbacks=[clock])
+        trainer = L.Trainer(accelerator=device, devices=1, precision=precision, max_steps=steps, logger=False,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                            limit_val_batches=0, callbacks=[clock])
         trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=batch, shuffle=False))
         ours = batch * obj.raw_length * (steps - warmup) / clock.seconds
-        row = {"objective": objective, "shape": f"{arch} d{d_model} L{n_layers} H{n_heads}",
-               "batch": f"{batch}x{obj.raw_length}", "params (ours)": f"{model.num_parameters() / 1e6:.2f}M",
-               "selfsup tokens/s": f"{ours:,.0f}"}
-        hf = hf_model(objective, vocab.size, d_model, n_layers, n_heads, obj.model_length + 1)
-        if hf is not None:
-            opt = torch.optim.AdamW(hf.parameters(), lr=1e-3, weight_decay=0.1)
-            batches = [obj(data[i * batch:(i + 1) * batch], gen) for i in range(steps)]
-            hf.train()
-            for b in batches[:warmup]:
-                hf_step(hf, objective, b, opt)
-            start = time.perf_counter()
-            for b in batches[warmup:]:
-                hf_step(hf, objective, b, opt)
+        flops = module.flops_per_batch * (steps - warmup) / clock.seconds
+        row = {"objective": objective, "shape": f"{arch} d{d_model} L{layers} H{n_heads}",
+               "batch": f"{batch}x{obj.raw_length}", "params": f"{model.num_parameters() / 1e6:.1f}M",
+               "selfsup tokens/s": f"{ours:,.0f}", "GFLOP/s": f"{flops / 1e9:,.1f}",
+               "MFU" if device == "cuda" else "of matmul peak": f"{flops / peak:.0%}" if peak else "-"}
+        model_hf = hf_model(objective, vocab.size, d_model, layers, n_heads, obj.model_length + 1) if hf else None
+        if model_hf is not None:
+            model_hf = model_hf.to(device)
+            opt = torch.optim.AdamW(model_hf.parameters(), lr=1e-3, weight_decay=0.1)
+            batches = [obj(data[i * batch:(i + 1) * batch], gen).to(device) for i in range(steps)]
+            model_hf.train()
+            autocast = torch.autocast(device, dtype=torch.bfloat16, enabled="bf16" in precision)
+            with autocast:
+                for b in batches[:warmup]:
+                    hf_step(model_hf, objective, b, opt)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                for b in batches[warmup:]:
+                    hf_step(model_hf, objective, b, opt)
+                if device == "cuda":
+                    torch.cuda.synchronize()
             theirs = batch * obj.raw_length * (steps - warmup) / (time.perf_counter() - start)
-            row.update({"HF model": type(hf).__name__, "params (HF)": f"{sum(p.numel() for p in hf.parameters()) / 1e6:.2f}M",
-                        "HF tokens/s": f"{theirs:,.0f}", "selfsup / HF": f"{ours / theirs:.2f}x"})
+            row.update({"HF model": type(model_hf).__name__, "HF tokens/s": f"{theirs:,.0f}",
+                        "selfsup / HF": f"{ours / theirs:.2f}x"})
         rows.append(row)
+    print(f"peak used for the last column: {peak / 1e9:,.0f} GFLOP/s "
+          f"({'device spec' if device == 'cuda' else 'measured fp32 matmul on this machine'})")
     return rows
 
 
@@ -190,24 +226,39 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--length", type=int, default=512)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
-    p = sub.add_parser("train", help="training tokens/s per objective vs same-shape Hugging Face models")
+    p = sub.add_parser("train", help="training tokens/s, FLOP/s and MFU per objective vs same-shape HF models")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    p.add_argument("--objectives", default="mlm,clm,span_corruption")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--n-layers", type=int, default=2)
-    p.add_argument("--n-heads", type=int, default=4)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--batch", type=int, help="override the preset's batch size")
+    p.add_argument("--seq-len", type=int, help="override the preset's sequence length")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--precision", default="32-true")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--no-hf", action="store_true", help="skip the Hugging Face comparison")
+    p.add_argument("--out", help="also write the table to this file")
     p.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU'}")
     if args.what == "objectives":
         print_table(bench_objectives(args.batch, args.length, args.repeats))
     elif args.what == "train":
-        print_table(bench_train(args.steps, args.warmup, args.d_model, args.n_layers, args.n_heads, args.seq_len,
-                                args.batch, args.vocab_size))
+        d_model, n_layers, n_heads, seq_len, batch, vocab = PRESETS[args.preset]
+        rows = bench_train(args.steps, args.warmup, d_model, n_layers, n_heads, args.seq_len or seq_len,
+                           args.batch or batch, vocab, args.objectives.split(","), args.device, args.precision,
+                           args.compile, hf=not args.no_hf)
+        print_table(rows)
+        if args.out:
+            import contextlib
+            import io
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer):
+                print(f"selfsup-bench train {' '.join(argv or sys.argv[1:])}")
+                print_table(rows)
+            Path(args.out).write_text(buffer.getvalue())
 
 
 if __name__ == "__main__":

@@ -86,6 +86,7 @@ class TrainerConfig:
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
     progress_bar: bool = True
+    compile: bool = False               # torch.compile the model (objectives give static shapes)
     checkpoint_every_n_steps: Optional[int] = None  # default: at each evaluation
 
 

@@ -159,13 +159,29 @@ class SelfSupModule(L.LightningModule):
         no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
                                  {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=self.betas,
-                                fused=True)
+                                # fused kernels (CPU and CUDA) unscale internally, which Lightning's
+                                # gradient clipping under mixed precision refuses
+                                fused="mixed" not in str(self.trainer.precision), foreach=None)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: warmup_cosine(step, self.warmup_steps, self.max_steps, self.min_lr_ratio))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_train_start(self) -> None:
         self._fit_start = (time.perf_counter(), self.tokens_seen)
+
+    def on_train_batch_start(self, tokens: torch.Tensor, batch_idx: int) -> None:
+        if self.flops_per_batch is None:
+            self.flops_per_batch = self.measure_flops(tokens) * self.trainer.world_size
+
+    def measure_flops(self, tokens: torch.Tensor) -> int:
+        """FLOPs of one training step (forward and backward) of this objective on this batch, counted
+        by torch's FlopCounterMode on a real step whose gradients are then dropped."""
+        from lightning.fabric.utilities.throughput import measure_flops
+        micro = [self.objective(chunk, self.generator("flops", i)) for i, chunk in enumerate(tokens.chunk(self.accumulate))]
+        flops = sum(measure_flops(self.model, lambda b=b: cross_entropy_sums(self.model, b, accuracy=False)[0],
+                                  loss_fn=lambda loss: loss) for b in micro)
+        self.model.zero_grad(set_to_none=True)
+        return flops
 
     def fit_tokens_per_sec(self) -> float | None:
         """Input tokens per second of this fit (validation included), not counting a resumed past."""

@@ -205,14 +205,14 @@ def find_runs(paths: list[str]) -> list[Run]:
             raise ReportError(f"{arg} is not a sweep or run dir of selfsup-train: no summary.json or error.txt in it "
                               f"or in its job folders")
         found += [(path, job) for job in jobs]
+    seen: set[Path] = set()
+    found = [(sweep, job) for sweep, job in found if not (job.resolve() in seen or seen.add(job.resolve()))]
     sweeps = list(dict.fromkeys(sweep.resolve() for sweep, _ in found))
-    runs = []
-    for sweep, job in found:
-        label = job.name if len(sweeps) == 1 else f"{sweep.name}/{job.name}"
-        runs.append(Run(label=label, path=job, sweep=sweep))
+    runs = [Run(label=job.name if len(sweeps) == 1 else f"{sweep.name}/{job.name}", path=job, sweep=sweep)
+            for sweep, job in found]
     labels = [r.label for r in runs]
     for i, run in enumerate(runs):
-        if labels.count(run.label) > 1 or any(r.path.resolve() == run.path.resolve() for r in runs[:i]):
+        if labels.count(run.label) > 1:  # two sweep dirs of the same name
             run.label = f"{i}:{run.label}"
     return runs
 
@@ -242,15 +242,15 @@ def _read_config(job: Path) -> dict:
 
 
 def _wandb_run_dir(job: Path, summary: dict) -> Path | None:
-    named = summary.get("wandb_dir")
-    if named and Path(named).is_dir():
-        return Path(named)
+    """The W&B run folder inside the job dir: the one summary.json names, else the newest (only inside the
+    job dir, so that a copied or moved sweep reads its own files)."""
     wandb_dir = job / "wandb"
     if not wandb_dir.is_dir():
         return None
     runs = [p for p in wandb_dir.iterdir() if p.is_dir() and not p.is_symlink()
             and p.name.startswith(("offline-run-", "run-")) and any(p.glob("*.wandb"))]
-    return max(runs, key=lambda p: p.name.split("-", 2)[-1]) if runs else None
+    named = [p for p in runs if summary.get("wandb_dir") and p.name == Path(summary["wandb_dir"]).name]
+    return (named or sorted(runs, key=lambda p: p.name.split("-", 2)[-1]))[-1] if runs else None
 
 
 def _uploaded(wandb_dir: Path) -> bool:
@@ -261,7 +261,7 @@ def _uploaded(wandb_dir: Path) -> bool:
 def inspect_wandb(wandb_dir: Path) -> tuple[dict, list[dict]]:
     """The run record and the history rows of W&B run files, read with wandb's own inspector."""
     out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(wandb_dir)],
-                         capture_output=True, text=True, timeout=300)
+                         check=False, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}")
     record, history = {}, []
@@ -276,6 +276,9 @@ def inspect_wandb(wandb_dir: Path) -> tuple[dict, list[dict]]:
     return record, history
 
 
+_API_FAILED: list[str] = []
+
+
 def api_history(record: dict) -> list[dict]:
     """The history of an online run from the W&B API."""
     import wandb
@@ -285,22 +288,33 @@ def api_history(record: dict) -> list[dict]:
     return [dict(row) for row in run.scan_history()]
 
 
+def fill_tokens_seen(history: list[dict], step_key: str) -> list[dict]:
+    """Give each validation row the train/tokens_seen of its step: the train row of the same global step,
+    else the last one logged before it (what W&B's step_sync fills in, when it does: not every W&B run
+    has it in its val rows, and CSV val rows never do)."""
+    by_step, tokens = {}, None
+    for row in history:  # the training step's own rows (W&B's step_sync also copies the value into other rows)
+        if _number(row.get("train/tokens_seen")) is not None and "train/loss" in row and row.get(step_key) is not None:
+            by_step[row[step_key]] = row["train/tokens_seen"]
+    for row in history:
+        if _number(row.get("train/tokens_seen")) is not None:
+            tokens = row["train/tokens_seen"]
+        elif any(k.startswith("val/") for k in row):
+            filled = by_step.get(row.get(step_key), tokens)
+            if filled is not None:
+                row["train/tokens_seen"] = filled
+    return history
+
+
 def csv_history(job: Path) -> list[dict]:
-    """csv/metrics.csv as history rows; a val row gets the last train/tokens_seen logged before it,
-    as W&B's step_sync does."""
+    """csv/metrics.csv (Lightning's CSVLogger) as history rows."""
     path = job / "csv" / "metrics.csv"
     if not path.is_file():
         return []
-    rows, tokens = [], None
     with open(path, newline="") as f:
-        for raw in csv.DictReader(f):
-            row = {k: float(v) for k, v in raw.items() if k and v not in (None, "") and _number(v) is not None}
-            if "train/tokens_seen" in row:
-                tokens = row["train/tokens_seen"]
-            elif tokens is not None and any(k.startswith("val/") for k in row):
-                row["train/tokens_seen"] = tokens
-            rows.append(row)
-    return rows
+        rows = [{k: float(v) for k, v in raw.items() if k and v not in (None, "") and _number(v) is not None}
+                for raw in csv.DictReader(f)]
+    return fill_tokens_seen(rows, "step")
 
 
 def load_run(run: Run) -> Run:
@@ -336,12 +350,18 @@ def load_run(run: Run) -> Run:
             history = []
         if run.wandb_dir.name.startswith("run-") and run.wandb_record.get("run_id"):
             try:
+                if _API_FAILED:
+                    raise RuntimeError(_API_FAILED[0])
                 run.history, run.source = api_history(run.wandb_record), "wandb-api"
             except Exception as err:  # noqa: BLE001 - no network or no key: the local copy holds the same rows
-                problems.append(f"W&B API: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                _API_FAILED.append(reason)  # do not wait for it again for each run
+                problems.append(f"W&B API unavailable ({reason}): values read from the local W&B run files")
         if not run.history and history:
             run.history, run.source = history, "wandb-file"
-    if not run.history:
+    if run.history:
+        fill_tokens_seen(run.history, "trainer/global_step")
+    else:
         run.history = csv_history(job)
         run.source = "csv" if run.history else "-"
     if not run.config and run.wandb_record.get("config"):
@@ -508,20 +528,22 @@ def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]
     plots = []
     png = plot_loss_vs_tokens(runs)
     if png:
-        plots.append(("val_loss_vs_tokens", "Validation loss against tokens seen, one line per run, colored by "
-                      "objective (dashed: a run that did not finish).", png))
+        plots.append(("val_loss_vs_tokens", ("Validation loss against tokens seen, one line per run, colored by "
+                                             "objective (dashed: a run that did not finish)."), png))
     png = plot_loss_vs_knob(runs, keys, MASK_RATE, {"mlm", "span_corruption"}, "Val loss against mask rate",
                             "mask rate (objective.mask_rate)")
     if png:
-        plots.append(("val_loss_vs_mask_rate", "Final validation loss against mask rate, per objective: points are "
-                      "the mean over seeds, error bars the min-max over seeds, faint dots the single runs. "
-                      "Compare within one objective only (see below).", png))
+        plots.append(("val_loss_vs_mask_rate", ("Final validation loss against mask rate, per objective: points are "
+                                                "the mean over seeds, error bars the min-max over seeds, faint dots "
+                                                "the single runs. Compare within one objective only (see below)."),
+                      png))
     png = plot_loss_vs_knob(runs, keys, SPAN_LENGTH, {"span_corruption"}, "Val loss against mean span length",
                             "mean span length (objective.mean_span_length)")
     if png:
-        plots.append(("val_loss_vs_span_length", "Final validation loss of span-corruption runs against mean span "
-                      "length, one line per mask rate: points are the mean over seeds, error bars the min-max. "
-                      "(UL2 sets its span lengths in objective.denoisers, so it is not on this plot.)", png))
+        plots.append(("val_loss_vs_span_length", ("Final validation loss of span-corruption runs against mean span "
+                                                  "length, one line per mask rate: points are the mean over seeds, "
+                                                  "error bars the min-max. (UL2 sets its span lengths in "
+                                                  "objective.denoisers, so it is not on this plot.)"), png))
     return plots
 
 
@@ -759,11 +781,17 @@ def run_report(args) -> int:
             out.write_text(text, encoding="utf-8")
     except OSError as err:
         raise ReportError(f"cannot write the report to {out}: {err.strerror or err}") from None
-    status = publish_wandb(runs, keys) if args.wandb else 0
+    problem = None
+    try:
+        status = publish_wandb(runs, keys) if args.wandb else 0
+    except ReportError as err:  # said after where the local report is
+        problem, status = err, 2
     for run in runs:
         if not run.finished:
             print(f"{run.status}: {run.label} ({run.path}): {run.error}")
     print(f"Report ({_counts(runs)}): {out}" + (f"  (plots: {', '.join(p.name for p in files)})" if files else ""))
+    if problem:
+        raise problem
     return status
 
 

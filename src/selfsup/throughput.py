@@ -1,7 +1,18 @@
-"""Throughput through Lightning's ThroughputMonitor, logged under the names in DESIGN.md."""
+"""Throughput, FLOP/s, MFU and peak memory through Lightning's ThroughputMonitor, under the
+names in DESIGN.md (perf/tokens_per_sec, perf/mfu, ...).
+
+FLOPs per batch are measured, not estimated: the module counts one real training step of its
+objective with torch's FlopCounterMode (Lightning's `measure_flops`). MFU needs the device's
+peak: Lightning knows it for GPUs; on CPU we measure this machine's fp32 matmul peak once.
+"""
 
 from __future__ import annotations
 
+import functools
+import resource
+import time
+
+import torch
 from lightning.pytorch.callbacks import ThroughputMonitor
 
 NAMES = {"train/items_per_sec": "perf/tokens_per_sec", "train/device/items_per_sec": "perf/device_tokens_per_sec",
@@ -9,12 +20,38 @@ NAMES = {"train/items_per_sec": "perf/tokens_per_sec", "train/device/items_per_s
          "train/device/flops_per_sec": "perf/device_flops_per_sec", "train/device/mfu": "perf/mfu"}
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_matmul_peak(n: int = 2048, repeats: int = 5) -> float:
+    """Best measured fp32 FLOP/s of an n x n matmul on this machine with torch's current threads."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
+
+
 class TokenThroughput(ThroughputMonitor):
-    """Counts input tokens (all positions of each [B, L] window) and logs perf/tokens_per_sec, perf/mfu."""
+    """Counts input tokens (all positions of each [B, L] window) and logs perf/* metrics."""
 
     def __init__(self, window_size: int = 20):
         super().__init__(batch_size_fn=lambda batch: batch.size(0), length_fn=lambda batch: batch.numel(),
                          window_size=window_size)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        if trainer.strategy.root_device.type == "cpu" and self.available_flops is None:
+            self.available_flops = cpu_matmul_peak()
+            for throughput in self._throughputs.values():
+                throughput.available_flops = self.available_flops
 
     def _compute(self, trainer, iter_num=None) -> None:
         if not trainer._logger_connector.should_update_logs:
@@ -27,5 +64,5 @@ class TokenThroughput(ThroughputMonitor):
             metrics.update({k.removeprefix("device/"): v for k, v in metrics.items()
                             if k in ("device/items_per_sec", "device/samples_per_sec", "device/flops_per_sec")})
         renamed = {NAMES[f"train/{k}"]: v for k, v in metrics.items() if f"train/{k}" in NAMES}
-        if renamed:
-            trainer._logger_connector.log_metrics(renamed, step=iter_num)
+        renamed["perf/peak_memory_mb"] = peak_memory_mb(trainer.strategy.root_device)
+        trainer._logger_connector.log_metrics(renamed, step=iter_num)

@@ -111,6 +111,8 @@ def quiet_lightning() -> None:
         logging.getLogger(name).propagate = False
     warnings.filterwarnings("ignore", message=".*(LeafSpec|litlogger|anonymous setting).*")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    # val metrics are torchmetrics, synchronised across ranks when computed; Lightning cannot know
+    warnings.filterwarnings("ignore", message=".*when logging on epoch level in distributed setting.*")
 
 
 def build(cfg: DictConfig):
@@ -140,6 +142,8 @@ def build(cfg: DictConfig):
                             n_decoder_layers=a.n_decoder_layers, activation_checkpointing=a.activation_checkpointing)
     except ValueError as err:
         raise SelfSupError(f"architecture: {err}") from None
+    if cfg.trainer.compile:
+        model.compile(dynamic=False)  # in place: checkpoints keep plain parameter names
     t = cfg.trainer
     module = SelfSupModule(model, objective, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
                            warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio,
@@ -147,7 +151,21 @@ def build(cfg: DictConfig):
     return dm, objective, model, module
 
 
-def fit(cfg: DictConfig, run_dir: Path) -> dict:
+def strategy_for(cfg: DictConfig, run_dir: Path, rank_zero: bool):
+    """`ddp` becomes our Hydra-safe DDP; anything else goes to Lightning as it is."""
+    if cfg.trainer.strategy != "ddp":
+        return cfg.trainer.strategy
+    from selfsup.distributed import HydraSafeDDPStrategy
+    config_path = run_dir / ".hydra" / "resolved.yaml"
+    if rank_zero:
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, config_path, resolve=True)
+    return HydraSafeDDPStrategy(config_path, run_dir)
+
+
+def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True) -> dict:
+    """Build and train one run. Rank 0 owns loggers and the run summary; other DDP ranks
+    (selfsup.worker) train alongside without either."""
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 
@@ -156,18 +174,15 @@ def fit(cfg: DictConfig, run_dir: Path) -> dict:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     quiet_lightning()
     t = cfg.trainer
-    loggers = make_loggers(cfg, run_dir)  # first, so that a job failing at build time is a failed W&B run
+    env_before = set(os.environ)
+    # loggers first, so that a job failing at build time is a failed W&B run
+    loggers = make_loggers(cfg, run_dir) if rank_zero else []
     status, error = "failed", None
     summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name, "run_dir": str(run_dir)}
     try:
         define_wandb_axes(loggers)
         dm, objective, model, module = build(cfg)
         summary["parameters"] = model.num_parameters()
-        for lg in loggers:
-            lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": dm.vocab.size,
-                                "raw_length": objective.raw_length,
-                                "global_batch_size": cfg.data.batch_size * t.accumulate * t.num_nodes *
-                                (t.devices if isinstance(t.devices, int) and t.devices > 0 else 1)})
         checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step:06d}",
                                      auto_insert_metric_name=False, monitor="val/loss", mode="min",
                                      save_top_k=1, save_last=True,
@@ -175,12 +190,20 @@ def fit(cfg: DictConfig, run_dir: Path) -> dict:
         callbacks = [checkpoint, TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps)))]
         if t.progress_bar and sys.stdout.isatty():
             callbacks.append(RichProgressBar())
-        trainer = L.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, strategy=t.strategy,
+        trainer = L.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
+                            strategy=strategy_for(cfg, run_dir, rank_zero), use_distributed_sampler=False,
                             precision=t.precision, max_steps=t.max_steps, val_check_interval=t.val_check_interval,
                             check_val_every_n_epoch=None, limit_val_batches=t.limit_val_batches,
                             log_every_n_steps=t.log_every_n_steps, logger=loggers or False, callbacks=callbacks,
                             enable_progress_bar=t.progress_bar, default_root_dir=str(run_dir),
                             num_sanity_val_steps=0, enable_model_summary=False)
+        summary.update(world_size=trainer.world_size, batch_size_per_device=cfg.data.batch_size,
+                       global_batch_size=cfg.data.batch_size * t.accumulate * trainer.world_size)
+        for lg in loggers:
+            lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": dm.vocab.size,
+                                "raw_length": objective.raw_length, "world_size": trainer.world_size,
+                                "batch_size_per_device": cfg.data.batch_size,
+                                "global_batch_size": summary["global_batch_size"]})
         trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         summary.update(steps=trainer.global_step, val_loss=metrics.get("val/loss"),
@@ -198,8 +221,22 @@ def fit(cfg: DictConfig, run_dir: Path) -> dict:
         raise
     finally:
         summary.update(status=status, error=error, wandb_dir=finish_wandb(loggers, 0 if status == "finished" else 1))
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        if rank_zero:
+            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            leave_distributed(env_before)
     return summary
+
+
+def leave_distributed(env_before: set[str]) -> None:
+    """Undo what a DDP launch left in this process, so that the next job of a sweep starts clean:
+    the launcher's MASTER_*/LOCAL_RANK/... variables (with LOCAL_RANK set, Lightning would think
+    another launcher made the processes) and the process group."""
+    import torch.distributed as dist
+    for key in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK"):
+        if key not in env_before:
+            os.environ.pop(key, None)
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def print_summary(rows: list[dict]) -> None:

@@ -205,3 +205,22 @@ def test_lightning_hooks(cache_dir):
     dm.setup("fit")
     dm.set_window(256)
     assert next(iter(dm.train_dataloader())).shape == (2, 256)
+
+
+def test_sharded_sampler_ranks_are_disjoint_and_cover_the_split():
+    from selfsup.data.datamodule import ShardedSampler
+
+    for length in (100, 101):
+        shares = [ShardedSampler(length, rank, 2, seed=3).indices() for rank in range(2)]
+        assert len(shares[0]) == len(shares[1]) == length // 2  # same number of steps on every rank
+        assert not set(shares[0]) & set(shares[1])
+        covered = set(shares[0]) | set(shares[1])
+        assert len(covered) == length - length % 2
+        assert covered <= set(range(length))
+    # validation: every window exactly once, even when the ranks get uneven shares
+    val = [ShardedSampler(101, rank, 2, shuffle=False, even=False).indices() for rank in range(2)]
+    assert sorted(val[0] + val[1]) == list(range(101))
+    # a new epoch is a new order, the same on every rank
+    a, b = ShardedSampler(100, 0, 2, seed=3), ShardedSampler(100, 0, 2, seed=3)
+    b.set_epoch(1)
+    assert a.indices() != b.indices()

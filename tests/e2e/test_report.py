@@ -1,6 +1,7 @@
 """selfsup-report end to end: a real tiny sweep (mask rate x seed, W&B offline), reported as HTML and Markdown."""
 
 import base64
+import csv
 import io
 import os
 import re
@@ -30,7 +31,7 @@ def report(*args) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def mask_sweep(cache_dir, tmp_path_factory) -> Path:
-    """4 jobs: objective.mask_rate=0.1,0.4 x seed=0,1 (MLM)."""
+    """4 jobs: objective.mask_rate=0.1,0.4 x seed=0,1 (MLM), W&B offline."""
     root = tmp_path_factory.mktemp("report") / "sweep"
     out = sweep(root, cache_dir, "objective.mask_rate=0.1,0.4", "seed=0,1")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -81,7 +82,8 @@ def html_table(text: str) -> list[dict]:
 
 def md_table(text: str) -> list[dict]:
     lines = [line for line in text.splitlines() if line.startswith("|")]
-    split = lambda line: [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]  # noqa: E731
+    def split(line):
+        return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
     header = split(lines[0])
     return [dict(zip(header, split(line))) for line in lines[2:]]
 
@@ -102,7 +104,8 @@ def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
     with ThreadPoolExecutor(4) as pool:  # read back independently with wandb's inspector
         histories = list(pool.map(wandb_history, [mask_sweep / str(job) for job in range(4)]))
     for row, history in zip(rows, histories):
-        last = lambda key: [item[key] for item in history if key in item][-1]  # noqa: E731
+        def last(key, history=history):
+            return [item[key] for item in history if key in item][-1]
         assert row["val loss"] == f"{last('val/loss'):.4f}"
         assert row["val ppl"] == f"{last('val/perplexity'):.2f}"
         assert row["val signal/token"] == f"{last('val/signal_per_token'):.3f}"
@@ -147,35 +150,33 @@ def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mas
     assert str(md) in out.stdout.strip().splitlines()[-1]
 
 
-def test_csv_is_the_source_without_wandb_files(mask_sweep, html_report, tmp_path):
-    run = tmp_path / "run"
-    shutil.copytree(mask_sweep / "0", run, ignore=shutil.ignore_patterns("wandb", "checkpoints"))
-    out = report(run, "--format", "md")
-    assert out.returncode == 0, out.stderr[-3000:]
-    [row] = md_table((run / "report.md").read_text())
-    assert row["data"] == "csv"
-    assert row["val loss"] == html_table(html_report[0])[0]["val loss"]  # the same value the W&B files hold
-
-
 @pytest.fixture(scope="module")
 def failed_sweep(cache_dir, tmp_path_factory) -> Path:
-    """2 jobs: mask rate 0.2 trains, 1.5 fails (out of range)."""
+    """2 jobs, CSV logger only: mask rate 0.2 trains, 1.5 fails (out of range)."""
     root = tmp_path_factory.mktemp("report_failed") / "sweep"
-    sweep(root, cache_dir, "objective.mask_rate=0.2,1.5")  # the sweep's exit status may say a job failed
-    assert (root / "1" / "error.txt").is_file()
+    out = sweep(root, cache_dir, "objective.mask_rate=0.2,1.5", "logger=csv")  # its exit status may say a job failed
+    assert (root / "1" / "error.txt").is_file(), out.stderr[-3000:]
     return root
 
 
-def test_a_failed_job_is_listed_with_its_error(failed_sweep):
+def test_a_failed_job_is_listed_with_its_error_and_csv_logs_are_read(failed_sweep):
     out = report(failed_sweep, "--format", "md")
     assert out.returncode == 0, out.stderr[-3000:]
     ok, failed = md_table((failed_sweep / "report.md").read_text())
-    assert ok["status"] == "finished" and ok["objective.mask_rate"] == "0.2" and ok["val loss"] != "-"
+    with open(failed_sweep / "0" / "csv" / "metrics.csv") as f:
+        last_val_loss = [float(r["val/loss"]) for r in csv.DictReader(f) if r.get("val/loss")][-1]
+    assert (ok["status"], ok["objective.mask_rate"], ok["data"]) == ("finished", "0.2", "csv")
+    assert ok["val loss"] == f"{last_val_loss:.4f}"
     error = (failed_sweep / "1" / "error.txt").read_text().strip().removeprefix("error: ")
-    assert failed["objective.mask_rate"] == "1.5"
+    assert failed["objective.mask_rate"] == "1.5" and failed["val loss"] == "-"
     assert failed["status"].startswith("failed") and error in failed["status"].replace("\\|", "|")
-    assert failed["val loss"] == "-"
     assert "failed" in out.stdout and "mask_rate=1.5" in out.stdout
+
+
+def test_wandb_without_wandb_runs_exits_2_after_writing_the_report(failed_sweep):
+    out = report(failed_sweep, "--format", "md", "--out", failed_sweep / "again.md", "--wandb")
+    assert out.returncode == 2 and out.stderr.startswith("error: --wandb") and len(out.stderr.splitlines()) == 1
+    assert (failed_sweep / "again.md").is_file() and str(failed_sweep / "again.md") in out.stdout
 
 
 @pytest.mark.parametrize("what", ["missing", "empty", "file"])
@@ -198,12 +199,12 @@ def test_the_wandb_report_has_the_same_panels(mask_sweep, monkeypatch):
     pytest.importorskip("wandb_workspaces")
     import json
 
-    import wandb_workspaces.reports.v2.interface as interface
+    from wandb_workspaces.reports.v2 import interface
 
     from selfsup import report as rep
     monkeypatch.setattr(interface, "_get_api", lambda: None)
     monkeypatch.setattr(interface, "execute_graphql", lambda api, query, variables: {"project": {"internalId": "p"}})
-    runs = rep.load_runs([str(mask_sweep)])
+    runs = rep.load_runs([str(mask_sweep / "0"), str(mask_sweep / "3")])  # mask rates 0.1 and 0.4
     spec = json.loads(rep.build_wandb_report(runs, rep.swept_keys(runs), "someone", "selfsup")
                       ._to_model().spec.model_dump_json(by_alias=True, exclude_none=True))
     [grid] = [b for b in spec["blocks"] if b["type"] == "panel-grid"]
@@ -215,3 +216,18 @@ def test_the_wandb_report_has_the_same_panels(mask_sweep, monkeypatch):
     assert any(p.get("xAxis") == "train/tokens_seen" and p.get("metrics") == ["val/loss"] for p in panels)
     assert any("mask_rate" in str(p.get("xAxis")) for p in panels)
     assert any(b["type"] == "markdown-block" and "not directly comparable" in b["content"] for b in spec["blocks"])
+
+
+def test_val_rows_get_the_tokens_seen_of_their_training_step():
+    """W&B's step_sync does not always copy train/tokens_seen into the val rows, and sometimes copies the
+    previous step's value into the perf rows (both seen in real runs): a val row takes the value of the
+    training row of its own global step."""
+    from selfsup.report import fill_tokens_seen
+    history = [{"train/loss": 6.2, "train/tokens_seen": 256, "trainer/global_step": 0},
+               {"perf/tokens_per_sec": 400.0, "train/tokens_seen": 256, "trainer/global_step": 1},
+               {"train/loss": 6.1, "train/tokens_seen": 512, "trainer/global_step": 1},
+               {"val/loss": 6.0, "trainer/global_step": 1},
+               {"perf/tokens_per_sec": 400.0, "train/tokens_seen": 512, "trainer/global_step": 2},
+               {"val/loss": 5.9, "trainer/global_step": 2}]  # no train row of step 2 logged: the last value
+    assert [row.get("train/tokens_seen") for row in fill_tokens_seen(history, "trainer/global_step")
+            if "val/loss" in row] == [512, 512]

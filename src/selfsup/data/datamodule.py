@@ -210,23 +210,64 @@ class SelfSupDataModule(L.LightningDataModule):
         tokens = self.train_tokens if split == "train" else self.val_tokens
         return TokenWindows(self.cache_path / f"{split}.npy", self.raw_length, tokens)
 
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
     def train_dataloader(self) -> DataLoader:
+        rank, world = self._rank_world()
+        windows = self._windows("train")
         return DataLoader(
-            self._windows("train"),
+            windows,
             batch_size=self.batch_size * self.batches_per_step,
-            shuffle=True,
-            generator=torch.Generator().manual_seed(self.seed),
+            sampler=ShardedSampler(len(windows), rank, world, seed=self.seed, shuffle=True),
             drop_last=True,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
 
     def val_dataloader(self) -> DataLoader:
+        rank, world = self._rank_world()
+        windows = self._windows("val")
         return DataLoader(
-            self._windows("val"),
+            windows,
             batch_size=self.batch_size,
-            shuffle=False,
+            sampler=ShardedSampler(len(windows), rank, world, shuffle=False, even=False),
             drop_last=False,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
+
+
+class ShardedSampler(torch.utils.data.Sampler):
+    """Window indices for one rank: a seeded permutation per epoch, dealt out rank by rank.
+
+    The ranks' shares are disjoint and together cover the permutation. Training uses even=True:
+    every rank gets len // world indices (the len % world leftovers, different ones each epoch,
+    wait for the next epoch), so all ranks run the same number of steps. Validation uses
+    even=False: every window is evaluated exactly once (ranks may differ by one). Lightning is told
+    not to replace it (use_distributed_sampler=False); it calls set_epoch at each epoch.
+    """
+
+    def __init__(self, length: int, rank: int = 0, world: int = 1, seed: int = 0, shuffle: bool = True,
+                 even: bool = True):
+        self.length, self.rank, self.world, self.seed = length, rank, world, seed
+        self.shuffle, self.even, self.epoch = shuffle, even, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def indices(self) -> list[int]:
+        if self.shuffle:
+            order = torch.randperm(self.length, generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch))
+        else:
+            order = torch.arange(self.length)
+        if self.even:
+            order = order[: self.length - self.length % self.world]
+        return order[self.rank :: self.world].tolist()
+
+    def __iter__(self):
+        return iter(self.indices())
+
+    def __len__(self) -> int:
+        return self.length // self.world if self.even else len(range(self.rank, self.length, self.world))

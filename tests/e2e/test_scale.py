@@ -1,0 +1,56 @@
+"""Scale: DDP over 2 CPU processes under Hydra (one W&B run per job, no stray dirs), bf16, compile."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import TINY, wandb_run_record, wandb_summary
+
+OBJECTIVES = ["mlm", "clm", "span_corruption", "prefix_lm", "ul2"]
+
+
+@pytest.fixture(scope="module")
+def ddp_sweep(cache_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp")
+    cwd = tmp_path_factory.mktemp("cwd")  # relative outputs/ of any stray Hydra run would land here
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    out = subprocess.run(["selfsup-train", "-m", "trainer=ddp_cpu", *TINY, f"data.cache_dir={cache_dir}",
+                          f"hydra.sweep.dir={root}", "objective=" + ",".join(OBJECTIVES)],
+                         capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root, cwd, out
+
+
+def test_ddp_multirun_gives_one_wandb_run_per_job_and_no_stray_dirs(ddp_sweep):
+    root, cwd, out = ddp_sweep
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [str(i) for i in range(len(OBJECTIVES))]
+    assert not any(cwd.iterdir())  # no rank wrote an outputs/ dir of its own
+    run_ids = set()
+    for job, objective in enumerate(OBJECTIVES):
+        run = root / str(job)
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["objective"] == objective
+        assert summary["world_size"] == 2 and summary["global_batch_size"] == 2 * summary["batch_size_per_device"]
+        assert len(list((run / "wandb").glob("offline-run-*"))) == 1
+        record = wandb_run_record(run)
+        run_ids.add(record["run_id"])
+        recorded = wandb_summary(run)
+        assert recorded["state"] == "finished"
+        assert recorded["config"]["global_batch_size"] == 16 and recorded["config"]["batch_size_per_device"] == 8
+        assert recorded["summary"]["train/tokens_seen"] == summary["tokens_seen"]  # logged from rank 0
+    assert len(run_ids) == len(OBJECTIVES)
+    assert out.stdout.count("[job ") == len(OBJECTIVES)  # one sweep, not one per rank
+
+
+def test_ddp_tokens_seen_counts_every_rank(ddp_sweep):
+    root, _, _ = ddp_sweep
+    summary = json.loads((root / "1" / "summary.json").read_text())  # clm: windows of 33 tokens
+    assert summary["tokens_seen"] == 6 * 2 * 8 * 33
+
+
+@pytest.mark.slow
+def test_compile_option_runs(train):
+    out = train("objective=clm", "trainer.compile=true")
+    assert out.returncode == 0, out.stderr[-3000:]
