@@ -7,6 +7,7 @@ of the wrong type is refused by Hydra with the key's full name.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -83,6 +84,7 @@ class TrainerConfig:
     weight_decay: float = 0.1
     betas: List[float] = field(default_factory=lambda: [0.9, 0.95])
     warmup_steps: int = 20
+    lr_decay_steps: Optional[int] = None  # cosine length; default max_steps (keep it when resuming to train longer)
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
     progress_bar: bool = True
@@ -110,7 +112,8 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     seed: int = 0
-    ckpt_path: Optional[str] = None     # resume from this checkpoint
+    ckpt_path: Optional[str] = None     # start from this checkpoint, in a new run dir
+    resume: Optional[str] = None        # a run dir: continue that run (its config, last checkpoint, W&B run)
 
 
 def per_stack(blocks: int, architecture: str) -> int:
@@ -119,8 +122,19 @@ def per_stack(blocks: int, architecture: str) -> int:
     return max(1, blocks // 2) if architecture == "encoder_decoder" else blocks
 
 
+def run_dir(resume: Optional[str], fresh: str) -> str:
+    """hydra.run.dir: the run being resumed, else a fresh timestamped dir."""
+    return resume if resume else fresh
+
+
+def output_subdir(resume: Optional[str]) -> str:
+    """hydra.output_subdir: a resumed run keeps its original .hydra/ and records the resume beside it."""
+    return f".hydra/resume-{datetime.now():%Y-%m-%d_%H-%M-%S}" if resume else ".hydra"
+
+
 def register() -> None:
     from omegaconf import OmegaConf
-    if not OmegaConf.has_resolver("per_stack"):
-        OmegaConf.register_new_resolver("per_stack", per_stack)
+    for name, fn in (("per_stack", per_stack), ("selfsup_run_dir", run_dir), ("selfsup_output_subdir", output_subdir)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn, use_cache=True)
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)

@@ -168,6 +168,9 @@ class SelfSupModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self._fit_start = (time.perf_counter(), self.tokens_seen)
+        # A checkpoint saved at a batch end stores Lightning's logging-step counter before that batch
+        # counts, so a resumed run would log its first step under the previous step's number.
+        self.trainer.fit_loop.epoch_loop._batches_that_stepped = self.global_step
 
     def on_train_batch_start(self, tokens: torch.Tensor, batch_idx: int) -> None:
         if self.flops_per_batch is None:

@@ -72,13 +72,21 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
         if mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
             name, group, tags = run_identity(cfg)
+            id_file = run_dir / "wandb-run-id"  # a resumed run continues the same W&B run
+            if not id_file.exists():
+                import secrets
+                import string
+                id_file.write_text("".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8)))
             wandb_logger = WandbLogger(
                 save_dir=str(run_dir), project=cfg.logger.project, entity=cfg.logger.entity, name=name, group=group,
-                tags=tags, mode=mode, config=OmegaConf.to_container(cfg, resolve=True), job_type="train")
+                tags=tags, mode=mode, config=OmegaConf.to_container(cfg, resolve=True), job_type="train",
+                id=id_file.read_text().strip(), resume="allow")
             wandb_logger._wandb_init.pop("anonymous", None)  # Lightning passes it; wandb warns it has no effect
             loggers.append(wandb_logger)
     if cfg.logger.csv:
-        loggers.append(CSVLogger(save_dir=str(run_dir), name="csv", version=""))
+        # a resumed run writes its own CSV beside the first (Lightning would overwrite metrics.csv)
+        version = "" if not cfg.resume else f"resume-{len(list((run_dir / 'csv').glob('resume-*'))) + 1}"
+        loggers.append(CSVLogger(save_dir=str(run_dir), name="csv", version=version))
     return loggers
 
 
@@ -146,7 +154,8 @@ def build(cfg: DictConfig):
         model.compile(dynamic=False)  # in place: checkpoints keep plain parameter names
     t = cfg.trainer
     module = SelfSupModule(model, objective, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
-                           warmup_steps=t.warmup_steps, max_steps=t.max_steps, min_lr_ratio=t.min_lr_ratio,
+                           warmup_steps=t.warmup_steps, max_steps=t.lr_decay_steps or t.max_steps,
+                           min_lr_ratio=t.min_lr_ratio,
                            grad_clip=t.grad_clip, accumulate=t.accumulate, seed=cfg.seed, max_tokens=t.max_tokens)
     return dm, objective, model, module
 
@@ -250,12 +259,31 @@ def check_before_building(cfg: DictConfig, run_dir: Path) -> None:
     problem = compatibility_error(cfg.objective.name, cfg.architecture.name)
     if problem:
         raise SelfSupError(problem)
-    if (run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists():
-        raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; pick a new hydra.run.dir, "
-                           f"or resume into a new dir with ckpt_path={run_dir}/checkpoints/last.ckpt")
+    if not cfg.resume and ((run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists()):
+        raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
+                           f"resume={run_dir}, or pick a new hydra.run.dir")
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
-                           f"outputs/<date>/<time>/checkpoints/last.ckpt")
+                           f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
+
+
+def resumed_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    """`resume=RUN_DIR`: that run's config, with this command's key=value overrides on top, from
+    its last checkpoint."""
+    original, last = run_dir / ".hydra" / "config.yaml", run_dir / "checkpoints" / "last.ckpt"
+    if not original.is_file():
+        raise SelfSupError(f"resume={run_dir} is not a selfsup run dir (no .hydra/config.yaml): pass the dir of "
+                           f"a run, e.g. outputs/<date>/<time>")
+    if not last.is_file():
+        raise SelfSupError(f"resume={run_dir} has no checkpoints/last.ckpt to continue from: start it again instead")
+    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
+    groups = [o for o in overrides if "=" in o and "." not in o.split("=", 1)[0]]
+    if groups:
+        raise SelfSupError(f"resume cannot change config groups ({', '.join(groups)}): the run keeps its "
+                           f"objective, architecture and data; override single keys such as trainer.max_steps=…")
+    merged = OmegaConf.merge(OmegaConf.load(original), OmegaConf.from_dotlist(overrides))
+    merged.resume, merged.ckpt_path = str(run_dir), str(last)
+    return merged
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
@@ -263,6 +291,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     try:
+        if cfg.resume:
+            cfg = resumed_config(cfg, run_dir)
         check_before_building(cfg, run_dir)
         summary = fit(cfg, run_dir)
     except Exception as err:

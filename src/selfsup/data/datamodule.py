@@ -217,10 +217,15 @@ class SelfSupDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
         windows = self._windows("train")
+        batch = self.batch_size * self.batches_per_step
+        sampler = ShardedSampler(len(windows), rank, world, seed=self.seed, shuffle=True)
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None and trainer.global_step:  # resumed mid-epoch: continue where that epoch was
+            sampler.skip = (trainer.global_step % (len(sampler) // batch)) * batch
         return DataLoader(
             windows,
-            batch_size=self.batch_size * self.batches_per_step,
-            sampler=ShardedSampler(len(windows), rank, world, seed=self.seed, shuffle=True),
+            batch_size=batch,
+            sampler=sampler,
             drop_last=True,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
@@ -253,6 +258,7 @@ class ShardedSampler(torch.utils.data.Sampler):
                  even: bool = True):
         self.length, self.rank, self.world, self.seed = length, rank, world, seed
         self.shuffle, self.even, self.epoch = shuffle, even, 0
+        self.skip = 0  # indices to skip once, at the next iteration (resuming mid-epoch)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -267,7 +273,9 @@ class ShardedSampler(torch.utils.data.Sampler):
         return order[self.rank :: self.world].tolist()
 
     def __iter__(self):
-        return iter(self.indices())
+        skip, self.skip = self.skip, 0
+        return iter(self.indices()[skip:])
 
     def __len__(self) -> int:
-        return self.length // self.world if self.even else len(range(self.rank, self.length, self.world))
+        full = self.length // self.world if self.even else len(range(self.rank, self.length, self.world))
+        return full - self.skip

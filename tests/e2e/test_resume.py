@@ -1,0 +1,29 @@
+"""Exact resume: a run stopped after N steps and resumed to 2N equals a run of 2N steps, bitwise."""
+
+import csv
+
+
+def losses(run_dir, csv_file="csv/metrics.csv"):
+    rows = csv.DictReader(open(run_dir / csv_file))
+    return {int(r["step"]): r["train/loss"] for r in rows if r.get("train/loss")}
+
+
+def test_resume_run_dir_continues_bitwise(train, tmp_path):
+    settings = ["objective=mlm", "trainer.lr_decay_steps=8", "trainer.checkpoint_every_n_steps=4",
+                "trainer.val_check_interval=4"]
+    straight = train(*settings, "trainer.max_steps=8", run_dir=tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    first = train(*settings, "trainer.max_steps=4", run_dir=tmp_path / "stopped")
+    assert first.returncode == 0, first.stderr[-2000:]
+    resumed = train("resume=" + str(tmp_path / "stopped"), "trainer.max_steps=8", run_dir=tmp_path / "stopped")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    expected = losses(tmp_path / "straight")
+    got = {**losses(tmp_path / "stopped"), **losses(tmp_path / "stopped", "csv/resume-1/metrics.csv")}
+    assert len(expected) == 8 and got == expected  # same strings: bitwise-equal float32 losses
+    # the resumed run continues the same W&B run: both offline segments carry the id kept in the run dir
+    stopped = tmp_path / "stopped"
+    run_id = (stopped / "wandb-run-id").read_text().strip()
+    segments = sorted((stopped / "wandb").glob("offline-run-*"))
+    assert len(segments) == 2 and all(s.name.endswith(run_id) for s in segments)
+    assert (stopped / ".hydra" / "config.yaml").read_text().count("max_steps: 4") == 1  # the original config kept
+    assert list((stopped / ".hydra").glob("resume-*/overrides.yaml"))  # and the resume recorded beside it
