@@ -546,72 +546,6 @@ def test_sigusr1_saves_last_ckpt_and_stops_cleanly_in_process(tmp_path):
     assert resumed.global_step == 5
 
 
-PREEMPTED_RUN = """
-import json, signal, sys
-import lightning as L, torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from selfsup.data.vocab import Vocab
-from selfsup.models import build_model
-from selfsup.module import SelfSupModule
-from selfsup.objectives import MaskedLM
-from selfsup.reliability import AtomicCheckpointIO, PreemptionHandler
-
-run_dir, marker = sys.argv[1], sys.argv[2]
-
-class Progress(Callback):
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step == 3:
-            open(marker, "w").close()
-
-V = Vocab(size=300, n_sentinels=10)
-torch.manual_seed(0)
-module = SelfSupModule(build_model("encoder", V.size, 32, d_model=32, n_layers=1, n_heads=2), MaskedLM(V, 32),
-                       warmup_steps=2, max_steps=1_000_000)
-data = torch.utils.data.DataLoader(torch.randint(V.first_ordinary, V.size, (64, 32)), batch_size=8)
-handler = PreemptionHandler()
-trainer = L.Trainer(accelerator="cpu", max_steps=1_000_000, logger=False, enable_progress_bar=False,
-                    enable_model_summary=False, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()],
-                    callbacks=[ModelCheckpoint(dirpath=run_dir + "/checkpoints", save_last=True), Progress(), handler])
-trainer.fit(module, data)
-print(json.dumps({"preempted": handler.preempted, "checkpoint": handler.checkpoint_path,
-                  "global_step": trainer.global_step, "received_sigterm": trainer.received_sigterm,
-                  "sigterm_restored": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL}))
-sys.exit(0 if handler.preempted else 3)   # the lab: a preempted run exits 0
-"""
-
-
-def wait_for(condition, proc, timeout):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if proc.poll() is not None:
-            pytest.fail(f"the process ended early with code {proc.returncode}")
-        if time.monotonic() > deadline:
-            pytest.fail("no progress in time")
-        time.sleep(0.05)
-
-
-def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
-    script, marker, run_dir = tmp_path / "run.py", tmp_path / "step3", tmp_path / "run"
-    script.write_text(textwrap.dedent(PREEMPTED_RUN))
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, str(script), str(run_dir), str(marker)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        wait_for(marker.exists, proc, timeout=90)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err[-2000:]
-    result = json.loads(out.strip().splitlines()[-1])
-    assert result["preempted"] == "SIGTERM" and not result["received_sigterm"] and result["sigterm_restored"]
-    assert result["checkpoint"] == str(run_dir / "checkpoints" / "last.ckpt")
-    ckpt = load_checkpoint_safely(result["checkpoint"])
-    assert ckpt["global_step"] >= 3 and ckpt["global_step"] == result["global_step"]
-    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.endswith(".tmp")]
-
-
 # ============================================================================ secrets, memory
 
 
@@ -649,3 +583,96 @@ def test_rss_mb_sees_memory_being_used():
     assert 150 < rss_mb() - before < 400
     assert before > 10
     del block
+
+
+# ============================================================================ preemption by SIGTERM (last: its process starts with the module)
+
+
+PREEMPTED_RUN = """
+import json, os, signal, sys, time
+import lightning as L, torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from selfsup.data.vocab import Vocab
+from selfsup.models import build_model
+from selfsup.module import SelfSupModule
+from selfsup.objectives import MaskedLM
+from selfsup.reliability import AtomicCheckpointIO, PreemptionHandler
+
+run_dir, marker, go = sys.argv[1], sys.argv[2], sys.argv[3]
+
+class Gate(Callback):  # started early, so that Python and Lightning load while other tests run
+    def on_train_start(self, trainer, pl_module):
+        deadline = time.monotonic() + 300
+        while not os.path.exists(go):
+            if time.monotonic() > deadline:
+                sys.exit(4)
+            time.sleep(0.05)
+
+class Progress(Callback):
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == 3:
+            open(marker, "w").close()
+
+V = Vocab(size=300, n_sentinels=10)
+torch.manual_seed(0)
+module = SelfSupModule(build_model("encoder", V.size, 32, d_model=32, n_layers=1, n_heads=2), MaskedLM(V, 32),
+                       warmup_steps=2, max_steps=1_000_000)
+data = torch.utils.data.DataLoader(torch.randint(V.first_ordinary, V.size, (64, 32)), batch_size=8)
+handler = PreemptionHandler()
+trainer = L.Trainer(accelerator="cpu", max_steps=1_000_000, logger=False, enable_progress_bar=False,
+                    enable_model_summary=False, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()],
+                    callbacks=[Gate(), ModelCheckpoint(dirpath=run_dir + "/checkpoints", save_last=True), Progress(),
+                               handler])
+trainer.fit(module, data)
+print(json.dumps({"preempted": handler.preempted, "checkpoint": handler.checkpoint_path,
+                  "global_step": trainer.global_step, "received_sigterm": trainer.received_sigterm,
+                  "sigterm_restored": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL}))
+sys.exit(0 if handler.preempted else 3)   # the lab: a preempted run exits 0
+"""
+
+
+def wait_for(condition, proc, timeout):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"the process ended early with code {proc.returncode}")
+        if time.monotonic() > deadline:
+            pytest.fail("no progress in time")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def preemptable_run(tmp_path_factory):
+    """A real training process (a script, a fresh interpreter), started now; it trains once told to."""
+    folder = tmp_path_factory.mktemp("preempted")
+    script = folder / "run.py"
+    script.write_text(textwrap.dedent(PREEMPTED_RUN))
+    paths = SimpleNamespace(run_dir=folder / "run", marker=folder / "step3", go=folder / "go",
+                            out=folder / "stdout.txt", err=folder / "stderr.txt")
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with open(paths.out, "w") as out, open(paths.err, "w") as err:
+        proc = subprocess.Popen([sys.executable, str(script), str(paths.run_dir), str(paths.marker), str(paths.go)],
+                                stdout=out, stderr=err, env=env)
+    yield proc, paths
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_0(preemptable_run):
+    proc, paths = preemptable_run
+    paths.go.touch()
+    try:
+        wait_for(paths.marker.exists, proc, timeout=120)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, paths.err.read_text()[-2000:]
+    result = json.loads(paths.out.read_text().strip().splitlines()[-1])
+    assert result["preempted"] == "SIGTERM" and not result["received_sigterm"] and result["sigterm_restored"]
+    assert result["checkpoint"] == str(paths.run_dir / "checkpoints" / "last.ckpt")
+    ckpt = load_checkpoint_safely(result["checkpoint"])
+    assert ckpt["global_step"] >= 3 and ckpt["global_step"] == result["global_step"]
+    assert not [p for p in (paths.run_dir / "checkpoints").iterdir() if p.name.endswith(".tmp")]

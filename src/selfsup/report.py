@@ -112,8 +112,8 @@ VALUES_NOTE = (
     "Values are the last ones each run logged: val loss = the last logged val/loss, val ppl = the last "
     "val/perplexity, signal/token = the last val/signal_per_token, tokens seen = the last train/tokens_seen, "
     "tokens/s = the last perf/tokens_per_sec (training throughput over the last logging window). "
-    "Source: W&B run files (offline runs, read with `wandb leet inspect`), the W&B API (online runs), "
-    "else csv/metrics.csv.")
+    "Source (column data): W&B run files (offline runs, read with `wandb leet inspect`), the W&B API (online "
+    "runs), else csv/metrics.csv, else (logger=none) the final values in summary.json.")
 
 
 @dataclass
@@ -127,7 +127,7 @@ class Run:
     architecture: str | None = None
     config: dict = field(default_factory=dict)       # flattened .hydra/config.yaml
     history: list[dict] = field(default_factory=list)
-    source: str = "-"                                # wandb-file | wandb-api | csv | -
+    source: str = "-"                                # wandb-file | wandb-api | csv | summary.json | -
     wandb_dir: Path | None = None
     wandb_online: bool = False                       # an online run, or an offline one already synced
     wandb_record: dict = field(default_factory=dict)  # the run record: run_id, run_group, project, entity, ...
@@ -155,7 +155,7 @@ class Run:
         points = []
         for item in self.history:
             loss, tokens = _number(item.get("val/loss")), _number(item.get("train/tokens_seen"))
-            if loss is not None and tokens is not None:
+            if _finite(loss) and _finite(tokens):
                 points.append((tokens, loss))
         return points
 
@@ -170,10 +170,13 @@ def _number(value) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     try:
-        number = float(value)
+        return float(value)  # NaN and inf too: a diverged run's last logged loss is NaN, and says so
     except (TypeError, ValueError):
         return None
-    return number if math.isfinite(number) else None
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 # ---------------------------------------------------------------------------- finding runs
@@ -364,6 +367,12 @@ def load_run(run: Run) -> Run:
     else:
         run.history = csv_history(job)
         run.source = "csv" if run.history else "-"
+    if not run.history and summary.get("val_loss") is not None:  # logger=none: the values summary.json kept
+        run.history = [{"val/loss": summary["val_loss"], "val/perplexity": summary.get("val_perplexity"),
+                        "train/signal_per_token": summary.get("signal_per_token"),
+                        "train/tokens_seen": summary.get("tokens_seen"),
+                        "perf/tokens_per_sec": summary.get("tokens_per_sec")}]
+        run.source = "summary.json"
     if not run.config and run.wandb_record.get("config"):
         config = run.wandb_record["config"]
         run.config = _flatten({k: v for k, v in (config.get("update") or config).items() if k != "_wandb"})
@@ -480,8 +489,8 @@ def plot_loss_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives: 
                       xlabel: str) -> bytes | None:
     """Val loss against one config value: one line per setting of the other swept values (seed aside),
     points = mean over seeds, bars = min-max over seeds. None when fewer than 2 distinct x values."""
-    chosen = [r for r in runs if r.finished and r.objective in objectives and r.metrics()["val_loss"] is not None
-              and _number(r.config.get(x_key)) is not None]
+    chosen = [r for r in runs if r.finished and r.objective in objectives and _finite(r.metrics()["val_loss"])
+              and _finite(_number(r.config.get(x_key)))]
     if len({_number(r.config.get(x_key)) for r in chosen}) < 2:
         return None
     other = [k for k in keys if k not in (x_key, SEED)]

@@ -123,11 +123,20 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*when logging on epoch level in distributed setting.*")
 
 
+def make_objective(cfg: DictConfig, vocab):
+    from selfsup.objectives import build_objective
+    o = cfg.objective
+    params = {"mlm": dict(mask_rate=o.mask_rate, mask_token_prob=o.mask_token_prob,
+                          random_token_prob=o.random_token_prob, whole_word=o.whole_word),
+              "span_corruption": dict(mask_rate=o.mask_rate, mean_span_length=o.mean_span_length),
+              "ul2": dict(denoisers=OmegaConf.to_container(o.denoisers), mode_tokens=o.mode_tokens)}.get(o.name, {})
+    return build_objective(o.name, vocab, cfg.data.seq_len, cfg.architecture.name, **params)
+
+
 def build(cfg: DictConfig):
     from selfsup.data import SelfSupDataModule
     from selfsup.models import build_model
     from selfsup.module import SelfSupModule
-    from selfsup.objectives import build_objective
     d = cfg.data
     dm = SelfSupDataModule(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
                            hf_config=d.hf_config, hf_split=d.hf_split,
@@ -136,12 +145,7 @@ def build(cfg: DictConfig):
                            val_fraction=d.val_fraction, batch_size=d.batch_size, num_workers=d.num_workers,
                            cache_dir=d.cache_dir, seed=cfg.seed)
     vocab = dm.prepare()
-    o = cfg.objective
-    params = {"mlm": dict(mask_rate=o.mask_rate, mask_token_prob=o.mask_token_prob,
-                          random_token_prob=o.random_token_prob, whole_word=o.whole_word),
-              "span_corruption": dict(mask_rate=o.mask_rate, mean_span_length=o.mean_span_length),
-              "ul2": dict(denoisers=OmegaConf.to_container(o.denoisers), mode_tokens=o.mode_tokens)}.get(o.name, {})
-    objective = build_objective(o.name, vocab, d.seq_len, cfg.architecture.name, **params)
+    objective = make_objective(cfg, vocab)
     dm.set_window(objective.raw_length, cfg.trainer.accumulate)
     a = cfg.architecture
     try:
@@ -265,6 +269,10 @@ def check_before_building(cfg: DictConfig, run_dir: Path) -> None:
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
                            f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
+    # the objective's own parameters, against the vocabulary layout the data will have (no data read)
+    from selfsup.data.vocab import Vocab
+    if not cfg.objective.whole_word:
+        make_objective(cfg, Vocab(size=max(cfg.data.vocab_size, 1_000_000), n_sentinels=cfg.data.n_sentinels))
 
 
 def resumed_config(cfg: DictConfig, run_dir: Path) -> DictConfig:

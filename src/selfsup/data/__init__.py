@@ -1,6 +1,5 @@
 """Data layer: text sources → byte-level BPE tokenizer + token cache → fixed-length windows."""
 
-from selfsup.data.datamodule import SOURCES, SelfSupDataModule, TokenWindows
 from selfsup.data.sources import (
     DataError,
     builtin_documents,
@@ -20,6 +19,16 @@ from selfsup.data.tokenizer import (
     vocab_from_tokenizer,
 )
 from selfsup.data.vocab import WORD_START_MARKER, Vocab, special_tokens
+
+
+def __getattr__(name: str):
+    """The data module imports Lightning (seconds); load it only when asked for, so that the
+    checks that run before any data is read stay fast."""
+    if name in ("SOURCES", "SelfSupDataModule", "TokenWindows"):
+        from selfsup.data import datamodule
+        return getattr(datamodule, name)
+    raise AttributeError(f"module 'selfsup.data' has no attribute {name!r}")
+
 
 __all__ = [
     "FORMAT_VERSION",
