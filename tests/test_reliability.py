@@ -137,8 +137,8 @@ def trainer(tmp_path, callbacks=(), max_steps=4, **kwargs) -> L.Trainer:
 
 def lab_checkpoint_callback(tmp_path, **kwargs) -> ModelCheckpoint:
     """As train.py builds it."""
-    options = dict(filename="step{step:06d}", auto_insert_metric_name=False, monitor="val/loss", mode="min",
-                   save_top_k=1, save_last=True)
+    options = {"filename": "step{step:06d}", "auto_insert_metric_name": False, "monitor": "val/loss", "mode": "min",
+               "save_top_k": 1, "save_last": True}
     options.update(kwargs)
     return ModelCheckpoint(dirpath=tmp_path / "checkpoints", **options)
 
@@ -244,7 +244,7 @@ class FailingFile:
     """A real file whose writes fail with `error` after `after` bytes (a disk filling up)."""
 
     def __init__(self, path, error, after=4096):
-        self.f, self.error, self.after, self.written = open(path, "xb"), error, after, 0
+        self.f, self.error, self.after, self.written = open(path, "xb"), error, after, 0  # noqa: SIM115
         self.path = path
 
     def write(self, data):
@@ -294,7 +294,7 @@ def test_failed_write_keeps_the_old_checkpoint_and_leaves_no_temp_file(tmp_path,
 def test_real_disk_full_from_the_kernel_is_recognised(tmp_path, monkeypatch):
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full")
-    monkeypatch.setattr(reliability, "_open_new", lambda path: open("/dev/full", "wb"))
+    monkeypatch.setattr(reliability, "_open_new", lambda path: open("/dev/full", "wb"))  # noqa: SIM115
     with pytest.raises(CheckpointDiskFull, match="the disk is full"):  # torch wraps it in a RuntimeError
         AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(100_000)}, tmp_path / "last.ckpt")
 
@@ -319,7 +319,7 @@ class Stalling:
     """A real file that, once half of the checkpoint is on disk, says so and waits to be killed."""
 
     def __init__(self, path, marker):
-        self.f, self.n, self.marker = open(path, "xb"), 0, marker
+        self.f, self.n, self.marker = open(path, "xb"), 0, marker  # noqa: SIM115
 
     def write(self, data):
         self.n += self.f.write(data)
@@ -546,6 +546,27 @@ def test_sigusr1_saves_last_ckpt_and_stops_cleanly_in_process(tmp_path):
     assert resumed.global_step == 5
 
 
+def test_second_signal_hands_over_to_the_previous_handler_and_slurm_keeps_its_requeue_signal():
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+    calls = []
+    original = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
+    try:
+        previous = signal.getsignal(signal.SIGUSR2)
+        handler = PreemptionHandler(signals=(signal.SIGUSR2,))
+        handler._install(SimpleNamespace())
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert calls == [] and handler._received == signal.SIGUSR2  # first: only noted, for the batch end
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert calls == [signal.SIGUSR2]  # second: the previous handler, which is back in place
+        assert signal.getsignal(signal.SIGUSR2) is previous
+    finally:
+        signal.signal(signal.SIGUSR2, original)
+    slurm = SimpleNamespace(_accelerator_connector=SimpleNamespace(
+        cluster_environment=SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1)))
+    assert PreemptionHandler()._handled_signals(slurm) == [signal.SIGTERM]
+    assert PreemptionHandler()._handled_signals(SimpleNamespace()) == [signal.SIGTERM, signal.SIGUSR1]
+
+
 # ============================================================================ secrets, memory
 
 
@@ -585,11 +606,11 @@ def test_rss_mb_sees_memory_being_used():
     del block
 
 
-# ============================================================================ preemption by SIGTERM (last: its process starts with the module)
+# ============================================================================ preemption by SIGTERM
 
 
 PREEMPTED_RUN = """
-import json, os, signal, sys, time
+import json, signal, sys
 import lightning as L, torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from selfsup.data.vocab import Vocab
@@ -598,15 +619,7 @@ from selfsup.module import SelfSupModule
 from selfsup.objectives import MaskedLM
 from selfsup.reliability import AtomicCheckpointIO, PreemptionHandler
 
-run_dir, marker, go = sys.argv[1], sys.argv[2], sys.argv[3]
-
-class Gate(Callback):  # started early, so that Python and Lightning load while other tests run
-    def on_train_start(self, trainer, pl_module):
-        deadline = time.monotonic() + 300
-        while not os.path.exists(go):
-            if time.monotonic() > deadline:
-                sys.exit(4)
-            time.sleep(0.05)
+run_dir, marker = sys.argv[1], sys.argv[2]
 
 class Progress(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -621,8 +634,7 @@ data = torch.utils.data.DataLoader(torch.randint(V.first_ordinary, V.size, (64, 
 handler = PreemptionHandler()
 trainer = L.Trainer(accelerator="cpu", max_steps=1_000_000, logger=False, enable_progress_bar=False,
                     enable_model_summary=False, default_root_dir=run_dir, plugins=[AtomicCheckpointIO()],
-                    callbacks=[Gate(), ModelCheckpoint(dirpath=run_dir + "/checkpoints", save_last=True), Progress(),
-                               handler])
+                    callbacks=[ModelCheckpoint(dirpath=run_dir + "/checkpoints", save_last=True), Progress(), handler])
 trainer.fit(module, data)
 print(json.dumps({"preempted": handler.preempted, "checkpoint": handler.checkpoint_path,
                   "global_step": trainer.global_step, "received_sigterm": trainer.received_sigterm,
@@ -641,38 +653,26 @@ def wait_for(condition, proc, timeout):
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def preemptable_run(tmp_path_factory):
-    """A real training process (a script, a fresh interpreter), started now; it trains once told to."""
-    folder = tmp_path_factory.mktemp("preempted")
-    script = folder / "run.py"
+def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
+    """A real training process (a script, a fresh interpreter) gets SIGTERM after step 3."""
+    script, marker, run_dir = tmp_path / "run.py", tmp_path / "step3", tmp_path / "run"
     script.write_text(textwrap.dedent(PREEMPTED_RUN))
-    paths = SimpleNamespace(run_dir=folder / "run", marker=folder / "step3", go=folder / "go",
-                            out=folder / "stdout.txt", err=folder / "stderr.txt")
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    with open(paths.out, "w") as out, open(paths.err, "w") as err:
-        proc = subprocess.Popen([sys.executable, str(script), str(paths.run_dir), str(paths.marker), str(paths.go)],
-                                stdout=out, stderr=err, env=env)
-    yield proc, paths
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-
-
-def test_sigterm_saves_a_checkpoint_and_exits_0(preemptable_run):
-    proc, paths = preemptable_run
-    paths.go.touch()
+    with open(tmp_path / "stdout.txt", "w") as out, open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.Popen([sys.executable, str(script), str(run_dir), str(marker)], stdout=out, stderr=err,
+                                env=env)
     try:
-        wait_for(paths.marker.exists, proc, timeout=120)
+        wait_for(marker.exists, proc, timeout=120)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, paths.err.read_text()[-2000:]
-    result = json.loads(paths.out.read_text().strip().splitlines()[-1])
+            proc.wait()
+    assert proc.returncode == 0, (tmp_path / "stderr.txt").read_text()[-2000:]
+    result = json.loads((tmp_path / "stdout.txt").read_text().strip().splitlines()[-1])
     assert result["preempted"] == "SIGTERM" and not result["received_sigterm"] and result["sigterm_restored"]
-    assert result["checkpoint"] == str(paths.run_dir / "checkpoints" / "last.ckpt")
+    assert result["checkpoint"] == str(run_dir / "checkpoints" / "last.ckpt")
     ckpt = load_checkpoint_safely(result["checkpoint"])
     assert ckpt["global_step"] >= 3 and ckpt["global_step"] == result["global_step"]
-    assert not [p for p in (paths.run_dir / "checkpoints").iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.endswith(".tmp")]

@@ -152,6 +152,9 @@ class SelfSupModule(L.LightningModule):
         for metric in (self.val_loss, self.val_accuracy, self.val_scored, self.val_inputs):
             metric.reset()
         self.log_dict(metrics, prog_bar=True)
+        # the x-axes in the same row, so every val point has its tokens seen in W&B and the CSV
+        self.log_dict({"train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen)},
+                      rank_zero_only=True)
 
     # ------------------------------------------------------------------ optimizer, state
     def configure_optimizers(self):
@@ -168,11 +171,14 @@ class SelfSupModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self._fit_start = (time.perf_counter(), self.tokens_seen)
-        # A checkpoint saved at a batch end stores Lightning's logging-step counter before that batch
-        # counts, so a resumed run would log its first step under the previous step's number.
-        self.trainer.fit_loop.epoch_loop._batches_that_stepped = self.global_step
+        self._align_log_step = True
 
     def on_train_batch_start(self, tokens: torch.Tensor, batch_idx: int) -> None:
+        if getattr(self, "_align_log_step", False):
+            # A checkpoint saved at a batch end stores Lightning's logging-step counter before that
+            # batch counts, so a resumed run would log its first step under the previous number.
+            self.trainer.fit_loop.epoch_loop._batches_that_stepped = self.global_step
+            self._align_log_step = False
         if self.flops_per_batch is None:
             self.flops_per_batch = self.measure_flops(tokens) * self.trainer.world_size
 

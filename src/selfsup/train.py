@@ -54,7 +54,8 @@ def run_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
     hc = HydraConfig.get()
     swept_keys = set(filter(None, os.environ.get("SELFSUP_SWEPT", "").split(",")))
     swept = [o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept_keys]
-    values = [o.split(".")[-1] for o in swept if not o.startswith(("objective=", "architecture="))]
+    values = [f"{o.split('=', 1)[0].split('.')[-1]}={o.split('=', 1)[1]}" for o in swept
+              if not o.startswith(("objective=", "architecture="))]
     name = cfg.logger.name or "-".join([cfg.objective.name, cfg.architecture.name, *values])
     group = cfg.logger.group
     if group is None and hc.mode.name == "MULTIRUN":
