@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.config import register
+from selfsup.wandb_utils import wandb_mode
 
 log = logging.getLogger("selfsup")
 CONF_DIR = Path(os.environ.get("SELFSUP_CONF", Path(__file__).resolve().parents[2] / "conf"))
@@ -35,20 +36,6 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 # ---------------------------------------------------------------------------- W&B
-def wandb_mode(requested: str) -> str:
-    """auto: offline unless the user configured W&B (WANDB_MODE, or an API key); never a prompt."""
-    if requested != "auto":
-        return requested
-    if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
-    if os.environ.get("WANDB_API_KEY"):
-        return "online"
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    if netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
-        return "online"
-    return "offline"
-
-
 def run_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
     """W&B name, group and tags: the objective, the architecture and the values this sweep varies."""
     hc = HydraConfig.get()

@@ -1,0 +1,3 @@
+from selfsup.report.cli import main
+
+main()

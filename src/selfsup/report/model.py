@@ -1,0 +1,100 @@
+"""What a report is made of: a `Run` (its config, status and logged history), the config keys that matter, and
+`ReportError`, the one-line error every stage raises."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ReportError(Exception):
+    """A problem the user can fix; printed as one line `error: ...`, exit status 2."""
+
+
+# Objective knobs each objective actually uses: the others are shown as n/a and never group plots.
+OBJECTIVE_KEYS = {
+    "mlm": {"objective.mask_rate", "objective.mask_token_prob", "objective.random_token_prob",
+            "objective.whole_word"},
+    "span_corruption": {"objective.mask_rate", "objective.mean_span_length"},
+    "ul2": {"objective.denoisers", "objective.mode_tokens"},
+    "clm": set(),
+    "prefix_lm": set(),
+}
+# Config keys that differ between runs without changing what was trained.
+IGNORED_KEYS = {"objective.name", "architecture.name", "data.cache_dir", "data.num_workers", "trainer.progress_bar",
+                "trainer.checkpoint_every_n_steps"}
+IGNORED_PREFIXES = ("logger.", "hydra.")
+MASK_RATE, SPAN_LENGTH, SEED = "objective.mask_rate", "objective.mean_span_length", "seed"
+
+
+@dataclass
+class Run:
+    label: str
+    path: Path
+    sweep: Path
+    status: str = "unknown"
+    error: str | None = None
+    objective: str | None = None
+    architecture: str | None = None
+    config: dict = field(default_factory=dict)       # flattened .hydra/config.yaml
+    history: list[dict] = field(default_factory=list)
+    source: str = "-"                                # wandb-file | wandb-api | csv | summary.json | -
+    wandb_dir: Path | None = None
+    wandb_online: bool = False                       # an online run, or an offline one already synced
+    wandb_record: dict = field(default_factory=dict)  # the run record: run_id, run_group, project, entity, ...
+    note: str | None = None
+
+    def last(self, *keys: str) -> float | None:
+        """The last logged value of the first of `keys` that was logged."""
+        for key in keys:
+            for item in reversed(self.history):
+                value = _number(item.get(key))
+                if value is not None:
+                    return value
+        return None
+
+    @property
+    def finished(self) -> bool:
+        return self.status == "finished"
+
+    def metrics(self) -> dict:
+        return {"val_loss": self.last("val/loss"), "val_perplexity": self.last("val/perplexity"),
+                "signal_per_token": self.last("val/signal_per_token", "train/signal_per_token"),
+                "tokens_seen": self.last("train/tokens_seen"), "tokens_per_sec": self.last("perf/tokens_per_sec")}
+
+    def val_curve(self) -> list[tuple[float, float]]:
+        points = []
+        for item in self.history:
+            loss, tokens = _number(item.get("val/loss")), _number(item.get("train/tokens_seen"))
+            if _finite(loss) and _finite(tokens):
+                points.append((tokens, loss))
+        return points
+
+    def value(self, key: str):
+        """A config value; n/a for an objective knob this run's objective does not use."""
+        if key.startswith("objective.") and self.objective in OBJECTIVE_KEYS and key not in OBJECTIVE_KEYS[self.objective]:
+            return "n/a"
+        return self.config.get(key)
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)  # NaN and inf too: a diverged run's last logged loss is NaN, and says so
+    except (TypeError, ValueError):
+        return None
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _show(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)

@@ -1,0 +1,142 @@
+"""The local report: the runs table and the plots as one self-contained HTML file, or Markdown with PNG files."""
+
+from __future__ import annotations
+
+import base64
+import html
+from datetime import datetime
+from pathlib import Path
+
+from selfsup.report.model import Run, _show
+
+PERPLEXITY_NOTE = (
+    "Perplexity is e^loss averaged over the positions an objective scores, and the objectives score "
+    "different positions, so perplexities of different objectives are not directly comparable: "
+    "MLM scores only the ~15% hidden tokens (the mask rate), each predicted with both sides visible; "
+    "CLM scores every next token, predicted from its left context only; span corruption scores the "
+    "dropped spans and their sentinel tokens, written by the decoder (prefix LM: the continuation after a "
+    "prefix seen both ways; UL2: a mixture of these). A lower MLM than CLM perplexity does not make a "
+    "better model. Compare perplexities within one objective (across mask rates, span lengths, seeds); "
+    "across objectives, read them together with the signal per token shown beside them: scored targets "
+    "÷ input tokens on the validation batches, i.e. how much training signal each token of text gives "
+    "(MLM ≈ the mask rate, CLM ≈ 1).")
+VALUES_NOTE = (
+    "Values are the last ones each run logged: val loss = the last logged val/loss, val ppl = the last "
+    "val/perplexity, signal/token = the last val/signal_per_token, tokens seen = the last train/tokens_seen, "
+    "tokens/s = the last perf/tokens_per_sec (training throughput over the last logging window). "
+    "Source (column data): W&B run files (offline runs, read with `wandb leet inspect`), the W&B API (online "
+    "runs), else csv/metrics.csv, else (logger=none) the final values in summary.json.")
+
+
+def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
+    header = ["run", "objective", "architecture", *keys, "val loss", "val ppl", "val signal/token",
+              "tokens seen", "tokens/s", "status", "data"]
+    rows = []
+    for run in runs:
+        m = run.metrics()
+        status = run.status if not run.error else f"{run.status}: {run.error}"
+        rows.append([run.label, run.objective or "-", run.architecture or "-", *[_show(run.value(k)) for k in keys],
+                     "-" if m["val_loss"] is None else f"{m['val_loss']:.4f}",
+                     "-" if m["val_perplexity"] is None else f"{m['val_perplexity']:.2f}",
+                     "-" if m["signal_per_token"] is None else f"{m['signal_per_token']:.3f}",
+                     "-" if m["tokens_seen"] is None else f"{m['tokens_seen']:,.0f}",
+                     "-" if m["tokens_per_sec"] is None else f"{m['tokens_per_sec']:,.0f}",
+                     status, run.source])
+    return header, rows
+
+
+# ---------------------------------------------------------------------------- writing
+def _title(runs: list[Run]) -> str:
+    sweeps = list(dict.fromkeys(str(r.sweep) for r in runs))
+    return "selfsup report: " + ", ".join(sweeps)
+
+
+def _counts(runs: list[Run]) -> str:
+    failed = sum(not r.finished for r in runs)
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}" + (f", {failed} not finished" if failed else "")
+
+
+CSS = """
+body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2em auto; max-width: 1200px;
+       color: #222; padding: 0 1em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.failed td { background: #fdecea; }
+figure { margin: 1.5em 0; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.9em; color: #555; }
+.note { background: #f7f7ff; border-left: 4px solid #88a; padding: 0.6em 1em; }
+code { background: #f3f3f3; padding: 0 0.2em; }
+"""
+
+NUMERIC = {"val loss", "val ppl", "val signal/token", "tokens seen", "tokens/s"}
+
+
+def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]]) -> str:
+    esc = html.escape
+    header, rows = table_rows(runs, keys)
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = []
+    for run, row in zip(runs, rows):
+        cells = []
+        for name, cell in zip(header, row):
+            title = ""
+            if name == "run":
+                bits = [str(run.path)] + ([f"W&B: {run.wandb_record['display_name']}"]
+                                          if run.wandb_record.get("display_name") else [])
+                title = f' title="{esc(" | ".join(bits))}"'
+            cls = ' class="num"' if name in NUMERIC else ""
+            cells.append(f"<td{cls}{title}>{esc(cell)}</td>")
+        body.append(f'<tr class="{"finished" if run.finished else "failed"}">{"".join(cells)}</tr>')
+    figures = "\n".join(
+        f'<figure id="{esc(name)}"><img alt="{esc(name)}" src="data:image/png;base64,'
+        f'{base64.b64encode(png).decode("ascii")}"><figcaption>{esc(caption)}</figcaption></figure>'
+        for name, caption, png in plots)
+    notes = [f"<li><b>{esc(r.label)}</b>: {esc(r.note)}</li>" for r in runs if r.note]
+    swept = ", ".join(f"<code>{esc(k)}</code>" for k in keys) or "nothing (one configuration)"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(_title(runs))}</title>
+<style>{CSS}</style></head>
+<body>
+<h1>{esc(_title(runs))}</h1>
+<p>{esc(_counts(runs))}; swept: {swept}. Written {datetime.now().strftime("%Y-%m-%d %H:%M")}.</p>
+<h2>Runs</h2>
+<table id="runs"><thead><tr>{head}</tr></thead><tbody>
+{chr(10).join(body)}
+</tbody></table>
+<p class="small">{esc(VALUES_NOTE)}</p>
+{"<ul>" + "".join(notes) + "</ul>" if notes else ""}
+<h2>Perplexity across objectives</h2>
+<p class="note">{esc(PERPLEXITY_NOTE)}</p>
+<h2>Plots</h2>
+{figures or "<p>No validation values were logged: nothing to plot.</p>"}
+</body></html>
+"""
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], out: Path) -> tuple[str, list[Path]]:
+    header, rows = table_rows(runs, keys)
+    lines = [f"# {_title(runs)}", "",
+             f"{_counts(runs)}; swept: {', '.join(f'`{k}`' for k in keys) or 'nothing (one configuration)'}.", "",
+             "## Runs", "",
+             "| " + " | ".join(_md_cell(h) for h in header) + " |",
+             "|" + "|".join("---:" if h in NUMERIC else "---" for h in header) + "|"]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    lines += ["", VALUES_NOTE, ""]
+    lines += [f"- **{r.label}**: {r.note}" for r in runs if r.note]
+    lines += ["", "## Perplexity across objectives", "", PERPLEXITY_NOTE, "", "## Plots", ""]
+    files = []
+    for name, caption, png in plots:
+        path = out.with_name(f"{out.stem}-{name}.png")
+        path.write_bytes(png)
+        files.append(path)
+        lines += [f"![{name}]({path.name})", "", f"*{caption}*", ""]
+    if not plots:
+        lines += ["No validation values were logged: nothing to plot.", ""]
+    return "\n".join(lines), files
