@@ -89,7 +89,9 @@ class TrainerConfig:
     grad_clip: float = 1.0
     progress_bar: bool = True
     compile: bool = False               # torch.compile the model (objectives give static shapes)
-    checkpoint_every_n_steps: Optional[int] = None  # default: at each evaluation
+    checkpoint_every_n_steps: Optional[int] = None  # last.ckpt every N steps (default: at each evaluation) and at the end
+    nonfinite: str = "stop"             # NaN/inf loss: stop (keep the last good checkpoint) | skip the batch
+    nonfinite_max_skips: int = 10       # skip: at most this many non-finite batches in a row, then stop
 
 
 @dataclass

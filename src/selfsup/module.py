@@ -96,6 +96,8 @@ class SelfSupModule(L.LightningModule):
         self.val_scored = SumMetric()
         self.val_inputs = SumMetric()
         self.flops_per_batch = None  # read by ThroughputMonitor; measured by the lab when it can
+        self.resume_record = None    # config/vocabulary/tokenizer fingerprint stored in checkpoints
+        self.nonfinite = None        # the NonFiniteGuard callback, when the trainer has one
 
     # ------------------------------------------------------------------ masks
     def generator(self, stream: str, *index: int) -> torch.Generator:
@@ -113,14 +115,17 @@ class SelfSupModule(L.LightningModule):
         logging = self.trainer._logger_connector.should_update_logs  # accuracy costs an argmax: only when logged
         nll_sum, correct = accumulate_gradients(self.model, micro, total_scored, self.trainer.world_size,
                                                 backward=self.manual_backward, accuracy=logging)
+        sums = self.trainer.strategy.reduce(torch.stack([nll_sum, correct.float()]), reduce_op="sum")
+        loss = sums[0] / max(total_scored, 1.0)
+        if self.nonfinite is not None and self.nonfinite.check(loss, self.trainer):
+            opt.zero_grad(set_to_none=True)  # skip this batch: no optimizer or scheduler step
+            return None
         if self.grad_clip:
             self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
         opt.step()
         opt.zero_grad(set_to_none=True)
         sched.step()
 
-        sums = self.trainer.strategy.reduce(torch.stack([nll_sum, correct.float()]), reduce_op="sum")
-        loss = sums[0] / max(total_scored, 1.0)
         self.tokens_seen += int(total_inputs)
         self.targets_seen += int(total_scored)
         if self.max_tokens and self.tokens_seen >= self.max_tokens:
@@ -169,6 +174,10 @@ class SelfSupModule(L.LightningModule):
             opt, lambda step: warmup_cosine(step, self.warmup_steps, self.max_steps, self.min_lr_ratio))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
+    def on_fit_start(self) -> None:
+        from selfsup.reliability import NonFiniteGuard
+        self.nonfinite = NonFiniteGuard.find(self.trainer)
+
     def on_train_start(self) -> None:
         self._fit_start = (time.perf_counter(), self.tokens_seen)
         self._align_log_step = True
@@ -198,7 +207,8 @@ class SelfSupModule(L.LightningModule):
         return (self.tokens_seen - tokens) / (time.perf_counter() - start) if start else None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["selfsup"] = {"tokens_seen": self.tokens_seen, "targets_seen": self.targets_seen}
+        checkpoint["selfsup"] = {"tokens_seen": self.tokens_seen, "targets_seen": self.targets_seen,
+                                 **(self.resume_record or {})}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("selfsup", {})

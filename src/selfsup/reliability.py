@@ -348,6 +348,22 @@ def _last_checkpoint(trainer) -> str:
     return str(ckpts[-1]) if ckpts else f"none yet (checkpoints go to {folder})"
 
 
+class LastCheckpoint(Callback):
+    """``last.ckpt`` every N training steps and when training ends, through the Trainer's
+    checkpoint IO (atomic). Lightning's ``save_last`` only rewrites it when a new best checkpoint
+    is saved, so a run whose validation loss rose would resume from an old step."""
+
+    def __init__(self, path, every_n_steps: int):
+        self.path, self.every_n_steps = Path(path), max(1, int(every_n_steps))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step and trainer.global_step % self.every_n_steps == 0:
+            trainer.save_checkpoint(self.path)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        trainer.save_checkpoint(self.path)
+
+
 class NonFiniteGuard(Callback):
     """Stops or skips optimizer steps whose loss is nan/inf.
 

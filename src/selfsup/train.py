@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.config import register
-from selfsup.wandb_utils import wandb_mode
+from selfsup.wandb_utils import api_key_configured, wandb_mode
 
 log = logging.getLogger("selfsup")
 CONF_DIR = Path(os.environ.get("SELFSUP_CONF", Path(__file__).resolve().parents[2] / "conf"))
@@ -32,7 +33,8 @@ class SelfSupError(Exception):
 def user_errors() -> tuple[type[BaseException], ...]:
     from selfsup.data import DataError
     from selfsup.objectives import ObjectiveError
-    return (SelfSupError, DataError, ObjectiveError)
+    from selfsup.reliability import CheckpointError, NonFiniteLossError
+    return (SelfSupError, DataError, ObjectiveError, CheckpointError, NonFiniteLossError)
 
 
 # ---------------------------------------------------------------------------- W&B
@@ -49,14 +51,22 @@ def run_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
         sweep = Path(hc.sweep.dir)
         group = f"sweep-{sweep.parent.name}-{sweep.name}"
     tags = list(cfg.logger.tags) + [f"objective={cfg.objective.name}", f"architecture={cfg.architecture.name}"] + swept
-    return name, group, [t[:64] for t in dict.fromkeys(tags)]
+    from selfsup.reliability import redact
+    return redact(name), group, [t[:64] for t in dict.fromkeys(redact(tags))]
 
 
 def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
     from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+    from selfsup.reliability import redact
+    from wandb import Settings as wandb_settings
     loggers = []
     if cfg.logger.wandb:
         mode = wandb_mode(cfg.logger.mode)
+        if mode == "online" and not api_key_configured():
+            log.warning("W&B online was asked for but no API key is configured (WANDB_API_KEY or `wandb login`): "
+                        "logging offline instead; upload later with the `wandb sync` command printed at the end")
+            mode = "offline"
         if mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
             name, group, tags = run_identity(cfg)
@@ -67,8 +77,10 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
                 id_file.write_text("".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8)))
             wandb_logger = WandbLogger(
                 save_dir=str(run_dir), project=cfg.logger.project, entity=cfg.logger.entity, name=name, group=group,
-                tags=tags, mode=mode, config=OmegaConf.to_container(cfg, resolve=True), job_type="train",
-                id=id_file.read_text().strip(), resume="allow")
+                tags=tags, mode=mode, config=redact(OmegaConf.to_container(cfg, resolve=True)), job_type="train",
+                id=id_file.read_text().strip(), resume="allow",
+                # W&B records the command line with the run's metadata: not when it holds a secret
+                **({"settings": wandb_settings(x_disable_meta=True)} if redact(sys.argv) != sys.argv else {}))
             wandb_logger._wandb_init.pop("anonymous", None)  # Lightning passes it; wandb warns it has no effect
             loggers.append(wandb_logger)
     if cfg.logger.csv:
@@ -152,6 +164,19 @@ def build(cfg: DictConfig):
     return dm, objective, model, module
 
 
+def plugins() -> list:
+    """Atomic checkpoint writes, weights_only loads; on SLURM, Lightning's requeue on SIGUSR1."""
+    import signal
+
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    from selfsup.reliability import AtomicCheckpointIO
+    found = [AtomicCheckpointIO(dir_setting="hydra.run.dir")]
+    if SLURMEnvironment.detect():
+        found.append(SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1))
+    return found
+
+
 def strategy_for(cfg: DictConfig, run_dir: Path, rank_zero: bool):
     """`ddp` becomes our Hydra-safe DDP; anything else goes to Lightning as it is."""
     if cfg.trainer.strategy != "ddp":
@@ -170,6 +195,9 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True) -> dict:
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 
+    from selfsup.data.vocab import Vocab
+    from selfsup.reliability import (LastCheckpoint, NonFiniteGuard, PreemptionHandler, check_resume_compatible,
+                                     resume_state)
     from selfsup.throughput import TokenThroughput
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -180,15 +208,28 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True) -> dict:
     loggers = make_loggers(cfg, run_dir) if rank_zero else []
     status, error = "failed", None
     summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name, "run_dir": str(run_dir)}
+    preemption = PreemptionHandler(dirpath=run_dir / "checkpoints")
     try:
-        define_wandb_axes(loggers)
+        try:
+            define_wandb_axes(loggers)  # starts the W&B run
+        except Exception as err:  # W&B failing never stops training: the CSV log goes on
+            loggers = [lg for lg in loggers if type(lg).__name__ != "WandbLogger"]
+            log.warning(f"W&B could not start ({type(err).__name__}: {err}); training goes on with the CSV log "
+                        f"in {run_dir / 'csv'}")
+        if not cfg.objective.whole_word:  # the objective's parameters, before any data is read
+            make_objective(cfg, Vocab(size=max(cfg.data.vocab_size, 1_000_000), n_sentinels=cfg.data.n_sentinels))
         dm, objective, model, module = build(cfg)
+        tokenizer_hash = hashlib.sha256(dm.tokenizer.to_str().encode()).hexdigest()
+        plain = OmegaConf.to_container(cfg, resolve=True)
+        module.resume_record = resume_state(plain, dm.vocab.size, tokenizer_hash)
+        if cfg.ckpt_path:  # refuse a checkpoint of another objective, architecture, data or tokenizer
+            check_resume_compatible(cfg.ckpt_path, plain, dm.vocab.size, tokenizer_hash)
         summary["parameters"] = model.num_parameters()
-        checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step:06d}",
-                                     auto_insert_metric_name=False, monitor="val/loss", mode="min",
-                                     save_top_k=1, save_last=True,
-                                     every_n_train_steps=t.checkpoint_every_n_steps)
-        callbacks = [checkpoint, TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps)))]
+        best = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best-step{step:06d}",
+                               auto_insert_metric_name=False, monitor="val/loss", mode="min", save_top_k=1)
+        last = LastCheckpoint(run_dir / "checkpoints" / "last.ckpt", t.checkpoint_every_n_steps or t.val_check_interval)
+        callbacks = [best, last, NonFiniteGuard(t.nonfinite, t.nonfinite_max_skips), preemption,
+                     TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps)))]
         if t.progress_bar and sys.stdout.isatty():
             callbacks.append(RichProgressBar())
         trainer = L.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
@@ -196,7 +237,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True) -> dict:
                             precision=t.precision, max_steps=t.max_steps, val_check_interval=t.val_check_interval,
                             check_val_every_n_epoch=None, limit_val_batches=t.limit_val_batches,
                             log_every_n_steps=t.log_every_n_steps, logger=loggers or False, callbacks=callbacks,
-                            enable_progress_bar=t.progress_bar, default_root_dir=str(run_dir),
+                            plugins=plugins(), enable_progress_bar=t.progress_bar, default_root_dir=str(run_dir),
                             num_sanity_val_steps=0, enable_model_summary=False)
         summary.update(world_size=trainer.world_size, batch_size_per_device=cfg.data.batch_size,
                        global_batch_size=cfg.data.batch_size * t.accumulate * trainer.world_size)
@@ -212,8 +253,13 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True) -> dict:
                        signal_per_token=metrics.get("train/signal_per_token"),
                        tokens_seen=module.tokens_seen, targets_seen=module.targets_seen,
                        tokens_per_sec=module.fit_tokens_per_sec(),
-                       best_checkpoint=checkpoint.best_model_path, last_checkpoint=checkpoint.last_model_path)
-        status = "finished"
+                       best_checkpoint=best.best_model_path, last_checkpoint=str(last.path))
+        status = "preempted" if preemption.preempted else "finished"
+        if preemption.preempted:
+            summary["preempted_by"] = preemption.preempted
+            for lg in loggers:
+                if hasattr(lg, "experiment") and hasattr(lg.experiment, "mark_preempting"):
+                    lg.experiment.mark_preempting()
     except KeyboardInterrupt:
         status = "interrupted"
         raise
@@ -221,7 +267,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True) -> dict:
         error = str(err) if isinstance(err, user_errors()) else f"{type(err).__name__}: {err}"
         raise
     finally:
-        summary.update(status=status, error=error, wandb_dir=finish_wandb(loggers, 0 if status == "finished" else 1))
+        summary.update(status=status, error=error,
+                       wandb_dir=finish_wandb(loggers, 0 if status in ("finished", "preempted") else 1))
         if rank_zero:
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
             leave_distributed(env_before)
@@ -257,10 +304,6 @@ def check_before_building(cfg: DictConfig, run_dir: Path) -> None:
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
                            f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
-    # the objective's own parameters, against the vocabulary layout the data will have (no data read)
-    from selfsup.data.vocab import Vocab
-    if not cfg.objective.whole_word:
-        make_objective(cfg, Vocab(size=max(cfg.data.vocab_size, 1_000_000), n_sentinels=cfg.data.n_sentinels))
 
 
 def resumed_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
@@ -286,6 +329,7 @@ def resumed_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
 def hydra_main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
+    earlier_run = (run_dir / "summary.json").exists()  # its files are never touched by a refused run
     try:
         if cfg.resume:
             cfg = resumed_config(cfg, run_dir)
@@ -294,7 +338,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
     except Exception as err:
         user_error = isinstance(err, user_errors())
         message = f"error: {err}" if user_error else f"error: {type(err).__name__}: {err}"
-        (run_dir / "error.txt").write_text(message + "\n")
+        if not earlier_run or cfg.resume:
+            (run_dir / "error.txt").write_text(message + "\n")
         if multirun:
             # a failing job does not end the sweep: it is recorded (error.txt, summary.json, a failed
             # W&B run). The basic sweeper gets NaN and goes on; Optuna's sweeper needs the exception
