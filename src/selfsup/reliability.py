@@ -349,7 +349,7 @@ def _last_checkpoint(trainer) -> str:
 
 
 class LastCheckpoint(Callback):
-    """``last.ckpt`` every N training steps and when training ends, through the Trainer's
+    """``last.ckpt`` every N training steps and at the last step, through the Trainer's
     checkpoint IO (atomic). Lightning's ``save_last`` only rewrites it when a new best checkpoint
     is saved, so a run whose validation loss rose would resume from an old step."""
 
@@ -357,11 +357,12 @@ class LastCheckpoint(Callback):
         self.path, self.every_n_steps = Path(path), max(1, int(every_n_steps))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step and trainer.global_step % self.every_n_steps == 0:
+        # the last step is saved at its batch end too, not at train end: a train-end checkpoint marks
+        # the epoch as over, and a resume from it would start a new epoch's data order
+        step = trainer.global_step
+        last = trainer.max_steps is not None and 0 < trainer.max_steps <= step
+        if step and (step % self.every_n_steps == 0 or last or trainer.should_stop):
             trainer.save_checkpoint(self.path)
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        trainer.save_checkpoint(self.path)
 
 
 class NonFiniteGuard(Callback):

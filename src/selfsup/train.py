@@ -102,6 +102,17 @@ def define_wandb_axes(loggers: list) -> None:
                 run.define_metric(f"{prefix}/*", step_metric="train/tokens_seen")
 
 
+def start_wandb(loggers: list, run_dir: Path) -> list:
+    """Start the W&B run (and its x-axes). W&B failing never stops training: the CSV log goes on."""
+    try:
+        define_wandb_axes(loggers)
+        return loggers
+    except Exception as err:
+        log.warning(f"W&B could not start ({type(err).__name__}: {err}); training goes on with the CSV log "
+                    f"in {run_dir / 'csv'}")
+        return [lg for lg in loggers if type(lg).__name__ != "WandbLogger"]
+
+
 def finish_wandb(loggers: list, exit_code: int) -> str | None:
     from lightning.pytorch.loggers import WandbLogger
     for lg in loggers:
@@ -189,7 +200,7 @@ def strategy_for(cfg: DictConfig, run_dir: Path, rank_zero: bool):
     return HydraSafeDDPStrategy(config_path, run_dir)
 
 
-def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True) -> dict:
+def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: bool = False) -> dict:
     """Build and train one run. Rank 0 owns loggers and the run summary; other DDP ranks
     (selfsup.worker) train alongside without either."""
     import lightning as L
@@ -204,21 +215,20 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True) -> dict:
     quiet_lightning()
     t = cfg.trainer
     env_before = set(os.environ)
-    # loggers first, so that a job failing at build time is a failed W&B run
-    loggers = make_loggers(cfg, run_dir) if rank_zero else []
+    # in a sweep the loggers come first, so that a job failing at build time is a failed W&B run;
+    # a single run checks its settings and data first (a typo makes no W&B run)
+    loggers = make_loggers(cfg, run_dir) if rank_zero and loggers_first else []
     status, error = "failed", None
     summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name, "run_dir": str(run_dir)}
     preemption = PreemptionHandler(dirpath=run_dir / "checkpoints")
     try:
-        try:
-            define_wandb_axes(loggers)  # starts the W&B run
-        except Exception as err:  # W&B failing never stops training: the CSV log goes on
-            loggers = [lg for lg in loggers if type(lg).__name__ != "WandbLogger"]
-            log.warning(f"W&B could not start ({type(err).__name__}: {err}); training goes on with the CSV log "
-                        f"in {run_dir / 'csv'}")
+        loggers = start_wandb(loggers, run_dir)
         if not cfg.objective.whole_word:  # the objective's parameters, before any data is read
             make_objective(cfg, Vocab(size=max(cfg.data.vocab_size, 1_000_000), n_sentinels=cfg.data.n_sentinels))
         dm, objective, model, module = build(cfg)
+        if rank_zero and not loggers_first:
+            loggers = make_loggers(cfg, run_dir)
+            loggers = start_wandb(loggers, run_dir)
         tokenizer_hash = hashlib.sha256(dm.tokenizer.to_str().encode()).hexdigest()
         plain = OmegaConf.to_container(cfg, resolve=True)
         module.resume_record = resume_state(plain, dm.vocab.size, tokenizer_hash)
@@ -306,6 +316,12 @@ def check_before_building(cfg: DictConfig, run_dir: Path) -> None:
                            f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
 
 
+def requeue_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
+    """The hpc_ckpt_<n>.ckpt Lightning saved in this run dir before SLURM requeued the job."""
+    from selfsup.reliability import slurm_resume_checkpoint
+    return None if cfg.resume or cfg.ckpt_path else slurm_resume_checkpoint(run_dir)
+
+
 def resumed_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
     """`resume=RUN_DIR`: that run's config, with this command's key=value overrides on top, from
     its last checkpoint."""
@@ -331,10 +347,13 @@ def hydra_main(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     earlier_run = (run_dir / "summary.json").exists()  # its files are never touched by a refused run
     try:
-        if cfg.resume:
+        requeued = requeue_checkpoint(cfg, run_dir)
+        if requeued:  # a SLURM job requeued by Lightning after SIGUSR1: same command, same run dir
+            cfg.resume, cfg.ckpt_path = str(run_dir), str(requeued)
+        elif cfg.resume:
             cfg = resumed_config(cfg, run_dir)
         check_before_building(cfg, run_dir)
-        summary = fit(cfg, run_dir)
+        summary = fit(cfg, run_dir, loggers_first=multirun)
     except Exception as err:
         user_error = isinstance(err, user_errors())
         message = f"error: {err}" if user_error else f"error: {type(err).__name__}: {err}"

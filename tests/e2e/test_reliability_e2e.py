@@ -34,7 +34,8 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(cache_dir, tmp_path):
     assert json.loads((run / "summary.json").read_text())["steps"] == stopped_at + 3
 
 
-@pytest.mark.parametrize("policy,words", [("stop", ["loss became", "last.ckpt"]), ("skip", ["non-finite"])])
+@pytest.mark.parametrize("policy,words", [("stop", ["loss became", "last.ckpt"]),
+                                          pytest.param("skip", ["non-finite"], marks=pytest.mark.slow)])
 def test_non_finite_loss_policies(train, tmp_path, policy, words):
     # a learning rate of 1e30 makes the loss non-finite after the first update
     out = train("objective=clm", "trainer.lr=1e30", "trainer.warmup_steps=0", "trainer.grad_clip=0",
@@ -47,6 +48,7 @@ def test_non_finite_loss_policies(train, tmp_path, policy, words):
     assert wandb_summary(tmp_path / "run")["state"] == "failed"
 
 
+@pytest.mark.slow  # also tested in-process in tests/test_reliability.py
 def test_truncated_checkpoint_is_refused_clearly(train, tmp_path):
     assert train("objective=clm", run_dir=tmp_path / "a").returncode == 0
     last = tmp_path / "a" / "checkpoints" / "last.ckpt"
@@ -56,6 +58,7 @@ def test_truncated_checkpoint_is_refused_clearly(train, tmp_path):
     assert out.returncode == 2 and "Traceback" not in text and "last.ckpt" in text, text[-2000:]
 
 
+@pytest.mark.slow  # also tested in-process in tests/test_reliability.py
 def test_resume_with_another_objective_is_refused_with_the_difference(train, tmp_path):
     assert train("objective=clm", run_dir=tmp_path / "a").returncode == 0
     out = train("objective=prefix_lm", f"ckpt_path={tmp_path / 'a' / 'checkpoints' / 'last.ckpt'}",
@@ -65,19 +68,26 @@ def test_resume_with_another_objective_is_refused_with_the_difference(train, tmp
     assert "objective.name is clm in the checkpoint but prefix_lm now" in text
 
 
-def test_wandb_online_without_a_key_falls_back_to_offline(train, tmp_path):
-    out = train("objective=clm", "logger.mode=online", env={"HOME": str(tmp_path), "NETRC": str(tmp_path / "none")})
+def test_wandb_online_without_a_key_falls_back_to_offline_and_secrets_are_redacted(train, tmp_path):
+    key = "0123456789abcdef0123456789abcdef01234567"
+    out = train("objective=clm", "logger.mode=online", f"+logger.api_key={key}", f"logger.tags=[{key}]",
+                env={"HOME": str(tmp_path), "NETRC": str(tmp_path / "none")})
     assert out.returncode == 0, out.stderr[-2000:]
     assert "no API key" in out.stdout + out.stderr
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
-
-
-def test_secrets_never_reach_the_wandb_config(train, tmp_path):
-    key = "0123456789abcdef0123456789abcdef01234567"
-    out = train("objective=clm", f"+logger.api_key={key}", f"logger.tags=[{key}]")
-    assert out.returncode == 0, out.stderr[-2000:]
     recorded = json.dumps(wandb_summary(tmp_path / "run"))
     assert key not in recorded and '"api_key": "***"' in recorded
     for path in (tmp_path / "run").rglob("*"):  # nor any output or checkpoint, except the config the user typed
         if path.is_file() and ".hydra" not in path.parts and path.suffix not in (".log",):
             assert key.encode() not in path.read_bytes(), path
+
+
+def test_a_requeued_slurm_job_resumes_by_itself(train, tmp_path):
+    """Lightning saves hpc_ckpt_<n>.ckpt in the run dir on SIGUSR1 under SLURM and requeues the same
+    command; that command then continues from it instead of refusing the run dir."""
+    run = tmp_path / "run"
+    assert train("objective=clm", run_dir=run).returncode == 0
+    (run / "hpc_ckpt_1.ckpt").write_bytes((run / "checkpoints" / "last.ckpt").read_bytes())
+    again = train("objective=clm", "trainer.max_steps=9", run_dir=run)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((run / "summary.json").read_text())["steps"] == 9

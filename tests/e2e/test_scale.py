@@ -8,7 +8,8 @@ import pytest
 
 from conftest import TINY, wandb_run_record, wandb_summary
 
-OBJECTIVES = ["mlm", "clm", "span_corruption", "prefix_lm", "ul2"]
+# one objective per architecture family in the default run; the other two run in the slow set
+OBJECTIVES = ["mlm", "clm", "span_corruption"]
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,14 @@ def test_ddp_multirun_gives_one_wandb_run_per_job_and_no_stray_dirs(ddp_sweep):
         assert recorded["summary"]["train/tokens_seen"] == summary["tokens_seen"]  # logged from rank 0
     assert len(run_ids) == len(OBJECTIVES)
     assert out.stdout.count("[job ") == len(OBJECTIVES)  # one sweep, not one per rank
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["prefix_lm", "ul2"])
+def test_ddp_other_objectives(train, objective, tmp_path):
+    out = train("trainer=ddp_cpu", f"objective={objective}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["world_size"] == 2
 
 
 def test_ddp_tokens_seen_counts_every_rank(ddp_sweep):

@@ -63,18 +63,28 @@ def test_a_failing_job_does_not_end_the_sweep(cache_dir, tmp_path):
     assert f"failed: {bad}" in out.stdout and "1 of 2 jobs failed" in out.stderr
 
 
-def test_optuna_study_in_sqlite_can_be_continued(cache_dir, tmp_path):
+@pytest.fixture
+def optuna_study(cache_dir, tmp_path):
     optuna = pytest.importorskip("optuna")
     out = run_sweep(cache_dir, tmp_path, "sweeps=tune", "hydra.sweeper.n_trials=3")
     assert out.returncode == 0, out.stderr[-3000:]
-    storage = f"sqlite:///{tmp_path}/optuna.db"
+    return optuna, f"sqlite:///{tmp_path}/optuna.db", tmp_path
+
+
+def test_optuna_three_trials_stored_in_sqlite_in_the_sweep_dir(optuna_study):
+    optuna, storage, sweep_dir = optuna_study
     study = optuna.load_study(study_name="selfsup-tune", storage=storage)
     trials = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert len(trials) == 3
-    logged = sorted(json.loads((tmp_path / str(i) / "summary.json").read_text())["val_loss"] for i in range(3))
+    logged = sorted(json.loads((sweep_dir / str(i) / "summary.json").read_text())["val_loss"] for i in range(3))
     assert sorted(t.value for t in trials) == pytest.approx(logged, rel=1e-6)  # the app returns val loss
     assert {"objective.mask_rate", "objective.mean_span_length", "trainer.lr"} <= set(trials[0].params)
-    again = run_sweep(cache_dir, tmp_path / "more", "sweeps=tune", "hydra.sweeper.n_trials=1",
+
+
+@pytest.mark.slow
+def test_optuna_study_can_be_continued(optuna_study, cache_dir):
+    optuna, storage, sweep_dir = optuna_study
+    again = run_sweep(cache_dir, sweep_dir / "more", "sweeps=tune", "hydra.sweeper.n_trials=1",
                       f"hydra.sweeper.storage={storage}")
     assert again.returncode == 0, again.stderr[-3000:]
     assert len(optuna.load_study(study_name="selfsup-tune", storage=storage).trials) == 4

@@ -80,6 +80,7 @@ def test_signal_per_token_follows_the_objective(sweep):
     assert signal["mlm"] < signal["span_corruption"] < signal["clm"]
 
 
+@pytest.mark.slow  # resume=RUN_DIR is tested bitwise in test_resume.py
 def test_resume_from_checkpoint_continues(train, tmp_path):
     first = train("objective=clm", run_dir=tmp_path / "a")
     assert first.returncode == 0, first.stderr[-2000:]
