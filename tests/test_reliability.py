@@ -24,7 +24,7 @@ from selfsup import reliability
 from selfsup.config import TrainConfig
 from selfsup.data.vocab import Vocab
 from selfsup.models import build_model
-from selfsup.module import SelfSupModule, accumulate_gradients
+from selfsup.module import SelfSupModule
 from selfsup.objectives import MaskedLM
 from selfsup.reliability import (
     AtomicCheckpointIO,
@@ -64,45 +64,21 @@ CFG = lab_config()
 
 
 class LabModule(SelfSupModule):
-    """SelfSupModule as the lab wires it: resume record in on_save_checkpoint, guard before the step."""
+    """The lab's SelfSupModule, with a NaN injected into the loss of chosen batches."""
 
     def __init__(self, *args, poison=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.poison = set(poison)  # batch indices whose loss is made nan
-        self.nonfinite = None
-
-    def on_fit_start(self):
-        self.nonfinite = NonFiniteGuard.find(self.trainer)
-
-    def on_save_checkpoint(self, checkpoint):
-        super().on_save_checkpoint(checkpoint)
-        checkpoint["selfsup"].update(resume_state(CFG, V.size, "tokenizer-sha"))
+        self.resume_record = resume_state(CFG, V.size, "tokenizer-sha")
 
     def training_step(self, tokens, batch_idx):
-        # the proposed SelfSupModule.training_step: the loss is reduced before the optimizer step and
-        # the guard decides; the rest of the step (metrics, tokens_seen) is as in module.py
-        opt, sched = self.optimizers(), self.lr_schedulers()
-        micro = [self.objective(chunk, self.generator("train", self.global_step, i))
-                 for i, chunk in enumerate(tokens.chunk(self.accumulate))]
-        local = torch.stack([torch.stack([b.n_scored, b.n_inputs]) for b in micro]).sum(0).float()
-        total_scored, _ = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
-        model = self.model
-        if batch_idx in self.poison:  # an injected nan: every logit of this batch
-            model = Poisoned(self.model)
-        nll_sum, correct = accumulate_gradients(model, micro, total_scored, self.trainer.world_size,
-                                                backward=self.manual_backward)
-        sums = self.trainer.strategy.reduce(torch.stack([nll_sum, correct.float()]), reduce_op="sum")
-        loss = sums[0] / max(total_scored, 1.0)
-        if self.nonfinite is not None and self.nonfinite.check(loss, self.trainer):
-            opt.zero_grad(set_to_none=True)
-            return None
-        if self.grad_clip:
-            self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sched.step()
-        self.log("train/loss", loss)
-        return loss
+        clean = self.model
+        if batch_idx in self.poison:  # an injected nan: every logit of this batch (same parameters)
+            self.model = Poisoned(clean)
+        try:
+            return super().training_step(tokens, batch_idx)
+        finally:
+            self.model = clean
 
 
 class Poisoned(torch.nn.Module):
@@ -430,12 +406,14 @@ def test_resume_check_on_a_real_checkpoint(real_run):
 # ============================================================================ non-finite losses
 
 
-def fake_trainer(tmp_path, step=5):
-    return SimpleNamespace(global_step=step, world_size=1, checkpoint_callback=None, default_root_dir=str(tmp_path))
+def fresh_trainer(tmp_path):
+    """A real Trainer before any step (global_step 0), without a checkpoint callback."""
+    return L.Trainer(default_root_dir=str(tmp_path), logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False)
 
 
 def test_guard_skip_counts_consecutive_non_finite_losses(tmp_path):
-    guard, t = NonFiniteGuard("skip", max_skips=2), fake_trainer(tmp_path)
+    guard, t = NonFiniteGuard("skip", max_skips=2), fresh_trainer(tmp_path)
     nan, inf = torch.tensor(float("nan")), torch.tensor(float("inf"))
     assert guard.check(torch.tensor(2.0), t) is False
     assert guard.check(nan, t) is True and guard.check(inf, t) is True
@@ -445,7 +423,7 @@ def test_guard_skip_counts_consecutive_non_finite_losses(tmp_path):
     assert state == {"consecutive": 2, "skipped": 4}
     resumed = NonFiniteGuard("skip", max_skips=2)
     resumed.load_state_dict(state)
-    with pytest.raises(NonFiniteLossError, match=r"non-finite \(nan\) 3 times in a row at step 5, more than the "
+    with pytest.raises(NonFiniteLossError, match=r"non-finite \(nan\) 3 times in a row at step 0, more than the "
                                                  r"2 skips allowed"):
         resumed.check(nan, t)
     # several values at once (loss, grad norm): any non-finite one counts
@@ -456,10 +434,10 @@ def test_guard_stop_raises_at_the_first_non_finite_loss(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"x")
     guard = NonFiniteGuard("stop")
-    assert guard.check(torch.tensor(3.0), fake_trainer(tmp_path)) is False
+    assert guard.check(torch.tensor(3.0), fresh_trainer(tmp_path)) is False
     with pytest.raises(NonFiniteLossError) as info:
-        guard.check(torch.tensor(float("-inf")), fake_trainer(tmp_path, step=123))
-    assert one_line(info.value) == (f"loss became -inf at step 123; the last good checkpoint is "
+        guard.check(torch.tensor(float("-inf")), fresh_trainer(tmp_path))
+    assert one_line(info.value) == (f"loss became -inf at step 0; the last good checkpoint is "
                                     f"{tmp_path / 'checkpoints' / 'last.ckpt'}; lower trainer.lr or use "
                                     f"trainer.nonfinite=skip")
     with pytest.raises(ValueError, match="stop or skip"):

@@ -34,8 +34,8 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(cache_dir, tmp_path):
     assert json.loads((run / "summary.json").read_text())["steps"] == stopped_at + 3
 
 
-@pytest.mark.parametrize("policy,words", [("stop", ["loss became", "last.ckpt"]),
-                                          pytest.param("skip", ["non-finite"], marks=pytest.mark.slow)])
+@pytest.mark.slow  # both policies are also tested in-process in tests/test_reliability.py
+@pytest.mark.parametrize("policy,words", [("stop", ["loss became", "last.ckpt"]), ("skip", ["non-finite"])])
 def test_non_finite_loss_policies(train, tmp_path, policy, words):
     # a learning rate of 1e30 makes the loss non-finite after the first update
     out = train("objective=clm", "trainer.lr=1e30", "trainer.warmup_steps=0", "trainer.grad_clip=0",
@@ -82,6 +82,7 @@ def test_wandb_online_without_a_key_falls_back_to_offline_and_secrets_are_redact
             assert key.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.slow
 def test_a_requeued_slurm_job_resumes_by_itself(train, tmp_path):
     """Lightning saves hpc_ckpt_<n>.ckpt in the run dir on SIGUSR1 under SLURM and requeues the same
     command; that command then continues from it instead of refusing the run dir."""
