@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from selfsup.models import MODEL_NAMES, Decoder, Encoder, EncoderDecoder, build_model
+from selfsup.models import MODEL_NAMES, build_model
 
 V, L, B = 100, 12, 3
 TINY = dict(vocab_size=V, max_len=16, d_model=32, n_layers=2, n_heads=4)
