@@ -216,7 +216,20 @@ def test_checkpoint_with_code_in_its_pickle_is_refused(tmp_path):
 # ============================================================================ atomic writes
 
 
-class FailingFile:
+class WrappedFile:
+    """A real file opened for writing; subclasses change what `write` does, the rest goes to the file."""
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+class FailingFile(WrappedFile):
     """A real file whose writes fail with `error` after `after` bytes (a disk filling up)."""
 
     def __init__(self, path, error, after=4096):
@@ -228,15 +241,6 @@ class FailingFile:
             raise self.error
         self.written += len(data)
         return self.f.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self.f, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.f.close()
 
 
 @pytest.mark.parametrize("error,kind,words", [
@@ -291,7 +295,7 @@ def test_failure_at_fsync_removes_the_temp_file(tmp_path, monkeypatch):
     assert load_checkpoint_safely(target) == {"v": 1}
 
 
-class Stalling:
+class Stalling(WrappedFile):
     """A real file that, once half of the checkpoint is on disk, says so and waits to be killed."""
 
     def __init__(self, path, marker):
@@ -304,15 +308,6 @@ class Stalling:
             self.marker.touch()
             time.sleep(600)
         return len(data)
-
-    def __getattr__(self, name):
-        return getattr(self.f, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.f.close()
 
 
 def test_kill_mid_write_leaves_the_previous_checkpoint(tmp_path):
