@@ -15,18 +15,18 @@ V = Vocab(size=300, n_sentinels=10)
 
 
 class FixedDistribution(torch.nn.Module):
-    """Predicts the same distribution `probs` at every position (logits = log probs)."""
+    """Predicts the same distribution `probs` at every position: hidden = log probs, head = identity."""
 
     def __init__(self, probs: torch.Tensor):
         super().__init__()
         self.logits = torch.nn.Parameter(probs.log())
+        self.vocab_size = len(probs)
+        self.lm_head = torch.nn.Linear(self.vocab_size, self.vocab_size, bias=False)
+        self.lm_head.weight.data.copy_(torch.eye(self.vocab_size))
 
     def forward(self, encoder_inputs=None, decoder_inputs=None, encoder_mask=None, prefix_length=None):
         x = encoder_inputs if encoder_inputs is not None else decoder_inputs
         return self.logits.expand(*x.shape, -1)
-
-    def head(self, hidden):
-        return hidden
 
 
 @pytest.mark.parametrize("p,loss", [(0.20, 1.609), (0.65, 0.431)])

@@ -5,6 +5,8 @@
   selfsup-bench train        training tokens/s of the full Lightning step per objective for the
                              default model, beside same-shape Hugging Face models trained in a
                              plain PyTorch loop on the same batches (needs the `bench` extra)
+  selfsup-bench head         forward+backward of the output head and cross-entropy: the dense
+                             logits + F.cross_entropy against selfsup.loss's fused chunks
 """
 
 from __future__ import annotations
@@ -90,6 +92,37 @@ def bench_objectives(batch: int, length: int, repeats: int) -> list[dict]:
                      "M raw tokens/s": f"{tokens.numel() / sec / 1e6:.1f}"})
         rows[-1]["objective"] += f"  [selfsup mlm is {sec / mlm_sec:.1f}x faster]"
     return rows
+
+
+# ---------------------------------------------------------------------------- output head
+def bench_head(shapes: list[tuple[int, int, int]], repeats: int, device: str = "cpu") -> list[dict]:
+    """ms per forward+backward of (rows x d_model) hidden states through a vocab-way tied head."""
+    import torch.nn.functional as F
+
+    from selfsup.loss import linear_cross_entropy
+
+    rows_out = []
+    for rows, d_model, vocab in shapes:
+        weight = torch.nn.Parameter(torch.randn(vocab, d_model, device=device) * 0.02)
+        hidden = torch.randn(rows, d_model, device=device, requires_grad=True)
+        targets = torch.randint(0, vocab, (rows,), device=device)
+
+        def sync():
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+        def dense():
+            F.cross_entropy(hidden @ weight.t(), targets, reduction="sum").backward()
+            sync()
+
+        def fused():
+            linear_cross_entropy(hidden, weight, targets, vocab, accuracy=False)[0].backward()
+            sync()
+
+        a, b = timed(dense, repeats) * 1e3, timed(fused, repeats) * 1e3
+        rows_out.append({"rows x d_model -> vocab": f"{rows} x {d_model} -> {vocab}", "dense ms": f"{a:.1f}",
+                         "fused ms": f"{b:.1f}", "dense / fused": f"{a / b:.2f}x"})
+    return rows_out
 
 
 # ---------------------------------------------------------------------------- training step
@@ -239,12 +272,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-hf", action="store_true", help="skip the Hugging Face comparison")
     p.add_argument("--out", help="also write the table to this file")
     p.add_argument("--threads", type=int, default=2)
+    p = sub.add_parser("head", help="dense vs fused output head + cross-entropy, forward and backward")
+    p.add_argument("--shapes", default="2048x128x4096,480x128x4096,2048x512x8192",
+                   help="comma-separated ROWSxD_MODELxVOCAB")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU'}")
     if args.what == "objectives":
         print_table(bench_objectives(args.batch, args.length, args.repeats))
+    elif args.what == "head":
+        shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
+        print_table(bench_head(shapes, args.repeats, args.device))
     elif args.what == "train":
         d_model, n_layers, n_heads, seq_len, batch, vocab = PRESETS[args.preset]
         rows = bench_train(args.steps, args.warmup, d_model, n_layers, n_heads, args.seq_len or seq_len,

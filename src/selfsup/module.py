@@ -20,9 +20,9 @@ import time
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torchmetrics import MeanMetric, SumMetric
 
+from selfsup.loss import linear_cross_entropy
 from selfsup.objectives import Objective, ObjectiveBatch
 
 
@@ -36,7 +36,8 @@ def cross_entropy_sums(model: torch.nn.Module, batch: ObjectiveBatch, accuracy: 
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(sum of -log p over scored positions, number scored, number predicted correctly).
 
-    The output head runs only at scored positions (all of them for CLM, ~15% for MLM).
+    The output head runs only at scored positions (all of them for CLM, ~15% for MLM), fused with
+    the cross-entropy (selfsup.loss) so the [scored, vocab] logits are never stored.
     """
     hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
                    encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
@@ -45,9 +46,7 @@ def cross_entropy_sums(model: torch.nn.Module, batch: ObjectiveBatch, accuracy: 
         hidden, targets = hidden.flatten(0, 1), batch.targets.flatten()
     else:
         hidden, targets = hidden[scored], batch.targets[scored]
-    logits = model.head(hidden).float()
-    nll = F.cross_entropy(logits, targets, reduction="sum")
-    correct = (logits.argmax(dim=-1) == targets).sum() if accuracy else torch.zeros((), device=nll.device)
+    nll, correct = linear_cross_entropy(hidden, model.lm_head.weight, targets, model.vocab_size, accuracy)
     return nll, targets.new_tensor(targets.numel()), correct
 
 
@@ -136,7 +135,10 @@ class SelfSupModule(L.LightningModule):
                    "train/lr": sched.get_last_lr()[0]}
         if logging:
             metrics["train/accuracy"] = sums[1] / max(total_scored, 1.0)
-        self.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
+        # Each self.log call costs Lightning ~1 ms: log the metrics only when the loggers write them
+        # (every trainer.log_every_n_steps) and on the last step, the loss for the progress bar always.
+        if logging or self.trainer.should_stop or self.global_step >= self.trainer.max_steps > 0:
+            self.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
         self.log("loss", loss, prog_bar=True, logger=False, on_step=True, on_epoch=False)
         return loss
 

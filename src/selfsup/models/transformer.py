@@ -8,6 +8,7 @@ All three accept the same keyword arguments (encoder_inputs, decoder_inputs, enc
 prefix_length) and ignore the ones they do not use, so a caller can pass a whole batch. forward
 returns the final hidden states (after the last LayerNorm); `head(hidden)` is the output
 projection alone, so a caller can select the scored positions first: `model.head(h[scored])`.
+Training does not call `head`: selfsup.loss fuses `lm_head.weight` with the cross-entropy.
 
 The vocabulary is padded up to a multiple of 64; `head` sets the logits of the padding ids to
 -inf so they get no probability. Slice `logits[..., :model.vocab_size]` before anything that
