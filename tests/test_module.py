@@ -144,3 +144,53 @@ def test_bf16_mixed_precision_trains_on_cpu():
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
     assert trainer.global_step == 4 and torch.isfinite(torch.tensor(float(trainer.callback_metrics["train/loss"])))
     assert module.flops_per_batch > 0  # measured on the first batch for ThroughputMonitor
+
+
+def first_step(precision_or_plugin, grad_clip: float, max_steps: int = 1):
+    """A real Trainer run of a tiny decoder; returns (module, trainer)."""
+    from lightning.pytorch.plugins import Precision
+
+    from selfsup.objectives import CausalLM
+    torch.manual_seed(0)
+    model = build_model("decoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
+    module = SelfSupModule(model, CausalLM(V, 32), max_steps=max_steps, warmup_steps=1, grad_clip=grad_clip)
+    data = torch.randint(V.first_ordinary, V.size, (8 * max_steps, 33), generator=torch.Generator().manual_seed(0))
+    plugin = isinstance(precision_or_plugin, Precision)
+    trainer = L.Trainer(accelerator="cpu", max_steps=max_steps, logger=False, log_every_n_steps=1,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        **({"plugins": [precision_or_plugin]} if plugin else {"precision": precision_or_plugin}))
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
+    return module, trainer
+
+
+def test_fp16_mixed_clips_unscaled_gradients():
+    # fp16 autocast with a GradScaler (scale 2**16): Lightning's scaler must unscale before our
+    # clipping, or the norm seen by the clip is 65536x too large and every update is crushed
+    from lightning.pytorch.plugins import MixedPrecision
+    fp32, t32 = first_step("32-true", grad_clip=0.5)
+    fp16, t16 = first_step(MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu", init_scale=2.0**16)),
+                           grad_clip=0.5)
+    assert t16.precision_plugin.scaler is not None and t16.precision_plugin.scaler.get_scale() >= 2.0**15
+    norm32 = float(t32.callback_metrics["train/grad_norm"])
+    norm16 = float(t16.callback_metrics["train/grad_norm"])
+    assert norm32 > 0.5  # the clip is active
+    assert norm16 == pytest.approx(norm32, rel=2e-2)
+    torch.manual_seed(0)
+    start = torch.cat([p.flatten() for p in build_model("decoder", V.size, 32, d_model=32, n_layers=1,
+                                                         n_heads=2).parameters()])
+    step32 = torch.cat([p.flatten() for p in fp32.model.parameters()]) - start
+    step16 = torch.cat([p.flatten() for p in fp16.model.parameters()]) - start
+    assert step16.abs().sum() > 0  # the scaler did not skip the step
+    assert torch.nn.functional.cosine_similarity(step32, step16, dim=0) > 0.99  # the same update, to fp16 rounding
+
+
+def test_grad_norm_is_logged_before_clipping_and_the_update_is_clipped():
+    clipped, trainer = first_step("32-true", grad_clip=1e-3)
+    free, _ = first_step("32-true", grad_clip=0.0)
+    norm = float(trainer.callback_metrics["train/grad_norm"])
+    assert norm > 1e-3
+    torch.manual_seed(0)
+    start = build_model("decoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)  # the same initial weights
+    moved_clipped = sum((a - b).abs().sum() for a, b in zip(clipped.model.parameters(), start.parameters()))
+    moved_free = sum((a - b).abs().sum() for a, b in zip(free.model.parameters(), start.parameters()))
+    assert moved_clipped < moved_free  # AdamW's first step is ~lr*sign(g); clipping shrinks the eps-limited ones

@@ -1,10 +1,11 @@
-"""DDP under Hydra without stray output dirs or duplicate W&B runs.
+"""DDP and FSDP under Hydra without stray output dirs or duplicate W&B runs.
 
-Lightning's `ddp` strategy starts ranks > 0 by running the script again with the same command
-line. Under Hydra that makes each rank compose its own config, create its own output dir and its
-own W&B run, and under `-m` run a whole new sweep (a known Lightning + Hydra problem). Here the
-other ranks start `python -m selfsup.worker RESOLVED_CONFIG RUN_DIR` instead: they train from the
-job's resolved config, in the job's run dir, with no Hydra, no loggers and no summary.
+Lightning's `ddp` and `fsdp` strategies start ranks > 0 by running the script again with the same
+command line. Under Hydra that makes each rank compose its own config, create its own output dir
+and its own W&B run, and under `-m` run a whole new sweep (a known Lightning + Hydra problem).
+Here the other ranks start `python -m selfsup.worker RESOLVED_CONFIG RUN_DIR` instead: they train
+from the job's resolved config, in the job's run dir, with no Hydra, no loggers and no summary.
+Under SLURM or torchrun every rank is started by the cluster and no launcher runs at all.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+from omegaconf import DictConfig, OmegaConf
 
 
 class WorkerLauncher(_SubprocessScriptLauncher):
@@ -38,13 +40,59 @@ class WorkerLauncher(_SubprocessScriptLauncher):
             self.procs.append(subprocess.Popen(command, env=env))
 
 
-class HydraSafeDDPStrategy(DDPStrategy):
-    """DDPStrategy whose launcher starts the other ranks with selfsup.worker."""
+class _WorkerLaunch:
+    """Mixin for a Lightning strategy: its launcher starts the other ranks with selfsup.worker."""
 
     def __init__(self, config_path: Path, run_dir: Path, **kwargs):
         super().__init__(**kwargs)
         self.config_path, self.run_dir = config_path, run_dir
 
     def _configure_launcher(self) -> None:
-        self._launcher = WorkerLauncher(self.cluster_environment, self.num_processes, self.num_nodes,
-                                        self.config_path, self.run_dir)
+        if not self.cluster_environment.creates_processes_externally:
+            self._launcher = WorkerLauncher(self.cluster_environment, self.num_processes, self.num_nodes,
+                                            self.config_path, self.run_dir)
+
+
+class HydraSafeDDPStrategy(_WorkerLaunch, DDPStrategy):
+    """DDP: every rank holds the whole model; gradients are averaged."""
+
+
+class HydraSafeFSDPStrategy(_WorkerLaunch, FSDPStrategy):
+    """FSDP: parameters, gradients and optimizer state sharded over the ranks, one unit per block."""
+
+
+def check_devices(cfg: DictConfig) -> None:
+    """One clear line instead of Lightning's traceback when the trainer asks for GPUs that are not there."""
+    import torch
+
+    from selfsup.train import SelfSupError
+    t = cfg.trainer
+    if t.strategy == "fsdp" and t.accelerator == "cpu":
+        raise SelfSupError("trainer.strategy=fsdp needs GPUs (PyTorch's FSDP has no CPU backend): "
+                           "on CPU use trainer=ddp_cpu")
+    if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise SelfSupError(f"trainer.accelerator={t.accelerator} but this machine has no usable GPU "
+                           f"(torch.cuda.is_available() is False): use trainer=cpu or trainer=ddp_cpu, "
+                           f"or install a CUDA build of torch")
+
+
+def strategy_for(cfg: DictConfig, run_dir: Path, rank_zero: bool):
+    """`ddp` and `fsdp` become the Hydra-safe strategies above; anything else goes to Lightning as it is."""
+    check_devices(cfg)
+    name = cfg.trainer.strategy
+    if name not in ("ddp", "fsdp"):
+        return name
+    config_path = run_dir / ".hydra" / "resolved.yaml"
+    if rank_zero:
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, config_path, resolve=True)
+    if name == "ddp":
+        return HydraSafeDDPStrategy(config_path, run_dir)
+    return fsdp_strategy(config_path, run_dir)
+
+
+def fsdp_strategy(config_path: Path, run_dir: Path) -> HydraSafeFSDPStrategy:
+    from selfsup.models.transformer import Block
+    # the blocks are the FSDP units (gathered one at a time); the embeddings, shared with the output
+    # head, stay in the root unit, which the fused head reads during the training step
+    return HydraSafeFSDPStrategy(config_path, run_dir, auto_wrap_policy={Block}, state_dict_type="full")

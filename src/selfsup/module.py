@@ -14,12 +14,14 @@ at every evaluation.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import time
 
 import lightning as L
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 from torchmetrics import MeanMetric, SumMetric
 
 from selfsup.loss import linear_cross_entropy
@@ -97,6 +99,7 @@ class SelfSupModule(L.LightningModule):
         self.flops_per_batch = None  # read by ThroughputMonitor; measured by the lab when it can
         self.resume_record = None    # config/vocabulary/tokenizer fingerprint stored in checkpoints
         self.nonfinite = None        # the NonFiniteGuard callback, when the trainer has one
+        self._grad_norm = None       # global gradient norm of the last step, before clipping
 
     # ------------------------------------------------------------------ masks
     def generator(self, stream: str, *index: int) -> torch.Generator:
@@ -112,16 +115,19 @@ class SelfSupModule(L.LightningModule):
         local = torch.stack([torch.stack([b.n_scored, b.n_inputs]) for b in micro]).sum(0).float()
         total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
         logging = self.trainer._logger_connector.should_update_logs  # accuracy costs an argmax: only when logged
-        nll_sum, correct = accumulate_gradients(self.model, micro, total_scored, self.trainer.world_size,
-                                                backward=self.manual_backward, accuracy=logging)
+        # FLOPs for ThroughputMonitor: counted on the first real step (forward and backward, all micro-batches)
+        counter = FlopCounterMode(display=False) if self.flops_per_batch is None else contextlib.nullcontext()
+        with counter:
+            nll_sum, correct = accumulate_gradients(self.model, micro, total_scored, self.trainer.world_size,
+                                                    backward=self.manual_backward, accuracy=logging)
+        if self.flops_per_batch is None:
+            self.flops_per_batch = counter.get_total_flops() * self.trainer.world_size
         sums = self.trainer.strategy.reduce(torch.stack([nll_sum, correct.float()]), reduce_op="sum")
         loss = sums[0] / max(total_scored, 1.0)
         if self.nonfinite is not None and self.nonfinite.check(loss, self.trainer):
             opt.zero_grad(set_to_none=True)  # skip this batch: no optimizer or scheduler step
             return None
-        if self.grad_clip:
-            self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
-        opt.step()
+        opt.step()  # clips in on_before_optimizer_step, after a mixed-precision scaler has unscaled
         opt.zero_grad(set_to_none=True)
         sched.step()
 
@@ -135,12 +141,28 @@ class SelfSupModule(L.LightningModule):
                    "train/lr": sched.get_last_lr()[0]}
         if logging:
             metrics["train/accuracy"] = sums[1] / max(total_scored, 1.0)
+            if self._grad_norm is not None:
+                metrics["train/grad_norm"] = self._grad_norm
         # Each self.log call costs Lightning ~1 ms: log the metrics only when the loggers write them
         # (every trainer.log_every_n_steps) and on the last step, the loss for the progress bar always.
         if logging or self.trainer.should_stop or self.global_step >= self.trainer.max_steps > 0:
             self.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
         self.log("loss", loss, prog_bar=True, logger=False, on_step=True, on_epoch=False)
         return loss
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Gradient clipping by global norm. Lightning calls this hook after its fp16 GradScaler has
+        unscaled the gradients (clipping in training_step would clip scaled ones, Lightning #18089);
+        under FSDP the norm is FSDP's, over all shards."""
+        if not self.grad_clip:
+            self._grad_norm = None
+            return
+        wrapped = self.trainer.strategy.model
+        if hasattr(wrapped, "clip_grad_norm_"):  # FSDP
+            norm = wrapped.clip_grad_norm_(self.grad_clip)
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(self.parameters(), self.grad_clip, foreach=True)
+        self._grad_norm = norm.detach()  # before clipping; logged with the other train metrics
 
     # ------------------------------------------------------------------ validation
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
@@ -190,18 +212,6 @@ class SelfSupModule(L.LightningModule):
             # batch counts, so a resumed run would log its first step under the previous number.
             self.trainer.fit_loop.epoch_loop._batches_that_stepped = self.global_step
             self._align_log_step = False
-        if self.flops_per_batch is None:
-            self.flops_per_batch = self.measure_flops(tokens) * self.trainer.world_size
-
-    def measure_flops(self, tokens: torch.Tensor) -> int:
-        """FLOPs of one training step (forward and backward) of this objective on this batch, counted
-        by torch's FlopCounterMode on a real step whose gradients are then dropped."""
-        from lightning.fabric.utilities.throughput import measure_flops
-        micro = [self.objective(chunk, self.generator("flops", i)) for i, chunk in enumerate(tokens.chunk(self.accumulate))]
-        flops = sum(measure_flops(self.model, lambda b=b: cross_entropy_sums(self.model, b, accuracy=False)[0],
-                                  loss_fn=lambda loss: loss) for b in micro)
-        self.model.zero_grad(set_to_none=True)
-        return flops
 
     def fit_tokens_per_sec(self) -> float | None:
         """Input tokens per second of this fit (validation included), not counting a resumed past."""

@@ -188,18 +188,6 @@ def plugins() -> list:
     return found
 
 
-def strategy_for(cfg: DictConfig, run_dir: Path, rank_zero: bool):
-    """`ddp` becomes our Hydra-safe DDP; anything else goes to Lightning as it is."""
-    if cfg.trainer.strategy != "ddp":
-        return cfg.trainer.strategy
-    from selfsup.distributed import HydraSafeDDPStrategy
-    config_path = run_dir / ".hydra" / "resolved.yaml"
-    if rank_zero:
-        config_path.parent.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, config_path, resolve=True)
-    return HydraSafeDDPStrategy(config_path, run_dir)
-
-
 def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: bool = False) -> dict:
     """Build and train one run. Rank 0 owns loggers and the run summary; other DDP ranks
     (selfsup.worker) train alongside without either."""
@@ -207,6 +195,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 
     from selfsup.data.vocab import Vocab
+    from selfsup.distributed import strategy_for
     from selfsup.reliability import (LastCheckpoint, NonFiniteGuard, PreemptionHandler, check_resume_compatible,
                                      resume_state)
     from selfsup.throughput import TokenThroughput

@@ -63,3 +63,11 @@ def test_ddp_tokens_seen_counts_every_rank(ddp_sweep):
 def test_compile_option_runs(train):
     out = train("objective=clm", "trainer.compile=true")
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_gpu_preset_on_a_machine_without_gpu_is_one_clear_line(train):
+    out = train("trainer=fsdp")
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in text, text[-3000:]
+    assert "no usable GPU" in text and "trainer=cpu" in text

@@ -1,0 +1,49 @@
+"""Strategy choice: Hydra-safe DDP/FSDP launchers, one clear line for GPU presets without a GPU."""
+
+import lightning as L
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from selfsup.config import register
+from selfsup.distributed import HydraSafeDDPStrategy, WorkerLauncher, fsdp_strategy, strategy_for
+from selfsup.train import CONF_DIR, SelfSupError
+
+
+def config(*overrides):
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        return compose("train", overrides=list(overrides))
+
+
+def test_ddp_ranks_start_as_workers_from_the_resolved_config(tmp_path):
+    cfg = config("trainer=ddp_cpu")
+    strategy = strategy_for(cfg, tmp_path, rank_zero=True)
+    assert isinstance(strategy, HydraSafeDDPStrategy)
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)
+    assert isinstance(trainer.strategy._launcher, WorkerLauncher)  # not Lightning's re-run of the Hydra script
+    saved = OmegaConf.load(tmp_path / ".hydra" / "resolved.yaml")  # what rank 1 trains from
+    assert saved.trainer.strategy == "ddp" and saved.objective.name == cfg.objective.name
+
+
+def test_fsdp_preset_is_hydra_safe_and_shards_one_unit_per_block(tmp_path):
+    cfg = config("trainer=fsdp")
+    assert (cfg.trainer.strategy, cfg.trainer.accelerator, cfg.trainer.precision) == ("fsdp", "gpu", "bf16-mixed")
+    strategy = fsdp_strategy(tmp_path / "resolved.yaml", tmp_path)
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)  # built, never run here
+    assert isinstance(trainer.strategy._launcher, WorkerLauncher)
+    policy = trainer.strategy.kwargs["auto_wrap_policy"]
+    assert {cls.__name__ for cls in policy._module_classes} == {"Block"}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+@pytest.mark.parametrize("preset", ["gpu", "ddp", "fsdp"])
+def test_gpu_presets_without_a_gpu_fail_in_one_line(preset, tmp_path):
+    with pytest.raises(SelfSupError, match="no usable GPU.*trainer=cpu"):
+        strategy_for(config(f"trainer={preset}"), tmp_path, rank_zero=True)
+
+
+def test_fsdp_on_cpu_is_refused_in_one_line(tmp_path):
+    with pytest.raises(SelfSupError, match="FSDP has no CPU backend.*trainer=ddp_cpu"):
+        strategy_for(config("trainer=fsdp", "trainer.accelerator=cpu"), tmp_path, rank_zero=True)
