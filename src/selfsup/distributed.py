@@ -1,5 +1,10 @@
 """DDP and FSDP under Hydra without stray output dirs or duplicate W&B runs.
 
+FSDP is PyTorch's FSDP2 (`fully_shard`) through Lightning's ModelParallelStrategy, all ranks on
+the data-parallel axis: each transformer block is one unit, the embeddings (shared with the output
+head) and final norm stay in the root unit. FSDP2 runs on GPUs (NCCL) and on CPU processes (gloo),
+so the CPU tests run the same sharded code path as a GPU node.
+
 Lightning's `ddp` and `fsdp` strategies start ranks > 0 by running the script again with the same
 command line. Under Hydra that makes each rank compose its own config, create its own output dir
 and its own W&B run, and under `-m` run a whole new sweep (a known Lightning + Hydra problem).
@@ -15,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
@@ -57,8 +62,30 @@ class HydraSafeDDPStrategy(_WorkerLaunch, DDPStrategy):
     """DDP: every rank holds the whole model; gradients are averaged."""
 
 
-class HydraSafeFSDPStrategy(_WorkerLaunch, FSDPStrategy):
-    """FSDP: parameters, gradients and optimizer state sharded over the ranks, one unit per block."""
+class HydraSafeFSDPStrategy(_WorkerLaunch, ModelParallelStrategy):
+    """FSDP2: parameters, gradients and optimizer state sharded over all ranks (no tensor parallelism);
+    checkpoints are gathered into one file on rank 0, like every other strategy's."""
+
+    def __init__(self, config_path: Path, run_dir: Path, **kwargs):
+        super().__init__(config_path, run_dir, save_distributed_checkpoint=False, **kwargs)
+
+    def setup_environment(self) -> None:
+        self._data_parallel_size, self._tensor_parallel_size = self.num_nodes * self.num_processes, 1
+        super().setup_environment()
+
+
+def shard(model, device_mesh) -> None:
+    """Apply fully_shard to each transformer block, then to the whole model (the root unit).
+    Called from the LightningModule's configure_model when the strategy provides a device mesh."""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    from selfsup.models.transformer import Block
+    if isinstance(model, FSDPModule):
+        return  # configure_model can run more than once
+    mesh = device_mesh["data_parallel"]
+    for block in [m for m in model.modules() if isinstance(m, Block)]:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
 
 
 def check_devices(cfg: DictConfig) -> None:
@@ -67,9 +94,6 @@ def check_devices(cfg: DictConfig) -> None:
 
     from selfsup.train import SelfSupError
     t = cfg.trainer
-    if t.strategy == "fsdp" and t.accelerator == "cpu":
-        raise SelfSupError("trainer.strategy=fsdp needs GPUs (PyTorch's FSDP has no CPU backend): "
-                           "on CPU use trainer=ddp_cpu")
     if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise SelfSupError(f"trainer.accelerator={t.accelerator} but this machine has no usable GPU "
                            f"(torch.cuda.is_available() is False): use trainer=cpu or trainer=ddp_cpu, "
@@ -88,11 +112,4 @@ def strategy_for(cfg: DictConfig, run_dir: Path, rank_zero: bool):
         OmegaConf.save(cfg, config_path, resolve=True)
     if name == "ddp":
         return HydraSafeDDPStrategy(config_path, run_dir)
-    return fsdp_strategy(config_path, run_dir)
-
-
-def fsdp_strategy(config_path: Path, run_dir: Path) -> HydraSafeFSDPStrategy:
-    from selfsup.models.transformer import Block
-    # the blocks are the FSDP units (gathered one at a time); the embeddings, shared with the output
-    # head, stay in the root unit, which the fused head reads during the training step
-    return HydraSafeFSDPStrategy(config_path, run_dir, auto_wrap_policy={Block}, state_dict_type="full")
+    return HydraSafeFSDPStrategy(config_path, run_dir)

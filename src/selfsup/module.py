@@ -150,18 +150,22 @@ class SelfSupModule(L.LightningModule):
         self.log("loss", loss, prog_bar=True, logger=False, on_step=True, on_epoch=False)
         return loss
 
+    def configure_model(self) -> None:
+        mesh = self.device_mesh  # set by the FSDP strategy (selfsup.distributed), else None
+        if mesh is not None:
+            from selfsup.distributed import shard
+            shard(self.model, mesh)
+
     def on_before_optimizer_step(self, optimizer) -> None:
         """Gradient clipping by global norm. Lightning calls this hook after its fp16 GradScaler has
         unscaled the gradients (clipping in training_step would clip scaled ones, Lightning #18089);
-        under FSDP the norm is FSDP's, over all shards."""
+        under FSDP the parameters are sharded DTensors and the norm is over all shards."""
         if not self.grad_clip:
             self._grad_norm = None
             return
-        wrapped = self.trainer.strategy.model
-        if hasattr(wrapped, "clip_grad_norm_"):  # FSDP
-            norm = wrapped.clip_grad_norm_(self.grad_clip)
-        else:
-            norm = torch.nn.utils.clip_grad_norm_(self.parameters(), self.grad_clip, foreach=True)
+        norm = torch.nn.utils.clip_grad_norm_(self.parameters(), self.grad_clip, foreach=True)
+        if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor reduced over the shards
+            norm = norm.full_tensor()
         self._grad_norm = norm.detach()  # before clipping; logged with the other train metrics
 
     # ------------------------------------------------------------------ validation

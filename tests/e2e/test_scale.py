@@ -71,3 +71,27 @@ def test_gpu_preset_on_a_machine_without_gpu_is_one_clear_line(train):
     text = out.stdout + out.stderr
     assert out.returncode != 0 and "Traceback" not in text, text[-3000:]
     assert "no usable GPU" in text and "trainer=cpu" in text
+
+
+def test_fsdp_on_two_cpu_processes_matches_ddp_step_for_step(ddp_sweep, train, tmp_path):
+    # FSDP2 (sharded parameters, gradients, optimizer state) must train exactly like DDP
+    out = train("trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true",
+                "objective=mlm")
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["world_size"] == 2
+    assert len(list((run / "wandb").glob("offline-run-*"))) == 1 and wandb_summary(run)["state"] == "finished"
+    fsdp, ddp = train_losses(run), train_losses(ddp_sweep[0] / "0")  # job 0 of the DDP sweep: mlm, same settings
+    assert len(fsdp) == 6 and fsdp.keys() == ddp.keys()
+    for step in fsdp:
+        assert fsdp[step] == pytest.approx(ddp[step], rel=1e-5), step
+    import torch
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)  # one file with the full weights
+    assert state["state_dict"]["model.tok_emb.weight"].shape[1] == 32
+
+
+def train_losses(run) -> dict[int, float]:
+    import csv
+    rows = csv.DictReader((run / "csv" / "metrics.csv").open())
+    return {int(r["step"]): float(r["train/loss"]) for r in rows if r.get("train/loss")}
