@@ -19,7 +19,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from selfsup.config import register
+from selfsup.config import launched_rank, register
 from selfsup.wandb_utils import api_key_configured, wandb_mode
 
 log = logging.getLogger("selfsup")
@@ -56,11 +56,16 @@ def run_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
 
 
 def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
-    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+    from lightning.pytorch.loggers import CSVLogger
 
     from selfsup.reliability import redact
+    from selfsup.wandb_utils import SafeWandbLogger
     from wandb import Settings as wandb_settings
-    loggers = []
+    loggers, csv = [], None
+    if cfg.logger.csv:
+        # a resumed run writes its own CSV beside the first (Lightning would overwrite metrics.csv)
+        version = "" if not cfg.resume else f"resume-{len(list((run_dir / 'csv').glob('resume-*'))) + 1}"
+        csv = CSVLogger(save_dir=str(run_dir), name="csv", version=version)
     if cfg.logger.wandb:
         mode = wandb_mode(cfg.logger.mode)
         if mode == "online" and not api_key_configured():
@@ -75,7 +80,8 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
                 import secrets
                 import string
                 id_file.write_text("".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8)))
-            wandb_logger = WandbLogger(
+            wandb_logger = SafeWandbLogger(  # W&B failing mid-run: one warning, training goes on
+                csv_dir=str(Path(csv.log_dir)) if csv else None,
                 save_dir=str(run_dir), project=cfg.logger.project, entity=cfg.logger.entity, name=name, group=group,
                 tags=tags, mode=mode, config=redact(OmegaConf.to_container(cfg, resolve=True)), job_type="train",
                 id=id_file.read_text().strip(), resume="allow",
@@ -83,11 +89,7 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
                 **({"settings": wandb_settings(x_disable_meta=True)} if redact(sys.argv) != sys.argv else {}))
             wandb_logger._wandb_init.pop("anonymous", None)  # Lightning passes it; wandb warns it has no effect
             loggers.append(wandb_logger)
-    if cfg.logger.csv:
-        # a resumed run writes its own CSV beside the first (Lightning would overwrite metrics.csv)
-        version = "" if not cfg.resume else f"resume-{len(list((run_dir / 'csv').glob('resume-*'))) + 1}"
-        loggers.append(CSVLogger(save_dir=str(run_dir), name="csv", version=version))
-    return loggers
+    return loggers + ([csv] if csv else [])
 
 
 def define_wandb_axes(loggers: list) -> None:
@@ -110,17 +112,15 @@ def start_wandb(loggers: list, run_dir: Path) -> list:
     except Exception as err:
         log.warning(f"W&B could not start ({type(err).__name__}: {err}); training goes on with the CSV log "
                     f"in {run_dir / 'csv'}")
-        return [lg for lg in loggers if type(lg).__name__ != "WandbLogger"]
+        from selfsup.wandb_utils import SafeWandbLogger
+        return [lg for lg in loggers if not isinstance(lg, SafeWandbLogger)]
 
 
 def finish_wandb(loggers: list, exit_code: int) -> str | None:
-    from lightning.pytorch.loggers import WandbLogger
-    for lg in loggers:
-        if isinstance(lg, WandbLogger) and lg._experiment is not None:
-            run_dir = lg.experiment.dir
-            lg.experiment.finish(exit_code=exit_code)
-            return str(Path(run_dir).parent)
-    return None
+    """Finish the W&B run (never raises); its local folder, for `wandb sync`, or None."""
+    from selfsup.wandb_utils import SafeWandbLogger
+    folders = [lg.finish(exit_code) for lg in loggers if isinstance(lg, SafeWandbLogger)]
+    return next(filter(None, folders), None)
 
 
 # ---------------------------------------------------------------------------- build and fit
@@ -291,13 +291,14 @@ def print_summary(rows: list[dict]) -> None:
     print(summary_table(rows))
 
 
-def check_before_building(cfg: DictConfig, run_dir: Path) -> None:
-    """The cheap checks, before any data is read or anything is written."""
+def check_before_building(cfg: DictConfig, run_dir: Path, fresh: bool = True) -> None:
+    """The cheap checks, before any data is read or anything is written. fresh: also check that the
+    run dir holds no earlier run (not on ranks > 0, which share rank 0's dir)."""
     from selfsup.objectives import compatibility_error
     problem = compatibility_error(cfg.objective.name, cfg.architecture.name)
     if problem:
         raise SelfSupError(problem)
-    if not cfg.resume and ((run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists()):
+    if fresh and not cfg.resume and ((run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists()):
         raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
                            f"resume={run_dir}, or pick a new hydra.run.dir")
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
@@ -335,18 +336,21 @@ def hydra_main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     earlier_run = (run_dir / "summary.json").exists()  # its files are never touched by a refused run
+    # under torchrun or srun every rank runs this app in the same run dir (selfsup.config.run_dir);
+    # rank 0 owns the loggers, the summary and the error files, as with selfsup's own launch
+    rank = launched_rank()
     try:
         requeued = requeue_checkpoint(cfg, run_dir)
         if requeued:  # a SLURM job requeued by Lightning after SIGUSR1: same command, same run dir
             cfg.resume, cfg.ckpt_path = str(run_dir), str(requeued)
         elif cfg.resume:
             cfg = resumed_config(cfg, run_dir)
-        check_before_building(cfg, run_dir)
-        summary = fit(cfg, run_dir, loggers_first=multirun)
+        check_before_building(cfg, run_dir, fresh=rank == 0)
+        summary = fit(cfg, run_dir, rank_zero=rank == 0, loggers_first=multirun)
     except Exception as err:
         user_error = isinstance(err, user_errors())
         message = f"error: {err}" if user_error else f"error: {type(err).__name__}: {err}"
-        if not earlier_run or cfg.resume:
+        if rank == 0 and (not earlier_run or cfg.resume):
             (run_dir / "error.txt").write_text(message + "\n")
         if multirun:
             # a failing job does not end the sweep: it is recorded (error.txt, summary.json, a failed
@@ -362,7 +366,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
             print(message, file=sys.stderr)
             raise SystemExit(2) from None
         raise
-    if not multirun:
+    if not multirun and rank == 0:
         print_summary([summary])
         if summary.get("wandb_dir"):
             print(f"W&B run files: {summary['wandb_dir']}  (upload: wandb sync {summary['wandb_dir']})")

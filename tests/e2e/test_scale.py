@@ -95,3 +95,19 @@ def train_losses(run) -> dict[int, float]:
     import csv
     rows = csv.DictReader((run / "csv" / "metrics.csv").open())
     return {int(r["step"]): float(r["train/loss"]) for r in rows if r.get("train/loss")}
+
+
+def test_torchrun_ranks_share_one_run_dir_and_one_wandb_run(cache_dir, tmp_path):
+    # torchrun starts every rank itself: each runs the Hydra app, all must land in one dir, one W&B run
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    out = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "selfsup.train", "trainer=ddp_cpu",
+                          *TINY, f"data.cache_dir={cache_dir}"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [day] = list((tmp_path / "outputs").iterdir())
+    [run] = list(day.iterdir())  # no second dir from rank 1
+    assert run.name.startswith("torchrun-")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["world_size"] == 2
+    assert len(list((run / "wandb").glob("offline-run-*"))) == 1 and wandb_summary(run)["state"] == "finished"
+    assert out.stdout.count("W&B run files:") == 1  # the summary is printed by rank 0 only
