@@ -144,6 +144,7 @@ def test_bf16_mixed_precision_trains_on_cpu():
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
     assert trainer.global_step == 4 and torch.isfinite(torch.tensor(float(trainer.callback_metrics["train/loss"])))
     assert module.flops_per_batch > 0  # measured on the first batch for ThroughputMonitor
+    assert trainer.optimizers[0].defaults["fused"]  # no gradient scaler in bf16: the fused AdamW
 
 
 def first_step(precision_or_plugin, grad_clip: float, max_steps: int = 1):
@@ -171,6 +172,7 @@ def test_fp16_mixed_clips_unscaled_gradients():
     fp16, t16 = first_step(MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu", init_scale=2.0**16)),
                            grad_clip=0.5)
     assert t16.precision_plugin.scaler is not None and t16.precision_plugin.scaler.get_scale() >= 2.0**15
+    assert t32.optimizers[0].defaults["fused"] and not t16.optimizers[0].defaults["fused"]  # fused unscales too late
     norm32 = float(t32.callback_metrics["train/grad_norm"])
     norm16 = float(t16.callback_metrics["train/grad_norm"])
     assert norm32 > 0.5  # the clip is active

@@ -195,9 +195,9 @@ class SelfSupModule(L.LightningModule):
         no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
                                  {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=self.betas,
-                                # fused kernels (CPU and CUDA) unscale internally, which Lightning's
-                                # gradient clipping under mixed precision refuses
-                                fused="mixed" not in str(self.trainer.precision), foreach=None)
+                                # fused kernels (CPU and CUDA); not with fp16's GradScaler, whose
+                                # unscaling a fused optimizer does inside its step, after our clipping
+                                fused="16-mixed" not in str(self.trainer.precision), foreach=None)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: warmup_cosine(step, self.warmup_steps, self.max_steps, self.min_lr_ratio))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
