@@ -197,7 +197,7 @@ class SelfSupModule(L.LightningModule):
                                  {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=self.betas,
                                 # fused kernels (CPU and CUDA); not with fp16's GradScaler, whose
                                 # unscaling a fused optimizer does inside its step, after our clipping
-                                fused="16-mixed" not in str(self.trainer.precision), foreach=None)
+                                fused=str(self.trainer.precision) not in ("16-mixed", "16"), foreach=None)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: warmup_cosine(step, self.warmup_steps, self.max_steps, self.min_lr_ratio))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
