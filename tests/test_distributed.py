@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from selfsup.config import register
 from selfsup.distributed import HydraSafeDDPStrategy, HydraSafeFSDPStrategy, WorkerLauncher, strategy_for
-from selfsup.train import CONF_DIR, SelfSupError
+from selfsup.train import CONF_DIR, SelfSupError, check_devices
 
 
 def config(*overrides):
@@ -39,6 +39,6 @@ def test_fsdp_preset_is_hydra_safe_fsdp2_over_all_ranks(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
 @pytest.mark.parametrize("preset", ["gpu", "ddp", "fsdp"])
-def test_gpu_presets_without_a_gpu_fail_in_one_line(preset, tmp_path):
+def test_gpu_presets_without_a_gpu_fail_in_one_line(preset):
     with pytest.raises(SelfSupError, match="no usable GPU.*trainer=cpu"):
-        strategy_for(config(f"trainer={preset}"), tmp_path, rank_zero=True)
+        check_devices(config(f"trainer={preset}"))

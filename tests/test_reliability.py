@@ -12,7 +12,6 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -84,7 +83,7 @@ class LabModule(SelfSupModule):
 class Poisoned(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
-        self.inner = model
+        self.inner, self.lm_head, self.vocab_size = model, model.lm_head, model.vocab_size  # the fused head's
 
     def forward(self, **kwargs):
         return self.inner(**kwargs) * float("nan")
@@ -519,14 +518,13 @@ def test_sigusr1_saves_last_ckpt_and_stops_cleanly_in_process(tmp_path):
     assert resumed.global_step == 5
 
 
-def test_second_signal_hands_over_to_the_previous_handler_and_slurm_keeps_its_requeue_signal():
-    from lightning.fabric.plugins.environments import SLURMEnvironment
+def test_second_signal_hands_over_to_the_previous_handler():
     calls = []
     original = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
     try:
         previous = signal.getsignal(signal.SIGUSR2)
         handler = PreemptionHandler(signals=(signal.SIGUSR2,))
-        handler._install(SimpleNamespace())
+        handler._install([signal.SIGUSR2])
         os.kill(os.getpid(), signal.SIGUSR2)
         assert calls == [] and handler._received == signal.SIGUSR2  # first: only noted, for the batch end
         os.kill(os.getpid(), signal.SIGUSR2)
@@ -534,10 +532,19 @@ def test_second_signal_hands_over_to_the_previous_handler_and_slurm_keeps_its_re
         assert signal.getsignal(signal.SIGUSR2) is previous
     finally:
         signal.signal(signal.SIGUSR2, original)
-    slurm = SimpleNamespace(_accelerator_connector=SimpleNamespace(
-        cluster_environment=SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1)))
-    assert PreemptionHandler()._handled_signals(slurm) == [signal.SIGTERM]
-    assert PreemptionHandler()._handled_signals(SimpleNamespace()) == [signal.SIGTERM, signal.SIGUSR1]
+
+
+def test_slurm_auto_requeue_keeps_its_requeue_signal(tmp_path):
+    from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
+    handler = PreemptionHandler()
+    requeue = SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1)
+    assert handler._handled_signals(requeue) == [signal.SIGTERM]
+    assert handler._handled_signals(SLURMEnvironment(auto_requeue=False)) == [signal.SIGTERM, signal.SIGUSR1]
+    assert handler._handled_signals(LightningEnvironment()) == [signal.SIGTERM, signal.SIGUSR1]
+    # on_train_start finds the environment in the Trainer
+    on_slurm = L.Trainer(accelerator="cpu", logger=False, plugins=[requeue], default_root_dir=str(tmp_path))
+    assert PreemptionHandler.cluster_environment(on_slurm) is requeue
+    assert isinstance(PreemptionHandler.cluster_environment(trainer(tmp_path)), LightningEnvironment)
 
 
 # ============================================================================ secrets, memory

@@ -88,21 +88,8 @@ def shard(model, device_mesh) -> None:
     fully_shard(model, mesh=mesh)
 
 
-def check_devices(cfg: DictConfig) -> None:
-    """One clear line instead of Lightning's traceback when the trainer asks for GPUs that are not there."""
-    import torch
-
-    from selfsup.train import SelfSupError
-    t = cfg.trainer
-    if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise SelfSupError(f"trainer.accelerator={t.accelerator} but this machine has no usable GPU "
-                           f"(torch.cuda.is_available() is False): use trainer=cpu or trainer=ddp_cpu, "
-                           f"or install a CUDA build of torch")
-
-
 def strategy_for(cfg: DictConfig, run_dir: Path, rank_zero: bool):
     """`ddp` and `fsdp` become the Hydra-safe strategies above; anything else goes to Lightning as it is."""
-    check_devices(cfg)
     name = cfg.trainer.strategy
     if name not in ("ddp", "fsdp"):
         return name

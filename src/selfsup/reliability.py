@@ -470,19 +470,24 @@ class PreemptionHandler(Callback):
         self._previous: dict[int, Any] = {}
 
     # --------------------------------------------------------------- signals
-    def _handled_signals(self, trainer) -> list[int]:
-        handled = list(self.signals)
-        env = getattr(getattr(trainer, "_accelerator_connector", None), "cluster_environment", None)
+    @staticmethod
+    def cluster_environment(trainer):
+        """The Trainer's cluster environment (LightningEnvironment, SLURMEnvironment, ...), or None."""
+        return getattr(getattr(trainer, "_accelerator_connector", None), "cluster_environment", None)
+
+    def _handled_signals(self, environment) -> list[int]:
+        """Our signals, less the one Lightning requeues on when the environment is SLURM with auto-requeue."""
         from lightning.fabric.plugins.environments import SLURMEnvironment
-        if isinstance(env, SLURMEnvironment) and env.auto_requeue:
-            handled = [s for s in handled if s != env.requeue_signal]
+        handled = list(self.signals)
+        if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+            handled = [s for s in handled if s != environment.requeue_signal]
         return handled
 
-    def _install(self, trainer) -> None:
+    def _install(self, signals: Sequence[int]) -> None:
         if threading.current_thread() is not threading.main_thread():
             log.warning("preemption handling is off: signals can only be handled in the main thread")
             return
-        for signum in self._handled_signals(trainer):
+        for signum in signals:
             self._previous[signum] = signal.getsignal(signum)
             signal.signal(signum, self._on_signal)
 
@@ -509,7 +514,7 @@ class PreemptionHandler(Callback):
     # --------------------------------------------------------------- hooks
     def on_train_start(self, trainer, pl_module) -> None:
         self.preempted, self.checkpoint_path, self._received = None, None, None
-        self._install(trainer)
+        self._install(self._handled_signals(self.cluster_environment(trainer)))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.preempted is not None:

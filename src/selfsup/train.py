@@ -33,8 +33,11 @@ class SelfSupError(Exception):
 def user_errors() -> tuple[type[BaseException], ...]:
     from selfsup.data import DataError
     from selfsup.objectives import ObjectiveError
-    from selfsup.reliability import CheckpointError, NonFiniteLossError
-    return (SelfSupError, DataError, ObjectiveError, CheckpointError, NonFiniteLossError)
+    errors = (SelfSupError, DataError, ObjectiveError)
+    reliability = sys.modules.get("selfsup.reliability")  # (importing it loads Lightning: seconds)
+    if reliability is not None:  # else none of its errors can have been raised
+        errors += (reliability.CheckpointError, reliability.NonFiniteLossError)
+    return errors
 
 
 # ---------------------------------------------------------------------------- W&B
@@ -80,15 +83,13 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
                 import secrets
                 import string
                 id_file.write_text("".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8)))
-            wandb_logger = SafeWandbLogger(  # W&B failing mid-run: one warning, training goes on
+            loggers.append(SafeWandbLogger(  # W&B failing mid-run: one warning, training goes on
                 csv_dir=str(Path(csv.log_dir)) if csv else None,
                 save_dir=str(run_dir), project=cfg.logger.project, entity=cfg.logger.entity, name=name, group=group,
                 tags=tags, mode=mode, config=redact(OmegaConf.to_container(cfg, resolve=True)), job_type="train",
                 id=id_file.read_text().strip(), resume="allow",
                 # W&B records the command line with the run's metadata: not when it holds a secret
-                **({"settings": wandb_settings(x_disable_meta=True)} if redact(sys.argv) != sys.argv else {}))
-            wandb_logger._wandb_init.pop("anonymous", None)  # Lightning passes it; wandb warns it has no effect
-            loggers.append(wandb_logger)
+                **({"settings": wandb_settings(x_disable_meta=True)} if redact(sys.argv) != sys.argv else {})))
     return loggers + ([csv] if csv else [])
 
 
@@ -144,6 +145,13 @@ def make_objective(cfg: DictConfig, vocab):
     return build_objective(o.name, vocab, cfg.data.seq_len, cfg.architecture.name, **params)
 
 
+def check_objective(cfg: DictConfig) -> None:
+    """The objective's parameters, before any data is read (whole-word MLM needs the tokenizer: at build)."""
+    if not cfg.objective.whole_word:
+        from selfsup.data.vocab import Vocab
+        make_objective(cfg, Vocab(size=max(cfg.data.vocab_size, 1_000_000), n_sentinels=cfg.data.n_sentinels))
+
+
 def build(cfg: DictConfig):
     from selfsup.data import SelfSupDataModule
     from selfsup.models import build_model
@@ -194,7 +202,6 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 
-    from selfsup.data.vocab import Vocab
     from selfsup.distributed import strategy_for
     from selfsup.reliability import (LastCheckpoint, NonFiniteGuard, PreemptionHandler, check_resume_compatible,
                                      resume_state)
@@ -212,8 +219,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     preemption = PreemptionHandler(dirpath=run_dir / "checkpoints")
     try:
         loggers = start_wandb(loggers, run_dir)
-        if not cfg.objective.whole_word:  # the objective's parameters, before any data is read
-            make_objective(cfg, Vocab(size=max(cfg.data.vocab_size, 1_000_000), n_sentinels=cfg.data.n_sentinels))
+        check_objective(cfg)
         dm, objective, model, module = build(cfg)
         if rank_zero and not loggers_first:
             loggers = make_loggers(cfg, run_dir)
@@ -301,15 +307,28 @@ def check_before_building(cfg: DictConfig, run_dir: Path, fresh: bool = True) ->
     if fresh and not cfg.resume and ((run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists()):
         raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
                            f"resume={run_dir}, or pick a new hydra.run.dir")
+    check_devices(cfg)
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
                            f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
 
 
+def check_devices(cfg: DictConfig) -> None:
+    """One clear line instead of Lightning's traceback when the trainer asks for GPUs that are not there."""
+    import torch
+    t = cfg.trainer
+    if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise SelfSupError(f"trainer.accelerator={t.accelerator} but this machine has no usable GPU "
+                           f"(torch.cuda.is_available() is False): use trainer=cpu or trainer=ddp_cpu, "
+                           f"or install a CUDA build of torch")
+
+
 def requeue_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
     """The hpc_ckpt_<n>.ckpt Lightning saved in this run dir before SLURM requeued the job."""
+    if cfg.resume or cfg.ckpt_path or not os.environ.get("SLURM_JOB_ID"):
+        return None
     from selfsup.reliability import slurm_resume_checkpoint
-    return None if cfg.resume or cfg.ckpt_path else slurm_resume_checkpoint(run_dir)
+    return slurm_resume_checkpoint(run_dir)
 
 
 def resumed_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
@@ -346,6 +365,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
         elif cfg.resume:
             cfg = resumed_config(cfg, run_dir)
         check_before_building(cfg, run_dir, fresh=rank == 0)
+        if not multirun:  # (in a sweep, after its W&B run has started: a failed job is a failed W&B run)
+            check_objective(cfg)
         summary = fit(cfg, run_dir, rank_zero=rank == 0, loggers_first=multirun)
     except Exception as err:
         user_error = isinstance(err, user_errors())

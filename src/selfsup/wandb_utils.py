@@ -50,13 +50,14 @@ def _safe_wandb_logger() -> type:
         The first exception from W&B (its service process died, say: every call then raises
         ConnectionResetError) prints one warning with the `wandb sync` command for what was written,
         lets go of the W&B service, and from then on this logger does nothing: ``experiment`` is
-        Lightning's no-op DummyExperiment. Starting the run (the first ``experiment``) is not
-        guarded: the lab handles that itself. ``csv_dir``: where the metrics go on, for the warning.
+        Lightning's no-op DummyExperiment. Start the run with ``experiment`` first to tell a run
+        that cannot start (the lab does). ``csv_dir``: where the metrics go on, for the warning.
         """
 
         def __init__(self, *args, csv_dir: str | None = None, **kwargs):
             super().__init__(*args, **kwargs)
-            self.csv_dir, self.stopped, self.step = csv_dir, None, 0
+            self._wandb_init.pop("anonymous", None)  # Lightning passes it; wandb warns it has no effect
+            self.csv_dir, self.stopped, self.last_step = csv_dir, None, 0
 
         @property
         def experiment(self):
@@ -84,8 +85,9 @@ def _safe_wandb_logger() -> type:
                 reason = f"its service process is gone ({reason})"
             self.stopped = reason
             goes_on = f"metrics go to the CSV log in {self.csv_dir}" if self.csv_dir else "metrics are not recorded"
-            log.warning(f"W&B stopped at step {self.step}: {reason}; training goes on, {goes_on}; sync what "
-                        f"was written with `wandb sync {self.run_folder()}`")
+            folder = self.run_folder()
+            sync = f"sync what was written with `wandb sync {folder}`" if folder else "W&B wrote nothing"
+            log.warning(f"W&B stopped at step {self.last_step}: {reason}; training goes on, {goes_on}; {sync}")
             import wandb
             with contextlib.suppress(Exception):  # forgets the dead service and its exit hook (else a
                 wandb.teardown()                  # traceback at exit); raises ConnectionResetError itself
@@ -98,7 +100,7 @@ def _safe_wandb_logger() -> type:
             self._guard(super().log_hyperparams, params)
 
         def log_metrics(self, metrics, step: int | None = None) -> None:
-            self.step = self.step if step is None else step
+            self.last_step = self.last_step if step is None else step
             self._guard(super().log_metrics, metrics, step)
 
         def after_save_checkpoint(self, checkpoint_callback) -> None:

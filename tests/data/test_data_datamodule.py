@@ -166,6 +166,26 @@ def test_small_text_corpus_errors(tmp_path):
     assert next(iter(dm.train_dataloader())).shape == (1, 16)
 
 
+def test_one_token_documents_are_refused_and_nothing_is_cached(tmp_path):
+    words = tmp_path / "words.jsonl"
+    words.write_text("".join(json.dumps({"text": w}) + "\n" for w in ["cat", "dog", "sun"] * 200))
+    settings = dict(source="text_files", paths=[words], vocab_size=400, n_sentinels=4, cache_dir=tmp_path / "c")
+    with pytest.raises(DataError) as e:
+        SelfSupDataModule(**settings).prepare()
+    assert str(e.value) == (
+        f"text_files: {words}: each of its 400 training documents is a single token (such as 'cat'), so no "
+        f"objective has context to learn from: put several words in each document (one document is a .txt file, "
+        f"a .jsonl line, a .parquet row or a data set row)"
+    )
+    assert list((tmp_path / "c").iterdir()) == []  # no cache, no scratch folder left
+    # a few documents with context are enough
+    with words.open("a") as f:
+        f.writelines(json.dumps({"text": f"the cat sat on mat {i}"}) + "\n" for i in range(5))
+    dm = SelfSupDataModule(**settings)
+    dm.prepare()
+    assert tokenizer_module.longest_document(dm.train_tokens, dm.vocab.eos_id) > 1
+
+
 def test_setting_errors(tmp_path):
     with pytest.raises(DataError, match="builtin, text_files, hf_dataset"):
         SelfSupDataModule(source="wiki", cache_dir=tmp_path).prepare()

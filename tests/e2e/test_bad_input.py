@@ -24,6 +24,7 @@ def files(tmp_path):
     (d / "small" / "a.txt").write_text("A few words of text. " * 5)
     (d / "small" / "b.txt").write_text("Some other words here. " * 5)
     (d / "nofield.jsonl").write_text(json.dumps({"body": "text under another key"}) + "\n")
+    (d / "words.jsonl").write_text("".join(json.dumps({"text": w}) + "\n" for w in ["cat", "dog", "sun"] * 300))
     return d
 
 
@@ -56,6 +57,16 @@ def test_config_mistakes(train, overrides, words):
 def test_data_mistakes(train, files, path, words):
     assert_refused(train("data=text_files", f"data.paths=[{files / path}]", "data.vocab_size=300",
                          "data.n_sentinels=4"), *words)
+
+
+def test_one_token_documents_are_refused_in_one_line(train, files, cache_dir):
+    cached = sorted(cache_dir.iterdir())
+    out = train("data=text_files", f"data.paths=[{files / 'words.jsonl'}]", "data.vocab_size=300",
+                "data.n_sentinels=4")
+    assert_refused(out, "words.jsonl", "is a single token", "no objective has context", "several words")
+    assert [line for line in out.stderr.splitlines() if line.strip()] == [out.stderr.strip()]  # one line
+    assert out.stderr.startswith("error: text_files: ")
+    assert sorted(cache_dir.iterdir()) == cached  # the token cache: nothing added, nothing lost
 
 
 def test_a_finished_run_is_never_overwritten(train, tmp_path):

@@ -108,6 +108,12 @@ def encode_documents(tokenizer: Tokenizer, documents: Sequence[str], eos_id: int
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
+def longest_document(tokens: np.ndarray, eos_id: int) -> int:
+    """The number of tokens in the longest document of encode_documents' array (eos not counted)."""
+    ends = np.flatnonzero(np.asarray(tokens) == eos_id)
+    return int(np.diff(ends, prepend=-1).max()) - 1 if ends.size else 0
+
+
 def cache_key(documents: Sequence[str], val_fraction: float, vocab_size: int, n_sentinels: int) -> str:
     digest = hashlib.sha256()
     settings = {
@@ -163,6 +169,12 @@ def _build(
         "train": encode_documents(tokenizer, train_docs, eos_id),
         "val": encode_documents(tokenizer, val_docs, eos_id),
     }
+    if longest_document(arrays["train"], eos_id) < 2:
+        raise DataError(
+            f"{source or 'the corpus'}: each of its {len(train_docs)} training documents is a single token "
+            f"(such as {train_docs[0][:30]!r}), so no objective has context to learn from: put several words in "
+            f"each document (one document is a .txt file, a .jsonl line, a .parquet row or a data set row)"
+        )
     for split, array in arrays.items():
         np.save(folder / f"{split}.npy", array)
     meta = {
