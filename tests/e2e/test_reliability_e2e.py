@@ -89,6 +89,6 @@ def test_a_requeued_slurm_job_resumes_by_itself(train, tmp_path):
     run = tmp_path / "run"
     assert train("objective=clm", run_dir=run).returncode == 0
     (run / "hpc_ckpt_1.ckpt").write_bytes((run / "checkpoints" / "last.ckpt").read_bytes())
-    again = train("objective=clm", "trainer.max_steps=9", run_dir=run)
+    again = train("objective=clm", "trainer.max_steps=9", run_dir=run, env={"SLURM_JOB_ID": "4242"})
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((run / "summary.json").read_text())["steps"] == 9
