@@ -362,7 +362,7 @@ class LastCheckpoint(Callback):
         step = trainer.global_step
         last = trainer.max_steps is not None and 0 < trainer.max_steps <= step
         if step and (step % self.every_n_steps == 0 or last or trainer.should_stop):
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)
 
 
 class NonFiniteGuard(Callback):
@@ -527,7 +527,7 @@ class PreemptionHandler(Callback):
         folder = self.dirpath or getattr(trainer.checkpoint_callback, "dirpath", None) or \
             os.path.join(trainer.default_root_dir, "checkpoints")
         path = os.path.join(str(folder), self.filename)
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)
         self.preempted = signal.Signals(self._received).name if self._received is not None else "signal"
         self.checkpoint_path = path
         trainer.should_stop = True

@@ -133,6 +133,10 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     # val metrics are torchmetrics, synchronised across ranks when computed; Lightning cannot know
     warnings.filterwarnings("ignore", message=".*when logging on epoch level in distributed setting.*")
+    # mid-epoch resume is exact: the sampler skips the batches the checkpoint had consumed
+    warnings.filterwarnings("ignore", message=".*dataloader is not resumable.*")
+    # only a resumed run gets this far with checkpoints already in its dir (a fresh one is refused)
+    warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")
 
 
 def make_objective(cfg: DictConfig, vocab):
