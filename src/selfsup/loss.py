@@ -9,7 +9,7 @@ right away, while its logits are still in cache:
 
 so the [rows, vocab] logits are never stored for backward, and the log-softmax forward and
 backward passes over them are replaced by one in-place exp. Same FLOPs as the dense head (three
-matmuls), 1.1-1.2x faster on CPU at the default sizes (`selfsup-bench head`), and the memory of
+matmuls), 1.1-1.3x faster on CPU at the sizes of `selfsup-bench head`, and the memory of
 the logits is bounded by the chunk. Values match
 `F.cross_entropy(hidden @ weight.T, targets, reduction="sum")` to float rounding; rows past
 `vocab_size` (the padding of the vocabulary to a multiple of 64) get no probability.

@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.config import launched_rank, register
-from selfsup.wandb_utils import api_key_configured, wandb_mode
+from selfsup.wandb_utils import finish_wandb, make_loggers, start_wandb
 
 log = logging.getLogger("selfsup")
 CONF_DIR = Path(os.environ.get("SELFSUP_CONF", Path(__file__).resolve().parents[2] / "conf"))
@@ -38,90 +38,6 @@ def user_errors() -> tuple[type[BaseException], ...]:
     if reliability is not None:  # else none of its errors can have been raised
         errors += (reliability.CheckpointError, reliability.NonFiniteLossError)
     return errors
-
-
-# ---------------------------------------------------------------------------- W&B
-def run_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
-    """W&B name, group and tags: the objective, the architecture and the values this sweep varies."""
-    hc = HydraConfig.get()
-    swept_keys = set(filter(None, os.environ.get("SELFSUP_SWEPT", "").split(",")))
-    swept = [o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept_keys]
-    values = [f"{o.split('=', 1)[0].split('.')[-1]}={o.split('=', 1)[1]}" for o in swept
-              if not o.startswith(("objective=", "architecture="))]
-    name = cfg.logger.name or "-".join([cfg.objective.name, cfg.architecture.name, *values])
-    group = cfg.logger.group
-    if group is None and hc.mode.name == "MULTIRUN":
-        sweep = Path(hc.sweep.dir)
-        group = f"sweep-{sweep.parent.name}-{sweep.name}"
-    tags = list(cfg.logger.tags) + [f"objective={cfg.objective.name}", f"architecture={cfg.architecture.name}"] + swept
-    from selfsup.reliability import redact
-    return redact(name), group, [t[:64] for t in dict.fromkeys(redact(tags))]
-
-
-def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
-    from lightning.pytorch.loggers import CSVLogger
-
-    from selfsup.reliability import redact
-    from selfsup.wandb_utils import SafeWandbLogger
-    from wandb import Settings as wandb_settings
-    loggers, csv = [], None
-    if cfg.logger.csv:
-        # a resumed run writes its own CSV beside the first (Lightning would overwrite metrics.csv)
-        version = "" if not cfg.resume else f"resume-{len(list((run_dir / 'csv').glob('resume-*'))) + 1}"
-        csv = CSVLogger(save_dir=str(run_dir), name="csv", version=version)
-    if cfg.logger.wandb:
-        mode = wandb_mode(cfg.logger.mode)
-        if mode == "online" and not api_key_configured():
-            log.warning("W&B online was asked for but no API key is configured (WANDB_API_KEY or `wandb login`): "
-                        "logging offline instead; upload later with the `wandb sync` command printed at the end")
-            mode = "offline"
-        if mode != "disabled":
-            os.environ.setdefault("WANDB_SILENT", "true")
-            name, group, tags = run_identity(cfg)
-            id_file = run_dir / "wandb-run-id"  # a resumed run continues the same W&B run
-            if not id_file.exists():
-                import secrets
-                import string
-                id_file.write_text("".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8)))
-            loggers.append(SafeWandbLogger(  # W&B failing mid-run: one warning, training goes on
-                csv_dir=str(Path(csv.log_dir)) if csv else None,
-                save_dir=str(run_dir), project=cfg.logger.project, entity=cfg.logger.entity, name=name, group=group,
-                tags=tags, mode=mode, config=redact(OmegaConf.to_container(cfg, resolve=True)), job_type="train",
-                id=id_file.read_text().strip(), resume="allow",
-                # W&B records the command line with the run's metadata: not when it holds a secret
-                **({"settings": wandb_settings(x_disable_meta=True)} if redact(sys.argv) != sys.argv else {})))
-    return loggers + ([csv] if csv else [])
-
-
-def define_wandb_axes(loggers: list) -> None:
-    """tokens seen and targets seen are x-axes, so objectives compare on the same compute."""
-    from lightning.pytorch.loggers import WandbLogger
-    for lg in loggers:
-        if isinstance(lg, WandbLogger):
-            run = lg.experiment
-            run.define_metric("train/tokens_seen")
-            run.define_metric("train/targets_seen")
-            for prefix in ("train", "val", "perf"):
-                run.define_metric(f"{prefix}/*", step_metric="train/tokens_seen")
-
-
-def start_wandb(loggers: list, run_dir: Path) -> list:
-    """Start the W&B run (and its x-axes). W&B failing never stops training: the CSV log goes on."""
-    try:
-        define_wandb_axes(loggers)
-        return loggers
-    except Exception as err:
-        log.warning(f"W&B could not start ({type(err).__name__}: {err}); training goes on with the CSV log "
-                    f"in {run_dir / 'csv'}")
-        from selfsup.wandb_utils import SafeWandbLogger
-        return [lg for lg in loggers if not isinstance(lg, SafeWandbLogger)]
-
-
-def finish_wandb(loggers: list, exit_code: int) -> str | None:
-    """Finish the W&B run (never raises); its local folder, for `wandb sync`, or None."""
-    from selfsup.wandb_utils import SafeWandbLogger
-    folders = [lg.finish(exit_code) for lg in loggers if isinstance(lg, SafeWandbLogger)]
-    return next(filter(None, folders), None)
 
 
 # ---------------------------------------------------------------------------- build and fit
@@ -223,7 +139,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     preemption = PreemptionHandler(dirpath=run_dir / "checkpoints")
     try:
         loggers = start_wandb(loggers, run_dir)
-        check_objective(cfg)
+        if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
+            check_objective(cfg)
         dm, objective, model, module = build(cfg)
         if rank_zero and not loggers_first:
             loggers = make_loggers(cfg, run_dir)

@@ -1,4 +1,5 @@
-"""W&B settings shared by selfsup-train and selfsup-report, and the W&B logger of selfsup-train.
+"""W&B for selfsup: the settings shared by selfsup-train and selfsup-report, and selfsup-train's
+loggers (W&B and CSV, W&B's x-axes, start and finish that never stop training).
 
 The settings need the standard library only; ``SafeWandbLogger`` imports Lightning (seconds), so it
 is built when first asked for.
@@ -7,10 +8,14 @@ is built when first asked for.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
+
+from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("selfsup")
 
@@ -33,13 +38,95 @@ def wandb_mode(requested: str) -> str:
     return "online" if api_key_configured() else "offline"
 
 
+# ---------------------------------------------------------------------------- selfsup-train's loggers
+def run_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
+    """W&B name, group and tags: the objective, the architecture and the values this sweep varies."""
+    from hydra.core.hydra_config import HydraConfig
+    hc = HydraConfig.get()
+    swept_keys = set(filter(None, os.environ.get("SELFSUP_SWEPT", "").split(",")))
+    swept = [o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept_keys]
+    values = [f"{o.split('=', 1)[0].split('.')[-1]}={o.split('=', 1)[1]}" for o in swept
+              if not o.startswith(("objective=", "architecture="))]
+    name = cfg.logger.name or "-".join([cfg.objective.name, cfg.architecture.name, *values])
+    group = cfg.logger.group
+    if group is None and hc.mode.name == "MULTIRUN":
+        sweep = Path(hc.sweep.dir)
+        group = f"sweep-{sweep.parent.name}-{sweep.name}"
+    tags = list(cfg.logger.tags) + [f"objective={cfg.objective.name}", f"architecture={cfg.architecture.name}"] + swept
+    from selfsup.reliability import redact
+    return redact(name), group, [t[:64] for t in dict.fromkeys(redact(tags))]
+
+
+def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
+    from lightning.pytorch.loggers import CSVLogger
+
+    from selfsup.reliability import redact
+    from wandb import Settings as wandb_settings
+    loggers, csv = [], None
+    if cfg.logger.csv:
+        # a resumed run writes its own CSV beside the first (Lightning would overwrite metrics.csv)
+        version = "" if not cfg.resume else f"resume-{len(list((run_dir / 'csv').glob('resume-*'))) + 1}"
+        csv = CSVLogger(save_dir=str(run_dir), name="csv", version=version)
+    if cfg.logger.wandb:
+        mode = wandb_mode(cfg.logger.mode)
+        if mode == "online" and not api_key_configured():
+            log.warning("W&B online was asked for but no API key is configured (WANDB_API_KEY or `wandb login`): "
+                        "logging offline instead; upload later with the `wandb sync` command printed at the end")
+            mode = "offline"
+        if mode != "disabled":
+            os.environ.setdefault("WANDB_SILENT", "true")
+            name, group, tags = run_identity(cfg)
+            id_file = run_dir / "wandb-run-id"  # a resumed run continues the same W&B run
+            if not id_file.exists():
+                import secrets
+                import string
+                id_file.write_text("".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8)))
+            loggers.append(_safe_wandb_logger()(  # W&B failing mid-run: one warning, training goes on
+                csv_dir=str(Path(csv.log_dir)) if csv else None,
+                save_dir=str(run_dir), project=cfg.logger.project, entity=cfg.logger.entity, name=name, group=group,
+                tags=tags, mode=mode, config=redact(OmegaConf.to_container(cfg, resolve=True)), job_type="train",
+                id=id_file.read_text().strip(), resume="allow",
+                # W&B records the command line with the run's metadata: not when it holds a secret
+                **({"settings": wandb_settings(x_disable_meta=True)} if redact(sys.argv) != sys.argv else {})))
+    return loggers + ([csv] if csv else [])
+
+
+def define_wandb_axes(loggers: list) -> None:
+    """tokens seen and targets seen are x-axes, so objectives compare on the same compute."""
+    from lightning.pytorch.loggers import WandbLogger
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            run = lg.experiment
+            run.define_metric("train/tokens_seen")
+            run.define_metric("train/targets_seen")
+            for prefix in ("train", "val", "perf"):
+                run.define_metric(f"{prefix}/*", step_metric="train/tokens_seen")
+
+
+def start_wandb(loggers: list, run_dir: Path) -> list:
+    """Start the W&B run (and its x-axes). W&B failing never stops training: the CSV log goes on."""
+    try:
+        define_wandb_axes(loggers)
+        return loggers
+    except Exception as err:
+        log.warning(f"W&B could not start ({type(err).__name__}: {err}); training goes on with the CSV log "
+                    f"in {run_dir / 'csv'}")
+        return [lg for lg in loggers if not isinstance(lg, _safe_wandb_logger())]
+
+
+def finish_wandb(loggers: list, exit_code: int) -> str | None:
+    """Finish the W&B run (never raises); its local folder, for `wandb sync`, or None."""
+    folders = [lg.finish(exit_code) for lg in loggers if isinstance(lg, _safe_wandb_logger())]
+    return next(filter(None, folders), None)
+
+
 def __getattr__(name: str):
     if name == "SafeWandbLogger":
-        globals()[name] = _safe_wandb_logger()
-        return globals()[name]
+        return _safe_wandb_logger()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@functools.cache
 def _safe_wandb_logger() -> type:
     from lightning.pytorch.loggers import WandbLogger
     from lightning.pytorch.loggers.logger import DummyExperiment
