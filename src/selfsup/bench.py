@@ -165,6 +165,18 @@ def hf_step(model, objective: str, batch, opt) -> None:
     opt.zero_grad(set_to_none=True)
 
 
+def architecture_style(arch: str) -> dict:
+    """The feed-forward activation and biases the lab's conf/architecture/<arch>.yaml sets."""
+    from omegaconf import OmegaConf
+
+    from selfsup.config import ArchitectureConfig
+    from selfsup.train import CONF_DIR
+
+    conf = OmegaConf.merge(OmegaConf.structured(ArchitectureConfig),
+                           OmegaConf.load(CONF_DIR / "architecture" / f"{arch}.yaml"))
+    return {"activation": conf.activation, "bias": conf.bias}
+
+
 PRESETS = {  # name: (d_model, n_layers, n_heads, seq_len, batch, vocab)
     "default": (128, 2, 4, 128, 16, 4096),           # conf/architecture defaults, conf/data/builtin
     "d512": (512, 4, 8, 256, 8, 8192),               # the CPU efficiency target's size
@@ -174,7 +186,9 @@ PRESETS = {  # name: (d_model, n_layers, n_heads, seq_len, batch, vocab)
 
 def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: int, seq_len: int, batch: int,
                 vocab_size: int, objectives: list[str], device: str = "cpu", precision: str = "32-true",
-                compile: bool = False, hf: bool = True) -> list[dict]:
+                compile: bool = False, hf: bool = True, rounds: int = 3) -> list[dict]:
+    """Tokens/s of the Lightning step and of the HF loop, measured in `rounds` alternating rounds
+    (selfsup, HF, selfsup, HF, ...) so a slow spell of a shared machine hits both; medians reported."""
     import lightning as L
 
     from selfsup.models import build_model
@@ -182,16 +196,18 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
     from selfsup.objectives import build_objective, default_architecture
     from selfsup.throughput import cpu_matmul_peak
 
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
     class Clock(L.Callback):
         def on_train_batch_start(self, trainer, *args):
             if trainer.global_step == warmup:
-                if device == "cuda":
-                    torch.cuda.synchronize()
+                sync()
                 self.start = time.perf_counter()
 
         def on_train_end(self, trainer, *args):
-            if device == "cuda":
-                torch.cuda.synchronize()
+            sync()
             self.seconds = time.perf_counter() - self.start
 
     if device == "cuda":
@@ -207,46 +223,67 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
         obj = build_objective(objective, vocab, seq_len)
         gen = torch.Generator().manual_seed(0)
         data = torch.randint(vocab.first_ordinary, vocab.size, (batch * steps, obj.raw_length), generator=gen)
-        torch.manual_seed(0)
+        batches = [obj(data[i * batch:(i + 1) * batch], gen).to(device) for i in range(steps)]
         layers = n_layers // 2 if arch == "encoder_decoder" else n_layers  # equal depth budget
-        model = build_model(arch, vocab.size, obj.model_length, d_model=d_model, n_layers=layers, n_heads=n_heads)
-        if compile:
-            model.compile(dynamic=False)
-        module = SelfSupModule(model, obj, max_steps=steps, warmup_steps=10)
-        clock = Clock()
-        trainer = L.Trainer(accelerator=device, devices=1, precision=precision, max_steps=steps, logger=False,
-                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                            limit_val_batches=0, callbacks=[clock])
-        trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=batch, shuffle=False))
-        ours = batch * obj.raw_length * (steps - warmup) / clock.seconds
-        flops = module.flops_per_batch * (steps - warmup) / clock.seconds
-        row = {"objective": objective, "shape": f"{arch} d{d_model} L{layers} H{n_heads}",
-               "batch": f"{batch}x{obj.raw_length}", "params": f"{model.num_parameters() / 1e6:.1f}M",
-               "selfsup tokens/s": f"{ours:,.0f}", "GFLOP/s": f"{flops / 1e9:,.1f}",
-               "MFU" if device == "cuda" else "of matmul peak": f"{flops / peak:.0%}" if peak else "-"}
-        model_hf = hf_model(objective, vocab.size, d_model, layers, n_heads, obj.model_length + 1) if hf else None
-        if model_hf is not None:
-            model_hf = model_hf.to(device)
+        style = architecture_style(arch)  # activation and biases of conf/architecture/<arch>.yaml
+        tokens = batch * obj.raw_length * (steps - warmup)
+
+        def ours() -> tuple[float, SelfSupModule]:
+            torch.manual_seed(0)
+            model = build_model(arch, vocab.size, obj.model_length, d_model=d_model, n_layers=layers,
+                                n_heads=n_heads, **style)
+            if compile:
+                model.compile(dynamic=False)
+            module = SelfSupModule(model, obj, max_steps=steps, warmup_steps=10)
+            clock = Clock()
+            trainer = L.Trainer(accelerator=device, devices=1, precision=precision, max_steps=steps, logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                                limit_val_batches=0, callbacks=[clock])
+            trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=batch, shuffle=False))
+            return tokens / clock.seconds, module
+
+        def theirs() -> tuple[float, torch.nn.Module] | None:
+            torch.manual_seed(0)
+            model_hf = hf_model(objective, vocab.size, d_model, layers, n_heads, obj.model_length + 1)
+            if model_hf is None:
+                return None
+            model_hf = model_hf.to(device).train()
             opt = torch.optim.AdamW(model_hf.parameters(), lr=1e-3, weight_decay=0.1)
-            batches = [obj(data[i * batch:(i + 1) * batch], gen).to(device) for i in range(steps)]
-            model_hf.train()
-            autocast = torch.autocast(device, dtype=torch.bfloat16, enabled="bf16" in precision)
-            with autocast:
+            with torch.autocast(device, dtype=torch.bfloat16, enabled="bf16" in precision):
                 for b in batches[:warmup]:
                     hf_step(model_hf, objective, b, opt)
-                if device == "cuda":
-                    torch.cuda.synchronize()
+                sync()
                 start = time.perf_counter()
                 for b in batches[warmup:]:
                     hf_step(model_hf, objective, b, opt)
-                if device == "cuda":
-                    torch.cuda.synchronize()
-            theirs = batch * obj.raw_length * (steps - warmup) / (time.perf_counter() - start)
-            row.update({"HF model": type(model_hf).__name__, "HF tokens/s": f"{theirs:,.0f}",
-                        "selfsup / HF": f"{ours / theirs:.2f}x"})
+                sync()
+            return tokens / (time.perf_counter() - start), model_hf
+
+        mine, hers = [], []
+        for _ in range(rounds):
+            speed, module = ours()
+            mine.append(speed)
+            measured = theirs() if hf else None
+            if measured is not None:
+                hers.append(measured[0])
+                model_hf = measured[1]
+        ours_speed = statistics.median(mine)
+        flops = module.flops_per_batch * ours_speed / (batch * obj.raw_length)
+        row = {"objective": objective,
+               "shape": f"{arch} d{d_model} L{layers} H{n_heads} {style['activation']}"
+                        f"{'' if style['bias'] else ' no-bias'}",
+               "batch": f"{batch}x{obj.raw_length}", "params": f"{module.model.num_parameters() / 1e6:.1f}M",
+               "selfsup tokens/s": f"{ours_speed:,.0f}", "GFLOP/s": f"{flops / 1e9:,.1f}",
+               "MFU" if device == "cuda" else "of matmul peak": f"{flops / peak:.0%}" if peak else "-"}
+        if hers:
+            ratios = sorted(a / b for a, b in zip(mine, hers))
+            row.update({"HF model": type(model_hf).__name__, "HF tokens/s": f"{statistics.median(hers):,.0f}",
+                        "selfsup / HF": f"{ours_speed / statistics.median(hers):.2f}x",
+                        "per round": f"{ratios[0]:.2f}-{ratios[-1]:.2f}x"})
         rows.append(row)
     print(f"peak used for the last column: {peak / 1e9:,.0f} GFLOP/s "
-          f"({'device spec' if device == 'cuda' else 'measured fp32 matmul on this machine'})")
+          f"({'device spec' if device == 'cuda' else 'measured fp32 matmul on this machine'}); "
+          f"medians of {rounds} alternating rounds of {steps} steps ({warmup} untimed)")
     return rows
 
 
@@ -264,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--objectives", default="mlm,clm,span_corruption")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3, help="alternating selfsup/HF rounds; medians are reported")
     p.add_argument("--batch", type=int, help="override the preset's batch size")
     p.add_argument("--seq-len", type=int, help="override the preset's sequence length")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -291,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
         d_model, n_layers, n_heads, seq_len, batch, vocab = PRESETS[args.preset]
         rows = bench_train(args.steps, args.warmup, d_model, n_layers, n_heads, args.seq_len or seq_len,
                            args.batch or batch, vocab, args.objectives.split(","), args.device, args.precision,
-                           args.compile, hf=not args.no_hf)
+                           args.compile, hf=not args.no_hf, rounds=args.rounds)
         print_table(rows)
         if args.out:
             import contextlib

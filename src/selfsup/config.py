@@ -46,6 +46,8 @@ class ArchitectureConfig:
     n_decoder_layers: Optional[int] = None  # encoder_decoder; default n_layers
     dropout: float = 0.0
     tie_embeddings: bool = True
+    activation: str = "gelu"            # feed-forward nonlinearity: gelu (BERT, GPT-2) | relu (T5)
+    bias: bool = True                   # biases in linear layers and LayerNorms (T5 has none)
     activation_checkpointing: bool = False
 
 

@@ -33,7 +33,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, hidden, weight, targets, vocab_size, chunk, accuracy):
         w = weight[:vocab_size]
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        grad_weight = torch.empty(weight.shape, dtype=torch.float32, device=weight.device)
+        grad_weight[vocab_size if hidden.shape[0] else 0:] = 0  # the vocabulary's padding rows (all, without rows)
         nll = torch.zeros((), dtype=torch.float32, device=hidden.device)
         correct = torch.zeros((), dtype=torch.long, device=hidden.device)
         for start in range(0, hidden.shape[0], chunk):
@@ -50,7 +51,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
             p.div_(z)
             p[rows, t] -= 1                                       # d nll / d logits
             grad_hidden[start:start + chunk] = p.to(w.dtype) @ w
-            grad_weight[:vocab_size] += p.t().to(h.dtype) @ h
+            if start == 0:  # the first chunk writes d weight, the others add to it
+                torch.mm(p.t().to(h.dtype), h, out=grad_weight[:vocab_size])
+            else:
+                grad_weight[:vocab_size].addmm_(p.t().to(h.dtype), h)
         ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
         ctx.mark_non_differentiable(correct)
         return nll, correct

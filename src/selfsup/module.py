@@ -144,10 +144,12 @@ class SelfSupModule(L.LightningModule):
             if self._grad_norm is not None:
                 metrics["train/grad_norm"] = self._grad_norm
         # Each self.log call costs Lightning ~1 ms: log the metrics only when the loggers write them
-        # (every trainer.log_every_n_steps) and on the last step, the loss for the progress bar always.
+        # (every trainer.log_every_n_steps) and on the last step; the loss for a progress bar when it redraws.
         if logging or self.trainer.should_stop or self.global_step >= self.trainer.max_steps > 0:
             self.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
-        self.log("loss", loss, prog_bar=True, logger=False, on_step=True, on_epoch=False)
+        bar = self.trainer.progress_bar_callback
+        if bar is not None and bar.is_enabled and (batch_idx + 1) % max(1, getattr(bar, "refresh_rate", 1)) == 0:
+            self.log("loss", loss, prog_bar=True, logger=False, on_step=True, on_epoch=False)
         return loss
 
     def configure_model(self) -> None:

@@ -90,7 +90,8 @@ def build(cfg: DictConfig):
     try:
         model = build_model(a.name, vocab.size, objective.model_length, d_model=a.d_model, n_layers=a.n_layers,
                             n_heads=a.n_heads, d_ff=a.d_ff, dropout=a.dropout, tie_embeddings=a.tie_embeddings,
-                            n_decoder_layers=a.n_decoder_layers, activation_checkpointing=a.activation_checkpointing)
+                            n_decoder_layers=a.n_decoder_layers, activation_checkpointing=a.activation_checkpointing,
+                            activation=a.activation, bias=a.bias)
     except ValueError as err:
         raise SelfSupError(f"architecture: {err}") from None
     if cfg.trainer.compile:
@@ -229,6 +230,10 @@ def check_before_building(cfg: DictConfig, run_dir: Path, fresh: bool = True) ->
         raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
                            f"resume={run_dir}, or pick a new hydra.run.dir")
     check_devices(cfg)
+    from selfsup.models import ACTIVATIONS
+    if cfg.architecture.activation not in ACTIVATIONS:
+        raise SelfSupError(f"architecture.activation={cfg.architecture.activation} is unknown: use one of "
+                           f"{', '.join(ACTIVATIONS)}")
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
                            f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")

@@ -33,6 +33,7 @@ def files(tmp_path):
     (["objective=mlm", "architecture=decoder"], ["right context"]),
     (["objective=nope"], ["objective/nope", "mlm"]),
     (["architecture=nope"], ["architecture/nope"]),
+    (["architecture.activation=swish"], ["architecture.activation=swish", "gelu, relu"]),
     (["objective.mask_rte=0.2"], ["mask_rte"]),
     (["data.seq_len=abc"], ["data.seq_len"]),
     (["objective.mask_rate=0"], ["objective.mask_rate", "hides nothing"]),

@@ -186,7 +186,7 @@ def test_tied_embeddings_and_parameter_count(name):
 def test_init_scales_residual_projections():
     m = build_model("decoder", vocab_size=V, max_len=16, d_model=256, n_layers=8, n_heads=4)
     block = m.decoder.blocks[0]
-    assert abs(block.attn.query.weight.std().item() - 0.02) < 2e-3
+    assert abs(block.attn.qkv.weight.std().item() - 0.02) < 2e-3
     assert abs(block.attn.proj.weight.std().item() - 0.02 / 4) < 5e-4
     assert abs(block.mlp.proj.weight.std().item() - 0.02 / 4) < 5e-4
     assert block.mlp.fc.bias.abs().max() == 0
@@ -226,3 +226,46 @@ def test_activation_checkpointing_matches(name):
     assert g1.keys() == g2.keys()
     for n in g1:
         assert torch.allclose(g1[n], g2[n], atol=1e-6), n
+
+
+def reference_attention(attn, x, context, causal):
+    """Multi-head attention written out from the query/key/value rows of attn.qkv."""
+    D, H = x.shape[-1], attn.n_heads
+    w, b = attn.qkv.weight, attn.qkv.bias
+    q, k, v = x @ w[:D].t() + b[:D], context @ w[D:2 * D].t() + b[D:2 * D], context @ w[2 * D:].t() + b[2 * D:]
+    split = lambda t: t.view(t.shape[0], t.shape[1], H, D // H).transpose(1, 2)  # noqa: E731
+    scores = split(q) @ split(k).transpose(-1, -2) / (D // H) ** 0.5
+    if causal:
+        scores = scores.masked_fill(torch.ones(x.shape[1], context.shape[1]).triu(1).bool(), float("-inf"))
+    y = (scores.softmax(-1) @ split(v)).transpose(1, 2).reshape(x.shape)
+    return attn.proj(y)
+
+
+def test_one_qkv_projection_serves_self_and_cross_attention():
+    torch.manual_seed(0)
+    m = make("encoder_decoder")
+    attn, cross = m.decoder.blocks[0].attn, m.decoder.blocks[0].cross_attn
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    torch.testing.assert_close(attn(x, is_causal=True), reference_attention(attn, x, x, causal=True))
+    torch.testing.assert_close(attn(x), reference_attention(attn, x, x, causal=False))
+    torch.testing.assert_close(cross(x, context=memory), reference_attention(cross, x, memory, causal=False))
+
+
+def test_t5_style_blocks_relu_and_no_biases():
+    m = make("encoder_decoder", activation="relu", bias=False)
+    assert not [name for name, _ in m.named_parameters() if name.endswith("bias")]
+    with_bias = make("encoder_decoder")
+    n_bias = sum(p.numel() for name, p in with_bias.named_parameters() if name.endswith("bias"))
+    assert with_bias.num_parameters() - m.num_parameters() == n_bias > 0
+    mlp, x = m.encoder.blocks[0].mlp, torch.randn(2, 3, 32)
+    torch.testing.assert_close(mlp(x), mlp.proj(torch.relu(mlp.fc(x))))
+    # the decoder stays causal: changing later decoder tokens leaves earlier outputs unchanged
+    enc, dec = ids(seed=1), ids(length=6, seed=2)
+    later = dec.clone()
+    later[:, 3:] = (later[:, 3:] + 1) % V
+    a = m(encoder_inputs=enc, decoder_inputs=dec)
+    b = m(encoder_inputs=enc, decoder_inputs=later)
+    torch.testing.assert_close(a[:, :3], b[:, :3], atol=ATOL, rtol=0)
+    assert not torch.allclose(a[:, 3:], b[:, 3:])
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+        make("encoder", activation="swish")

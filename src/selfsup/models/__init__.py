@@ -1,6 +1,7 @@
 """Model layer: one pre-norm transformer in three assemblies (see transformer.py)."""
 
 from selfsup.models.transformer import (
+    ACTIVATIONS,
     MODEL_NAMES,
     MLP,
     Attention,
@@ -15,6 +16,7 @@ from selfsup.models.transformer import (
 )
 
 __all__ = [
+    "ACTIVATIONS",
     "MODEL_NAMES",
     "MLP",
     "Attention",

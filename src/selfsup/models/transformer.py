@@ -33,24 +33,31 @@ def pad_vocab_size(vocab_size: int, multiple: int = VOCAB_MULTIPLE) -> int:
 
 
 class Attention(nn.Module):
-    """Multi-head attention through SDPA; self-attention, or cross-attention when given a context."""
+    """Multi-head attention through SDPA; self-attention, or cross-attention when given a context.
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float):
+    One [3 d_model, d_model] projection holds the query, key and value weights: self-attention
+    applies it in one matmul; cross-attention applies its query rows to x, the rest to the context.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool = True):
         super().__init__()
         self.n_heads = n_heads
         self.dropout = dropout
-        self.query = nn.Linear(d_model, d_model)
-        self.key_value = nn.Linear(d_model, 2 * d_model)
-        self.proj = nn.Linear(d_model, d_model)  # residual output projection
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.proj = nn.Linear(d_model, d_model, bias=bias)  # residual output projection
         self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x, context=None, mask=None, is_causal=False):
         """mask: bool broadcastable to [B, 1, Lq, Lk], True = may attend."""
         B, Lq, D = x.shape
-        context = x if context is None else context
-        Lk, H = context.shape[1], self.n_heads
-        q = self.query(x).view(B, Lq, H, D // H).transpose(1, 2)                        # [B, H, Lq, hd]
-        k, v = self.key_value(context).view(B, Lk, 2, H, D // H).permute(2, 0, 3, 1, 4)  # [B, H, Lk, hd]
+        H = self.n_heads
+        if context is None:
+            q, k, v = self.qkv(x).view(B, Lq, 3, H, D // H).permute(2, 0, 3, 1, 4)     # 3 x [B, H, L, hd]
+        else:
+            w, b = self.qkv.weight, self.qkv.bias
+            q = F.linear(x, w[:D], None if b is None else b[:D]).view(B, Lq, H, D // H).transpose(1, 2)
+            k, v = (F.linear(context, w[D:], None if b is None else b[D:])
+                    .view(B, context.shape[1], 2, H, D // H).permute(2, 0, 3, 1, 4))    # 2 x [B, H, Lk, hd]
         has_key = None
         if mask is not None:
             # A query with no key (e.g. an all-padding encoder row) would make SDPA return NaN:
@@ -65,28 +72,32 @@ class Attention(nn.Module):
         return self.resid_dropout(self.proj(y))
 
 
+ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
+
+
 class MLP(nn.Module):
-    def __init__(self, d_model: int, d_ff: int, dropout: float):
+    def __init__(self, d_model: int, d_ff: int, dropout: float, bias: bool = True, activation: str = "gelu"):
         super().__init__()
-        self.fc = nn.Linear(d_model, d_ff)
-        self.proj = nn.Linear(d_ff, d_model)  # residual output projection
+        self.fc = nn.Linear(d_model, d_ff, bias=bias)
+        self.act = ACTIVATIONS[activation]
+        self.proj = nn.Linear(d_ff, d_model, bias=bias)  # residual output projection
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
-        return self.dropout(self.proj(F.gelu(self.fc(x))))
+        return self.dropout(self.proj(self.act(self.fc(x))))
 
 
 class Block(nn.Module):
     """Pre-norm block: self-attention, optional cross-attention, MLP, each on a residual branch."""
 
-    def __init__(self, d_model, n_heads, d_ff, dropout, cross_attention=False):
+    def __init__(self, d_model, n_heads, d_ff, dropout, cross_attention=False, bias=True, activation="gelu"):
         super().__init__()
-        self.ln_attn = nn.LayerNorm(d_model)
-        self.attn = Attention(d_model, n_heads, dropout)
-        self.ln_cross = nn.LayerNorm(d_model) if cross_attention else None
-        self.cross_attn = Attention(d_model, n_heads, dropout) if cross_attention else None
-        self.ln_mlp = nn.LayerNorm(d_model)
-        self.mlp = MLP(d_model, d_ff, dropout)
+        self.ln_attn = nn.LayerNorm(d_model, bias=bias)
+        self.attn = Attention(d_model, n_heads, dropout, bias)
+        self.ln_cross = nn.LayerNorm(d_model, bias=bias) if cross_attention else None
+        self.cross_attn = Attention(d_model, n_heads, dropout, bias) if cross_attention else None
+        self.ln_mlp = nn.LayerNorm(d_model, bias=bias)
+        self.mlp = MLP(d_model, d_ff, dropout, bias, activation)
 
     def forward(self, x, mask=None, is_causal=False, context=None, context_mask=None):
         x = x + self.attn(self.ln_attn(x), mask=mask, is_causal=is_causal)
@@ -98,13 +109,14 @@ class Block(nn.Module):
 class Stack(nn.Module):
     """Position embedding, blocks, final LayerNorm. Token embedding lives in the model (shared)."""
 
-    def __init__(self, n_layers, max_len, d_model, n_heads, d_ff, dropout, cross_attention=False):
+    def __init__(self, n_layers, max_len, d_model, n_heads, d_ff, dropout, cross_attention=False, bias=True,
+                 activation="gelu"):
         super().__init__()
         self.pos_emb = nn.Embedding(max_len, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, dropout, cross_attention)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, dropout, cross_attention, bias, activation)
                                     for _ in range(n_layers))
-        self.ln_f = nn.LayerNorm(d_model)
+        self.ln_f = nn.LayerNorm(d_model, bias=bias)
 
     def forward(self, tok, mask=None, is_causal=False, context=None, context_mask=None,
                 activation_checkpointing=False):
@@ -124,7 +136,7 @@ class TransformerModel(nn.Module):
 
     def __init__(self, vocab_size: int, max_len: int, d_model: int = 256, n_heads: int = 4,
                  d_ff: int | None = None, dropout: float = 0.0, tie_embeddings: bool = True,
-                 activation_checkpointing: bool = False):
+                 activation_checkpointing: bool = False, bias: bool = True, activation: str = "gelu"):
         super().__init__()
         if vocab_size < 1 or max_len < 1:
             raise ValueError(f"vocab_size={vocab_size} and max_len={max_len} must both be >= 1")
@@ -132,7 +144,10 @@ class TransformerModel(nn.Module):
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}: choose n_heads "
                              f"that divides d_model (e.g. n_heads={math.gcd(d_model, n_heads)}) or a d_model "
                              f"that is a multiple of {n_heads}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}: use one of {', '.join(ACTIVATIONS)}")
         self.vocab_size = vocab_size
+        self.bias, self.activation = bias, activation
         self.padded_vocab_size = pad_vocab_size(vocab_size)
         self.max_len = max_len
         self.d_model = d_model
@@ -149,7 +164,7 @@ class TransformerModel(nn.Module):
 
     def _stack(self, n_layers, cross_attention=False):
         return Stack(n_layers, self.max_len, self.d_model, self.n_heads, self.d_ff,
-                     self.dropout_p, cross_attention)
+                     self.dropout_p, cross_attention, self.bias, self.activation)
 
     def _init_weights(self):
         """GPT-2 init: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2*n_layers)."""
@@ -199,9 +214,9 @@ class Encoder(TransformerModel):
     arch = "encoder"
 
     def __init__(self, vocab_size, max_len, d_model=256, n_layers=4, n_heads=4, d_ff=None,
-                 dropout=0.0, tie_embeddings=True, activation_checkpointing=False):
+                 dropout=0.0, tie_embeddings=True, activation_checkpointing=False, bias=True, activation="gelu"):
         super().__init__(vocab_size, max_len, d_model, n_heads, d_ff, dropout, tie_embeddings,
-                         activation_checkpointing)
+                         activation_checkpointing, bias, activation)
         self.encoder = self._stack(n_layers)
         self._init_weights()
 
@@ -215,9 +230,9 @@ class Decoder(TransformerModel):
     arch = "decoder"
 
     def __init__(self, vocab_size, max_len, d_model=256, n_layers=4, n_heads=4, d_ff=None,
-                 dropout=0.0, tie_embeddings=True, activation_checkpointing=False):
+                 dropout=0.0, tie_embeddings=True, activation_checkpointing=False, bias=True, activation="gelu"):
         super().__init__(vocab_size, max_len, d_model, n_heads, d_ff, dropout, tie_embeddings,
-                         activation_checkpointing)
+                         activation_checkpointing, bias, activation)
         self.decoder = self._stack(n_layers)
         self._init_weights()
 
@@ -240,9 +255,10 @@ class EncoderDecoder(TransformerModel):
     arch = "encoder_decoder"
 
     def __init__(self, vocab_size, max_len, d_model=256, n_layers=4, n_heads=4, d_ff=None,
-                 dropout=0.0, tie_embeddings=True, n_decoder_layers=None, activation_checkpointing=False):
+                 dropout=0.0, tie_embeddings=True, n_decoder_layers=None, activation_checkpointing=False,
+                 bias=True, activation="gelu"):
         super().__init__(vocab_size, max_len, d_model, n_heads, d_ff, dropout, tie_embeddings,
-                         activation_checkpointing)
+                         activation_checkpointing, bias, activation)
         self.encoder = self._stack(n_layers)
         self.decoder = self._stack(n_layers if n_decoder_layers is None else n_decoder_layers,
                                    cross_attention=True)
@@ -263,11 +279,12 @@ class EncoderDecoder(TransformerModel):
 def build_model(name: str, vocab_size: int, max_len: int, d_model: int = 256, n_layers: int = 4,
                 n_heads: int = 4, d_ff: int | None = None, dropout: float = 0.0,
                 tie_embeddings: bool = True, n_decoder_layers: int | None = None,
-                activation_checkpointing: bool = False) -> TransformerModel:
+                activation_checkpointing: bool = False, bias: bool = True, activation: str = "gelu"
+                ) -> TransformerModel:
     """name: "encoder" | "decoder" | "encoder_decoder". n_decoder_layers is used by encoder_decoder only."""
     kwargs = dict(vocab_size=vocab_size, max_len=max_len, d_model=d_model, n_layers=n_layers,
                   n_heads=n_heads, d_ff=d_ff, dropout=dropout, tie_embeddings=tie_embeddings,
-                  activation_checkpointing=activation_checkpointing)
+                  activation_checkpointing=activation_checkpointing, bias=bias, activation=activation)
     if name == "encoder":
         return Encoder(**kwargs)
     if name == "decoder":
