@@ -72,20 +72,30 @@ def check_objective(cfg: DictConfig) -> None:
         make_objective(cfg, Vocab(size=max(cfg.data.vocab_size, 1_000_000), n_sentinels=cfg.data.n_sentinels))
 
 
-def build(cfg: DictConfig):
+def prepare_data(cfg: DictConfig):
+    """(Corpus with its token cache built or reused and cut into windows, objective): every data
+    check, without Lightning (a single run does this before importing it: bad data is refused in seconds)."""
+    from selfsup.data import Corpus
+    d = cfg.data
+    corpus = Corpus(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
+                    hf_config=d.hf_config, hf_split=d.hf_split,
+                    data_files=list(d.data_files) if d.data_files else None, streaming=d.streaming,
+                    max_documents=d.max_documents, vocab_size=d.vocab_size, n_sentinels=d.n_sentinels,
+                    val_fraction=d.val_fraction, batch_size=d.batch_size, num_workers=d.num_workers,
+                    cache_dir=d.cache_dir, seed=cfg.seed)
+    objective = make_objective(cfg, corpus.prepare())
+    corpus.set_window(objective.raw_length, cfg.trainer.accumulate)
+    return corpus, objective
+
+
+def build(cfg: DictConfig, prepared=None):
+    """(data module, objective, model, LightningModule); prepared: prepare_data(cfg) if already done."""
     from selfsup.data import SelfSupDataModule
     from selfsup.models import build_model
     from selfsup.module import SelfSupModule
-    d = cfg.data
-    dm = SelfSupDataModule(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
-                           hf_config=d.hf_config, hf_split=d.hf_split,
-                           data_files=list(d.data_files) if d.data_files else None, streaming=d.streaming,
-                           max_documents=d.max_documents, vocab_size=d.vocab_size, n_sentinels=d.n_sentinels,
-                           val_fraction=d.val_fraction, batch_size=d.batch_size, num_workers=d.num_workers,
-                           cache_dir=d.cache_dir, seed=cfg.seed)
-    vocab = dm.prepare()
-    objective = make_objective(cfg, vocab)
-    dm.set_window(objective.raw_length, cfg.trainer.accumulate)
+    corpus, objective = prepared or prepare_data(cfg)
+    dm = SelfSupDataModule.from_corpus(corpus)
+    vocab = dm.vocab
     a = cfg.architecture
     try:
         model = build_model(a.name, vocab.size, objective.model_length, d_model=a.d_model, n_layers=a.n_layers,
@@ -120,6 +130,8 @@ def plugins() -> list:
 def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: bool = False) -> dict:
     """Build and train one run. Rank 0 owns loggers and the run summary; other DDP ranks
     (selfsup.worker) train alongside without either."""
+    # a single run checks its data before Lightning is imported (a sweep job: after its W&B run starts)
+    prepared = None if loggers_first else prepare_data(cfg)
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 
@@ -142,7 +154,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         loggers = start_wandb(loggers, run_dir)
         if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
             check_objective(cfg)
-        dm, objective, model, module = build(cfg)
+        dm, objective, model, module = build(cfg, prepared)
         if rank_zero and not loggers_first:
             loggers = make_loggers(cfg, run_dir)
             loggers = start_wandb(loggers, run_dir)

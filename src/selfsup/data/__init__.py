@@ -1,5 +1,6 @@
 """Data layer: text sources → byte-level BPE tokenizer + token cache → fixed-length windows."""
 
+from selfsup.data.corpus import SOURCES, Corpus, TokenWindows
 from selfsup.data.sources import (
     DataError,
     builtin_documents,
@@ -23,8 +24,8 @@ from selfsup.data.vocab import WORD_START_MARKER, Vocab, special_tokens
 
 def __getattr__(name: str):
     """The data module imports Lightning (seconds); load it only when asked for, so that the
-    checks that run before any data is read stay fast."""
-    if name in ("SOURCES", "SelfSupDataModule", "TokenWindows"):
+    config and data checks (selfsup.data.corpus) run before it and stay fast."""
+    if name in ("SelfSupDataModule", "ShardedSampler"):
         from selfsup.data import datamodule
         return getattr(datamodule, name)
     raise AttributeError(f"module 'selfsup.data' has no attribute {name!r}")
@@ -32,6 +33,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "FORMAT_VERSION",
+    "Corpus",
     "SOURCES",
     "WORD_START_MARKER",
     "DataError",
