@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import OmegaConf
 
-from selfsup import reliability
+from selfsup.reliability import checkpoints as reliability  # its private _open_new is patched
 from selfsup.config import TrainConfig
 from selfsup.data.vocab import Vocab
 from selfsup.models import build_model

@@ -1,0 +1,312 @@
+"""Checkpoints that survive: atomic writes, weights_only loads with one-line errors, resume checks."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import uuid
+import warnings
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from selfsup.reliability.redact import redact
+
+# ============================================================================ errors
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be written, read or resumed from; the message is one line a user can act on."""
+
+
+class CheckpointNotFound(CheckpointError, FileNotFoundError):
+    """The checkpoint file does not exist (also a FileNotFoundError, as Lightning expects)."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """Writing a checkpoint failed; the previous file of that name and earlier checkpoints are intact."""
+
+
+class CheckpointDiskFull(CheckpointWriteError):
+    """Writing a checkpoint failed because the disk (or the quota) is full."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """The file is truncated or not a checkpoint at all."""
+
+
+class UnsafeCheckpoint(CheckpointError):
+    """The file holds Python objects that weights_only loading refuses (it could run code)."""
+
+
+class ResumeMismatch(CheckpointError):
+    """The checkpoint was trained with a different objective, architecture, data or seed."""
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became nan/inf and the policy says stop."""
+
+
+# ============================================================================ atomic checkpoint IO
+
+# Every global a real SelfSupModule checkpoint pickles (fp32 and bf16-mixed, encoder and
+# encoder-decoder, ModelCheckpoint + TokenThroughput + the callbacks below) is in torch's default
+# weights_only allowlist: collections.OrderedDict, torch._utils._rebuild_tensor_v2 and the typed
+# storages. Nothing more is needed, so nothing more is allowed; tests/test_reliability.py pins
+# this list against a real checkpoint, so a new type shows up there first.
+SAFE_GLOBALS: tuple = ()
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The OSError behind err: torch.save wraps a failed write in a RuntimeError ("unexpected pos")."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _first_line(err: BaseException, limit: int = 160) -> str:
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _is_local(path) -> bool:
+    return "://" not in str(path) or str(path).startswith("file://")
+
+
+def _open_new(path: Path):
+    """Opens a new file for the checkpoint bytes ('x': never an existing one). Tests patch this."""
+    return open(path, "xb")
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Makes the rename itself durable; not every filesystem allows it, so best effort."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _other_checkpoints(path: Path) -> str:
+    """A hint naming the intact-looking checkpoints beside path, newest first."""
+    try:
+        others = sorted((p for p in path.parent.glob("*.ckpt") if p.name != path.name and zipfile.is_zipfile(p)),
+                        key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        others = []
+    if not others:
+        return "use another checkpoint, e.g. last.ckpt's predecessor"
+    return "use another checkpoint, newest first: " + ", ".join(str(p) for p in others[:3])
+
+
+def _why_unreadable(path: Path, err: BaseException) -> str:
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return "the file is empty"
+        if not zipfile.is_zipfile(path):
+            return f"{size} bytes that are not a complete PyTorch zip archive (a cut-off write or another kind of file)"
+    except OSError as os_err:
+        return _first_line(os_err)
+    return f"{type(err).__name__}: {_first_line(err)}"
+
+
+def load_checkpoint_safely(path, map_location: Any = "cpu", mmap: bool = False) -> dict:
+    """torch.load(weights_only=True) with one-line CheckpointErrors for missing, corrupt and unsafe files."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointNotFound(f"checkpoint {path} does not exist: pass an existing .ckpt file, "
+                                 f"such as outputs/<date>/<time>/checkpoints/last.ckpt")
+    try:
+        with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as err:  # noqa: BLE001 - zip, pickle, EOF and torch errors all mean: unusable file
+        unsafe = _unsafe_globals(path)
+        if unsafe:
+            raise UnsafeCheckpoint(
+                f"refused to load {path}: it holds Python objects that could run code when loaded "
+                f"({', '.join(unsafe[:5])}); selfsup checkpoints hold only tensors and plain data, so this file "
+                f"was not written by selfsup-train or was tampered with; use a checkpoint you trust") from None
+        raise CheckpointCorrupt(f"{path} is truncated or not a checkpoint: {_why_unreadable(path, err)}; "
+                                f"{_other_checkpoints(path)}") from None
+
+
+def _unsafe_globals(path: Path) -> list[str]:
+    """The globals in the file's pickle that weights_only loading does not allow ([] if unreadable)."""
+    try:
+        with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
+            return list(torch.serialization.get_unsafe_globals_in_checkpoint(str(path)))
+    except Exception:  # noqa: BLE001 - an unreadable file has no globals to report
+        return []
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoints that are either complete or absent, loaded without running pickled code.
+
+    save: write to ``.<name>.<random>.tmp`` beside the target, flush, fsync, ``os.replace`` over the
+    target, fsync the folder. A kill mid-write leaves at most that hidden ``.tmp`` file (never a
+    ``.ckpt``) and the previous checkpoint of the same name untouched. A failed write removes the
+    temp file and raises a one-line ``CheckpointWriteError`` (``CheckpointDiskFull`` for ENOSPC).
+
+    load: ``torch.load(weights_only=True)``, whatever the caller asks for; a missing, truncated,
+    corrupt or unsafe file raises a one-line ``CheckpointError``.
+    """
+
+    def __init__(self, dir_setting: str = "trainer.checkpoint_dir"):
+        super().__init__()
+        self.dir_setting = dir_setting  # the config key users set to write checkpoints elsewhere
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__}.save_checkpoint does not take storage_options")
+        if not _is_local(path):  # remote URL: fsspec's transaction in Lightning's own IO
+            return super().save_checkpoint(checkpoint, path)
+        path = Path(str(path).removeprefix("file://"))
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with _open_new(tmp) as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException as err:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            cause = _os_error(err)
+            if cause is None or not isinstance(err, Exception):
+                raise
+            if cause.errno in _DISK_FULL:
+                raise CheckpointDiskFull(
+                    f"cannot write checkpoint {path}: the disk is full ({cause.strerror}); earlier checkpoints are "
+                    f"intact; free space in {path.parent} or write checkpoints elsewhere with "
+                    f"{self.dir_setting}=<dir>, then resume from the last checkpoint") from None
+            raise CheckpointWriteError(
+                f"cannot write checkpoint {path}: {cause.strerror or _first_line(cause)}; earlier checkpoints are "
+                f"intact; fix the folder (permissions, mount) or write checkpoints elsewhere with "
+                f"{self.dir_setting}=<dir>") from None
+        _fsync_dir(path.parent)
+
+    def load_checkpoint(self, path, map_location: Callable | None = lambda storage, loc: storage,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        if not _is_local(path):
+            return super().load_checkpoint(path, map_location=map_location, weights_only=True)
+        return load_checkpoint_safely(str(path).removeprefix("file://"), map_location=map_location)
+
+
+# ============================================================================ resume compatibility
+
+# data settings that decide which text becomes which tokens (not batch size, workers, cache dir)
+_DATA_KEYS = ("source", "paths", "text_field", "hf_name", "hf_config", "hf_split", "data_files", "streaming",
+              "max_documents", "val_fraction", "vocab_size", "n_sentinels", "seq_len")
+# architecture settings that do not change the function the model computes
+_ARCHITECTURE_EXEMPT = ("activation_checkpointing",)
+
+
+def _flatten(value: Any, prefix: str, into: dict) -> None:
+    if isinstance(value, Mapping):
+        for key in sorted(value, key=str):
+            _flatten(value[key], f"{prefix}.{key}" if prefix else str(key), into)
+    else:
+        into[prefix] = _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
+        return [_plain(v) for v in value]
+    return value
+
+
+def resume_fingerprint(cfg_dict: Mapping, vocab_size: int, tokenizer_hash: str) -> dict[str, Any]:
+    """The settings whose change makes a resume meaningless, as {dotted key: value}.
+
+    objective.* and architecture.* (all but activation_checkpointing), the data settings that decide
+    the token stream (source and its options, val_fraction, vocab_size, n_sentinels, seq_len), seed,
+    and the tokenizer actually used. Not trainer.* (max_steps, lr schedule length, devices, ...)
+    nor data.batch_size: users change those when they resume to train longer or elsewhere.
+    """
+    cfg_dict = redact(_plain(cfg_dict))  # as stored: resume_state keeps a redacted config
+    fingerprint: dict[str, Any] = {}
+    _flatten(cfg_dict.get("objective") or {}, "objective", fingerprint)
+    architecture = {k: v for k, v in (cfg_dict.get("architecture") or {}).items() if k not in _ARCHITECTURE_EXEMPT}
+    _flatten(architecture, "architecture", fingerprint)
+    data = cfg_dict.get("data") or {}
+    for key in _DATA_KEYS:
+        if key in data:
+            fingerprint[f"data.{key}"] = _plain(data[key])
+    fingerprint["seed"] = cfg_dict.get("seed")
+    fingerprint["tokenizer.vocab_size"] = int(vocab_size)
+    fingerprint["tokenizer.hash"] = str(tokenizer_hash)
+    return fingerprint
+
+
+def resume_state(cfg_dict: Mapping, vocab_size: int, tokenizer_hash: str) -> dict[str, Any]:
+    """What the module adds to checkpoint["selfsup"] (plain data, so weights_only loads it).
+
+    The full objective/architecture/data/seed config is kept (not only today's fingerprint), so a
+    later, refined fingerprint can be computed from old checkpoints too.
+    """
+    config = {k: _plain(cfg_dict[k]) for k in ("objective", "architecture", "data", "seed") if k in cfg_dict}
+    return {"config": redact(config), "vocab_size": int(vocab_size), "tokenizer_hash": str(tokenizer_hash)}
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) and (not value or " " in value) else str(value)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def check_resume_compatible(checkpoint_path, cfg_dict: Mapping, vocab_size: int, tokenizer_hash: str) -> None:
+    """Raise ResumeMismatch naming every setting that differs between the checkpoint and now.
+
+    Reads only checkpoint["selfsup"] (weights_only, memory-mapped: the tensors are not read). A
+    checkpoint without that record (written before the lab stored it) cannot be checked: a warning.
+    Keys present on one side only (a config key added since) are not compared.
+    """
+    checkpoint = load_checkpoint_safely(checkpoint_path, map_location="cpu", mmap=True)
+    stored = checkpoint.get("selfsup")
+    if not isinstance(stored, Mapping) or not isinstance(stored.get("config"), Mapping):
+        warnings.warn(f"{checkpoint_path} records no objective/architecture/data settings: "
+                      f"cannot check that resuming from it makes sense", stacklevel=2)
+        return
+    then = resume_fingerprint(stored["config"], stored.get("vocab_size", -1), stored.get("tokenizer_hash", ""))
+    now = resume_fingerprint(cfg_dict, vocab_size, tokenizer_hash)
+    for key, recorded in (("tokenizer.vocab_size", "vocab_size"), ("tokenizer.hash", "tokenizer_hash")):
+        if recorded not in stored:
+            then.pop(key)
+    differences = [f"{key} is {_short(then[key])} in the checkpoint but {_short(now[key])} now"
+                   for key in now if key in then and then[key] != now[key]]
+    if differences:
+        raise ResumeMismatch(f"cannot resume from {checkpoint_path}: " + "; ".join(differences) +
+                             "; resume with the checkpoint's settings, or start a new run without ckpt_path")
+
+
+def slurm_resume_checkpoint(run_dir) -> Path | None:
+    """The hpc_ckpt_<n>.ckpt Lightning resumes from by itself on SLURM (highest n), if any."""
+    found = []
+    for p in Path(run_dir).glob("hpc_ckpt_*.ckpt"):
+        match = re.fullmatch(r"hpc_ckpt_(\d+)\.ckpt", p.name)
+        if match:
+            found.append((int(match.group(1)), p))
+    return max(found)[1] if found else None
