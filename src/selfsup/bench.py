@@ -194,7 +194,7 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
     from selfsup.models import build_model
     from selfsup.module import SelfSupModule
     from selfsup.objectives import build_objective, default_architecture
-    from selfsup.throughput import cpu_matmul_peak
+    from selfsup.throughput import cpu_matmul_peak, gpu_peak_flops
 
     def sync():
         if device == "cuda":
@@ -211,9 +211,7 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
             self.seconds = time.perf_counter() - self.start
 
     if device == "cuda":
-        from lightning.fabric.utilities.throughput import get_available_flops
-        dtype = torch.bfloat16 if "bf16" in precision else torch.float32
-        peak = get_available_flops(torch.device("cuda"), dtype)
+        peak = gpu_peak_flops(torch.device("cuda"), precision)
     else:
         peak = cpu_matmul_peak()
     vocab = Vocab(size=vocab_size)
@@ -281,7 +279,7 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
                         "selfsup / HF": f"{ours_speed / statistics.median(hers):.2f}x",
                         "per round": f"{ratios[0]:.2f}-{ratios[-1]:.2f}x"})
         rows.append(row)
-    print(f"peak used for the last column: {peak / 1e9:,.0f} GFLOP/s "
+    print(f"peak used for the last column: {(peak or 0) / 1e9:,.0f} GFLOP/s "
           f"({'device spec' if device == 'cuda' else 'measured fp32 matmul on this machine'}); "
           f"medians of {rounds} alternating rounds of {steps} steps ({warmup} untimed)")
     return rows
@@ -336,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
             import io
             buffer = io.StringIO()
             with contextlib.redirect_stdout(buffer):
-                print(f"selfsup-bench train {' '.join(argv or sys.argv[1:])}")
+                print(f"selfsup-bench {' '.join(argv or sys.argv[1:])}")
                 print_table(rows)
             Path(args.out).write_text(buffer.getvalue())
 

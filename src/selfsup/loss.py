@@ -32,6 +32,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, vocab_size, chunk, accuracy):
         w = weight[:vocab_size]
+        # the matmul dtype: autocast's when on (bf16/fp16 tensor cores); mm(out=) and addmm_ below are
+        # not autocast-eligible, so low precision is applied here by hand, else d weight runs in fp32
+        device_type = hidden.device.type
+        low = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.empty(weight.shape, dtype=torch.float32, device=weight.device)
         grad_weight[vocab_size if hidden.shape[0] else 0:] = 0  # the vocabulary's padding rows (all, without rows)
@@ -50,6 +54,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
             nll += (z.log() + top).squeeze(1).sub_(picked).sum()  # log-sum-exp minus the target's logit
             p.div_(z)
             p[rows, t] -= 1                                       # d nll / d logits
+            if low is not None:  # d weight in low precision, accumulated over chunks in fp32
+                p = p.to(low)
+                grad_hidden[start:start + chunk] = p @ w.to(low)
+                part = p.t() @ h.to(low)
+                grad_weight[:vocab_size].copy_(part) if start == 0 else grad_weight[:vocab_size].add_(part)
+                continue
             grad_hidden[start:start + chunk] = p.to(w.dtype) @ w
             if start == 0:  # the first chunk writes d weight, the others add to it
                 torch.mm(p.t().to(h.dtype), h, out=grad_weight[:vocab_size])

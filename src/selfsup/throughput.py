@@ -3,7 +3,8 @@ names in DESIGN.md (perf/tokens_per_sec, perf/mfu, ...).
 
 FLOPs per batch are measured, not estimated: the module counts one real training step of its
 objective with torch's FlopCounterMode (Lightning's `measure_flops`). MFU needs the device's
-peak: Lightning knows it for GPUs; on CPU we measure this machine's fp32 matmul peak once.
+peak: Lightning knows it for most GPUs (a few names it misses are below); on CPU we measure this
+machine's fp32 matmul peak once.
 """
 
 from __future__ import annotations
@@ -33,6 +34,27 @@ def cpu_matmul_peak(n: int = 2048, repeats: int = 5) -> float:
     return 2 * n**3 / best
 
 
+# Lightning 2.6 names "H200 SXM1"/"NVL1" but not the plain "NVIDIA H200" (SXM) that drivers report;
+# its spec is the H100 SXM's (dense, no sparsity).
+EXTRA_GPU_FLOPS = {"h200": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12,
+                            torch.float16: 989.4e12}}
+
+
+def gpu_peak_flops(device: torch.device, precision: str) -> float | None:
+    """The device's spec FLOP/s for a Lightning precision ("bf16-mixed", "16-mixed", "32", ...)."""
+    from lightning.fabric.utilities.throughput import get_available_flops
+    if "bf16" in precision:
+        dtype = torch.bfloat16
+    elif "16" in precision:
+        dtype = torch.float16
+    else:
+        dtype = "tfloat32" if torch.get_float32_matmul_precision() != "highest" else torch.float32
+    peak = get_available_flops(device, dtype)
+    name = torch.cuda.get_device_name(device).lower()
+    table = next((t for chip, t in EXTRA_GPU_FLOPS.items() if chip in name), {})
+    return peak if peak is not None else table.get(dtype)
+
+
 def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -48,8 +70,10 @@ class TokenThroughput(ThroughputMonitor):
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        if trainer.strategy.root_device.type == "cpu" and self.available_flops is None:
-            self.available_flops = cpu_matmul_peak()
+        device = trainer.strategy.root_device
+        if self.available_flops is None:
+            self.available_flops = (cpu_matmul_peak() if device.type == "cpu"
+                                    else gpu_peak_flops(device, str(trainer.precision)))
             for throughput in self._throughputs.values():
                 throughput.available_flops = self.available_flops
 
