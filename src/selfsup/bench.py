@@ -129,7 +129,8 @@ def bench_head(shapes: list[tuple[int, int, int]], repeats: int, device: str = "
 SHAPES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_decoder"}
 
 
-def hf_model(objective: str, vocab_size: int, d_model: int, n_layers: int, n_heads: int, max_len: int):
+def hf_model(objective: str, vocab_size: int, d_model: int, n_layers: int, n_heads: int, max_len: int,
+             n_decoder_layers: int | None = None):
     """The Hugging Face model of the same shape as ours for an objective (None without transformers)."""
     try:
         import transformers as tf
@@ -147,7 +148,8 @@ def hf_model(objective: str, vocab_size: int, d_model: int, n_layers: int, n_hea
                                                 attn_pdrop=0.0, attn_implementation="sdpa"))
     return tf.T5ForConditionalGeneration(tf.T5Config(vocab_size=vocab_size, d_model=d_model, d_ff=d_ff,
                                                      d_kv=d_model // n_heads, num_layers=n_layers,
-                                                     num_decoder_layers=n_layers, num_heads=n_heads,
+                                                     num_decoder_layers=n_decoder_layers or n_layers,
+                                                     num_heads=n_heads,
                                                      dropout_rate=0.0, decoder_start_token_id=1, pad_token_id=0))
 
 
@@ -165,8 +167,8 @@ def hf_step(model, objective: str, batch, opt) -> None:
     opt.zero_grad(set_to_none=True)
 
 
-def architecture_style(arch: str) -> dict:
-    """The feed-forward activation and biases the lab's conf/architecture/<arch>.yaml sets."""
+def architecture_defaults(arch: str) -> dict:
+    """What the lab's conf/architecture/<arch>.yaml sets (layers, activation, biases, ...)."""
     from omegaconf import OmegaConf
 
     from selfsup.config import ArchitectureConfig
@@ -174,11 +176,11 @@ def architecture_style(arch: str) -> dict:
 
     conf = OmegaConf.merge(OmegaConf.structured(ArchitectureConfig),
                            OmegaConf.load(CONF_DIR / "architecture" / f"{arch}.yaml"))
-    return {"activation": conf.activation, "bias": conf.bias}
+    return OmegaConf.to_container(conf)
 
 
 PRESETS = {  # name: (d_model, n_layers, n_heads, seq_len, batch, vocab)
-    "default": (128, 2, 4, 128, 16, 4096),           # conf/architecture defaults, conf/data/builtin
+    "default": (128, None, 4, 128, 16, 4096),        # conf/architecture (layers per stack), conf/data/builtin
     "d512": (512, 4, 8, 256, 8, 8192),               # the CPU efficiency target's size
     "gpt2-small": (768, 12, 12, 1024, 8, 50304),     # GPT-2 small shape (124M decoder)
 }
@@ -222,14 +224,18 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
         gen = torch.Generator().manual_seed(0)
         data = torch.randint(vocab.first_ordinary, vocab.size, (batch * steps, obj.raw_length), generator=gen)
         batches = [obj(data[i * batch:(i + 1) * batch], gen).to(device) for i in range(steps)]
-        layers = n_layers // 2 if arch == "encoder_decoder" else n_layers  # equal depth budget
-        style = architecture_style(arch)  # activation and biases of conf/architecture/<arch>.yaml
+        conf = architecture_defaults(arch)
+        style = {"activation": conf["activation"], "bias": conf["bias"]}
+        if n_layers is None:  # the lab's default model: conf's layers in each stack (T5: encoder and decoder)
+            layers, decoder_layers = conf["n_layers"], conf["n_decoder_layers"] or conf["n_layers"]
+        else:  # a size preset: equal depth budget, an encoder-decoder splits n_layers between its stacks
+            layers = decoder_layers = n_layers // 2 if arch == "encoder_decoder" else n_layers
         tokens = batch * obj.raw_length * (steps - warmup)
 
         def ours() -> tuple[float, SelfSupModule]:
             torch.manual_seed(0)
             model = build_model(arch, vocab.size, obj.model_length, d_model=d_model, n_layers=layers,
-                                n_heads=n_heads, **style)
+                                n_decoder_layers=decoder_layers, n_heads=n_heads, **style)
             if compile:
                 model.compile(dynamic=False)
             module = SelfSupModule(model, obj, max_steps=steps, warmup_steps=10)
@@ -242,7 +248,7 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
 
         def theirs() -> tuple[float, torch.nn.Module] | None:
             torch.manual_seed(0)
-            model_hf = hf_model(objective, vocab.size, d_model, layers, n_heads, obj.model_length + 1)
+            model_hf = hf_model(objective, vocab.size, d_model, layers, n_heads, obj.model_length + 1, decoder_layers)
             if model_hf is None:
                 return None
             model_hf = model_hf.to(device).train()
@@ -268,7 +274,8 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
         ours_speed = statistics.median(mine)
         flops = module.flops_per_batch * ours_speed / (batch * obj.raw_length)
         row = {"objective": objective,
-               "shape": f"{arch} d{d_model} L{layers} H{n_heads} {style['activation']}"
+               "shape": f"{arch} d{d_model} L{layers}{f'+{decoder_layers}' if arch == 'encoder_decoder' else ''} "
+                        f"H{n_heads} {style['activation']}"
                         f"{'' if style['bias'] else ' no-bias'}",
                "batch": f"{batch}x{obj.raw_length}", "params": f"{module.model.num_parameters() / 1e6:.1f}M",
                "selfsup tokens/s": f"{ours_speed:,.0f}", "GFLOP/s": f"{flops / 1e9:,.1f}",

@@ -52,12 +52,12 @@ class Attention(nn.Module):
         B, Lq, D = x.shape
         H = self.n_heads
         if context is None:
-            q, k, v = self.qkv(x).view(B, Lq, 3, H, D // H).permute(2, 0, 3, 1, 4)     # 3 x [B, H, L, hd]
+            q, k, v = (t.view(B, Lq, H, D // H).transpose(1, 2) for t in self.qkv(x).split(D, dim=-1))
         else:
             w, b = self.qkv.weight, self.qkv.bias
             q = F.linear(x, w[:D], None if b is None else b[:D]).view(B, Lq, H, D // H).transpose(1, 2)
-            k, v = (F.linear(context, w[D:], None if b is None else b[D:])
-                    .view(B, context.shape[1], 2, H, D // H).permute(2, 0, 3, 1, 4))    # 2 x [B, H, Lk, hd]
+            k, v = (t.view(B, -1, H, D // H).transpose(1, 2)
+                    for t in F.linear(context, w[D:], None if b is None else b[D:]).split(D, dim=-1))
         has_key = None
         if mask is not None:
             # A query with no key (e.g. an all-padding encoder row) would make SDPA return NaN:
@@ -72,7 +72,7 @@ class Attention(nn.Module):
         return self.resid_dropout(self.proj(y))
 
 
-ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
+ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu_}  # relu in place on the fc output (which no backward needs)
 
 
 class MLP(nn.Module):
