@@ -193,6 +193,7 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
     (selfsup, HF, selfsup, HF, ...) so a slow spell of a shared machine hits both; medians reported."""
     import lightning as L
 
+    from selfsup.config import per_stack
     from selfsup.models import build_model
     from selfsup.module import SelfSupModule
     from selfsup.objectives import build_objective, default_architecture
@@ -229,7 +230,7 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
         if n_layers is None:  # the lab's default model: conf's layers in each stack (T5: encoder and decoder)
             layers, decoder_layers = conf["n_layers"], conf["n_decoder_layers"] or conf["n_layers"]
         else:  # a size preset: equal depth budget, an encoder-decoder splits n_layers between its stacks
-            layers = decoder_layers = n_layers // 2 if arch == "encoder_decoder" else n_layers
+            layers = decoder_layers = per_stack(n_layers, arch)
         tokens = batch * obj.raw_length * (steps - warmup)
 
         def ours() -> tuple[float, SelfSupModule]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import resource
 import time
+import warnings
 
 import torch
 from lightning.pytorch.callbacks import ThroughputMonitor
@@ -49,7 +50,9 @@ def gpu_peak_flops(device: torch.device, precision: str) -> float | None:
         dtype = torch.float16
     else:
         dtype = "tfloat32" if torch.get_float32_matmul_precision() != "highest" else torch.float32
-    peak = get_available_flops(device, dtype)
+    with warnings.catch_warnings():  # "FLOPs not found for 'NVIDIA H200'": the table below has it
+        warnings.filterwarnings("ignore", message="FLOPs not found")
+        peak = get_available_flops(device, dtype)
     name = torch.cuda.get_device_name(device).lower()
     table = next((t for chip, t in EXTRA_GPU_FLOPS.items() if chip in name), {})
     return peak if peak is not None else table.get(dtype)
@@ -69,11 +72,16 @@ class TokenThroughput(ThroughputMonitor):
                          window_size=window_size)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
-        super().setup(trainer, pl_module, stage)
+        with warnings.catch_warnings():  # Lightning's peak table misses some GPUs: filled in below
+            warnings.filterwarnings("ignore", message="FLOPs not found")
+            super().setup(trainer, pl_module, stage)
         device = trainer.strategy.root_device
         if self.available_flops is None:
             self.available_flops = (cpu_matmul_peak() if device.type == "cpu"
                                     else gpu_peak_flops(device, str(trainer.precision)))
+            if self.available_flops is None and trainer.is_global_zero:
+                warnings.warn(f"perf/mfu is not logged: no peak FLOP/s known for {torch.cuda.get_device_name(device)}"
+                              f" (add it to selfsup.throughput.EXTRA_GPU_FLOPS)")
             for throughput in self._throughputs.values():
                 throughput.available_flops = self.available_flops
 
