@@ -1,9 +1,9 @@
 """Data layer: text sources → byte-level BPE tokenizer + token cache → fixed-length windows."""
 
+from selfsup.data.builtin import builtin_documents
 from selfsup.data.corpus import SOURCES, Corpus, TokenWindows
 from selfsup.data.sources import (
     DataError,
-    builtin_documents,
     document_bucket,
     hf_documents,
     split_documents,

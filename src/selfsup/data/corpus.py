@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from selfsup.data.sources import DataError, builtin_documents, drop_empty, hf_documents, text_file_documents
+from selfsup.data.builtin import builtin_documents
+from selfsup.data.sources import DataError, drop_empty, hf_documents, text_file_documents
 from selfsup.data.tokenizer import build_or_load_cache, check_vocab_size, vocab_from_tokenizer
 from selfsup.data.vocab import Vocab
 

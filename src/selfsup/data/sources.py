@@ -2,12 +2,9 @@
 
 A document is the unit that is never split across train / validation. Three sources:
 
-- `builtin_documents()`: English prose that ships with Python (pydoc topics + stdlib docstrings).
+- `builtin_documents()` (in builtin.py): English prose that ships with Python (pydoc topics + stdlib docstrings).
 - `text_file_documents(paths, text_field)`: .txt / .jsonl / .parquet files or folders.
 - `hf_documents(name, ...)`: a data set loaded with `datasets.load_dataset`.
-
-This file imports only the standard library at the top: it is also run as a script, in a clean
-interpreter, to gather the standard-library docstrings (see `_stdlib_docstrings`).
 """
 
 from __future__ import annotations
@@ -15,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -27,8 +22,6 @@ class DataError(ValueError):
 
 SUPPORTED_SUFFIXES = (".txt", ".jsonl", ".parquet")
 MAX_TXT_DOCUMENT_CHARS = 64_000  # .txt files longer than this are cut (at blank lines) into documents
-BUILTIN_MAX_CHARS = 3_000_000  # cap on the builtin corpus, so tokenizing stays fast
-BUILTIN_MIN_DOCSTRING_CHARS = 200
 _VAL_BUCKETS = 10_000
 
 
@@ -40,124 +33,6 @@ def _one_line(message: object, limit: int = 200) -> str:
 def drop_empty(documents: Iterable[str | None]) -> list[str]:
     """Documents that are not None, empty or whitespace only."""
     return [d for d in documents if d is not None and d.strip()]
-
-
-# --------------------------------------------------------------------------------------------
-# builtin: pydoc topics + standard-library docstrings
-# --------------------------------------------------------------------------------------------
-
-# Never imported: side effects on import (open a browser, print, start Tk, rewrite files) or tests.
-_BUILTIN_SKIP = {
-    "antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test", "tests",
-    "lib2to3", "readline", "rlcompleter", "site", "msilib", "pydoc_data",
-    "xxlimited", "xxlimited_35", "xxsubtype",
-}  # fmt: skip
-
-
-def _skip_module(name: str) -> bool:
-    return any(
-        part in _BUILTIN_SKIP or part.startswith("_") or part.startswith("test") or part.startswith("turtle")
-        for part in name.split(".")
-    )
-
-
-def _stdlib_docstrings() -> list[tuple[str, str]]:
-    """(module name, text) for every importable standard-library module with long docstrings.
-
-    The text of a module is its docstring plus those of its public classes, functions and methods
-    that are at least BUILTIN_MIN_DOCSTRING_CHARS long, each once (deduplicated), joined by blank
-    lines. Modules in sorted order, packages walked recursively. Meant to run in a fresh
-    interpreter (`python -I -S sources.py --stdlib-docstrings`), so imports cannot disturb the caller.
-    """
-    import contextlib
-    import importlib
-    import inspect
-    import io
-    import pkgutil
-    import warnings
-
-    def modules() -> Iterable:
-        pending = sorted(n for n in sys.stdlib_module_names if not _skip_module(n))
-        while pending:
-            name = pending.pop(0)
-            try:
-                module = importlib.import_module(name)
-            except BaseException:  # noqa: BLE001 - any failure (ImportError, SystemExit, ...) skips it
-                continue
-            yield module
-            if hasattr(module, "__path__"):
-                children = sorted(f"{name}.{m.name}" for m in pkgutil.iter_modules(module.__path__))
-                pending[:0] = [c for c in children if not _skip_module(c)]
-
-    seen: set[str] = set()
-
-    def doc_of(obj: object) -> str | None:
-        raw = getattr(obj, "__doc__", None)
-        if not isinstance(raw, str):
-            return None
-        text = inspect.cleandoc(raw)
-        if len(text) < BUILTIN_MIN_DOCSTRING_CHARS or text in seen:
-            return None
-        seen.add(text)
-        return text
-
-    out: list[tuple[str, str]] = []
-    with (
-        warnings.catch_warnings(),
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()),
-    ):
-        warnings.simplefilter("ignore")
-        for module in modules():
-            parts = [doc_of(module)]
-            namespace = vars(module)
-            for attr in sorted(namespace):
-                obj = namespace[attr]
-                if attr.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
-                    continue
-                if inspect.isroutine(obj):
-                    parts.append(doc_of(obj))
-                elif inspect.isclass(obj):
-                    parts.append(doc_of(obj))
-                    members = vars(obj)
-                    parts += [doc_of(members[m]) for m in sorted(members) if not m.startswith("_")]
-            text = "\n\n".join(p for p in parts if p)
-            if text:
-                out.append((module.__name__, text))
-    return out
-
-
-def builtin_documents(max_chars: int = BUILTIN_MAX_CHARS) -> list[str]:
-    """Every `pydoc_data.topics` topic, then standard-library docstrings (one document per module).
-
-    Deterministic for a given Python installation: the docstrings are gathered in a fresh, isolated
-    interpreter (`-I -S`: no environment variables, current directory or site-packages, so neither
-    installed packages nor anything the caller imported can change them), in sorted order.
-    """
-    from pydoc_data.topics import topics
-
-    documents = [topics[name] for name in sorted(topics)]
-    if sys.executable:
-        command = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--stdlib-docstrings"]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise DataError(f"data=builtin: could not gather standard-library docstrings: {_one_line(e)}") from e
-        if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["no error output"])[-1]
-            raise DataError(f"data=builtin: gathering standard-library docstrings failed: {_one_line(tail)}")
-        modules = json.loads(done.stdout)
-    else:  # embedded interpreter with no executable to start: gather here
-        modules = _stdlib_docstrings()
-    documents += [text for _, text in modules]
-
-    kept, total = [], 0
-    for doc in dict.fromkeys(drop_empty(documents)):  # some pydoc topics are the same text
-        if total + len(doc) > max_chars:
-            break
-        kept.append(doc)
-        total += len(doc)
-    return kept
 
 
 # --------------------------------------------------------------------------------------------
@@ -424,19 +299,3 @@ def split_documents(documents: Sequence[str], val_fraction: float) -> tuple[list
     train = [d for d, v in zip(documents, is_val, strict=True) if not v]
     val = [d for d, v in zip(documents, is_val, strict=True) if v]
     return train, val
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--stdlib-docstrings"]:
-    # Keep the real stdout / stderr for the answer: modules that print on import cannot corrupt it.
-    answer, errors = os.fdopen(os.dup(1), "w"), os.fdopen(os.dup(2), "w")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    try:
-        json.dump(_stdlib_docstrings(), answer)  # ASCII (json escapes the rest): no locale issues
-        answer.flush()
-    except BaseException as e:  # noqa: BLE001
-        errors.write(f"{type(e).__name__}: {e}\n")
-        errors.flush()
-        os._exit(1)
-    os._exit(0)  # skip tearing down hundreds of modules (atexit hooks, threads)
