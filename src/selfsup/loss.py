@@ -58,7 +58,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 p = p.to(low)
                 grad_hidden[start:start + chunk] = p @ w.to(low)
                 part = p.t() @ h.to(low)
-                grad_weight[:vocab_size].copy_(part) if start == 0 else grad_weight[:vocab_size].add_(part)
+                if start == 0:
+                    grad_weight[:vocab_size].copy_(part)
+                else:
+                    grad_weight[:vocab_size].add_(part)
                 continue
             grad_hidden[start:start + chunk] = p.to(w.dtype) @ w
             if start == 0:  # the first chunk writes d weight, the others add to it

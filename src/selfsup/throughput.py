@@ -53,9 +53,11 @@ def gpu_peak_flops(device: torch.device, precision: str) -> float | None:
     with warnings.catch_warnings():  # "FLOPs not found for 'NVIDIA H200'": the table below has it
         warnings.filterwarnings("ignore", message="FLOPs not found")
         peak = get_available_flops(device, dtype)
+    if peak is not None or device.type != "cuda":
+        return peak
     name = torch.cuda.get_device_name(device).lower()
     table = next((t for chip, t in EXTRA_GPU_FLOPS.items() if chip in name), {})
-    return peak if peak is not None else table.get(dtype)
+    return table.get(dtype)
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -80,8 +82,8 @@ class TokenThroughput(ThroughputMonitor):
             self.available_flops = (cpu_matmul_peak() if device.type == "cpu"
                                     else gpu_peak_flops(device, str(trainer.precision)))
             if self.available_flops is None and trainer.is_global_zero:
-                warnings.warn(f"perf/mfu is not logged: no peak FLOP/s known for {torch.cuda.get_device_name(device)}"
-                              f" (add it to selfsup.throughput.EXTRA_GPU_FLOPS)")
+                warnings.warn(f"perf/mfu is not logged: no peak FLOP/s known for {device} "
+                              f"(add it to selfsup.throughput.EXTRA_GPU_FLOPS)")
             for throughput in self._throughputs.values():
                 throughput.available_flops = self.available_flops
 
