@@ -36,6 +36,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # not autocast-eligible, so low precision is applied here by hand, else d weight runs in fp32
         device_type = hidden.device.type
         low = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+        if low is not None:  # cast once for all chunks (autocast casts a sliced weight again at every matmul)
+            w = w.to(low)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.empty(weight.shape, dtype=torch.float32, device=weight.device)
         grad_weight[vocab_size if hidden.shape[0] else 0:] = 0  # the vocabulary's padding rows (all, without rows)
@@ -56,7 +58,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             p[rows, t] -= 1                                       # d nll / d logits
             if low is not None:  # d weight in low precision, accumulated over chunks in fp32
                 p = p.to(low)
-                grad_hidden[start:start + chunk] = p @ w.to(low)
+                grad_hidden[start:start + chunk] = p @ w
                 part = p.t() @ h.to(low)
                 if start == 0:
                     grad_weight[:vocab_size].copy_(part)
