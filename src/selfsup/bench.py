@@ -130,13 +130,13 @@ SHAPES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_decode
 
 
 def hf_model(objective: str, vocab_size: int, d_model: int, n_layers: int, n_heads: int, max_len: int,
-             n_decoder_layers: int | None = None):
+             n_decoder_layers: int | None = None, d_ff: int | None = None):
     """The Hugging Face model of the same shape as ours for an objective (None without transformers)."""
     try:
         import transformers as tf
     except ImportError:
         return None
-    d_ff = 4 * d_model
+    d_ff = d_ff or 4 * d_model
     if objective == "mlm":
         return tf.BertForMaskedLM(tf.BertConfig(vocab_size=vocab_size, hidden_size=d_model, num_hidden_layers=n_layers,
                                                 num_attention_heads=n_heads, intermediate_size=d_ff,
@@ -167,30 +167,32 @@ def hf_step(model, objective: str, batch, opt) -> None:
     opt.zero_grad(set_to_none=True)
 
 
-def architecture_defaults(arch: str) -> dict:
-    """What the lab's conf/architecture/<arch>.yaml sets (layers, activation, biases, ...)."""
+def conf_defaults(group: str, name: str) -> dict:
+    """What the lab's conf/<group>/<name>.yaml sets, over its structured config's defaults."""
     from omegaconf import OmegaConf
 
-    from selfsup.config import ArchitectureConfig
+    from selfsup.config import ArchitectureConfig, DataConfig
     from selfsup.train import CONF_DIR
 
-    conf = OmegaConf.merge(OmegaConf.structured(ArchitectureConfig),
-                           OmegaConf.load(CONF_DIR / "architecture" / f"{arch}.yaml"))
+    schema = {"architecture": ArchitectureConfig, "data": DataConfig}[group]
+    conf = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(CONF_DIR / group / f"{name}.yaml"))
     return OmegaConf.to_container(conf)
 
 
 PRESETS = {  # name: (d_model, n_layers, n_heads, seq_len, batch, vocab)
-    "default": (128, None, 4, 128, 16, 4096),        # conf/architecture (layers per stack), conf/data/builtin
+    "default": None,                                 # the lab's: conf/architecture/<arch>.yaml, conf/data/builtin.yaml
     "d512": (512, 4, 8, 256, 8, 8192),               # the CPU efficiency target's size
     "gpt2-small": (768, 12, 12, 1024, 8, 50304),     # GPT-2 small shape (124M decoder)
 }
 
 
-def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: int, seq_len: int, batch: int,
-                vocab_size: int, objectives: list[str], device: str = "cpu", precision: str = "32-true",
+def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq_len: int | None = None,
+                batch: int | None = None, device: str = "cpu", precision: str = "32-true",
                 compile: bool = False, hf: bool = True, rounds: int = 3) -> list[dict]:
     """Tokens/s of the Lightning step and of the HF loop, measured in `rounds` alternating rounds
-    (selfsup, HF, selfsup, HF, ...) so a slow spell of a shared machine hits both; medians reported."""
+    (selfsup, HF, selfsup, HF, ...) so a slow spell of a shared machine hits both; medians reported.
+    preset "default" is the model and batch `selfsup-train` uses (read from conf/); seq_len and batch
+    override the preset's."""
     import lightning as L
 
     from selfsup.config import per_stack
@@ -217,6 +219,13 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
         peak = gpu_peak_flops(torch.device("cuda"), precision)
     else:
         peak = cpu_matmul_peak()
+    if PRESETS[preset] is None:
+        data_conf = conf_defaults("data", "builtin")
+        vocab_size = data_conf["vocab_size"]
+        seq_len, batch = seq_len or data_conf["seq_len"], batch or data_conf["batch_size"]
+    else:
+        d_model, n_layers, n_heads, preset_len, preset_batch, vocab_size = PRESETS[preset]
+        seq_len, batch = seq_len or preset_len, batch or preset_batch
     vocab = Vocab(size=vocab_size)
     rows = []
     for objective in objectives:
@@ -225,9 +234,11 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
         gen = torch.Generator().manual_seed(0)
         data = torch.randint(vocab.first_ordinary, vocab.size, (batch * steps, obj.raw_length), generator=gen)
         batches = [obj(data[i * batch:(i + 1) * batch], gen).to(device) for i in range(steps)]
-        conf = architecture_defaults(arch)
+        conf = conf_defaults("architecture", arch)
         style = {"activation": conf["activation"], "bias": conf["bias"]}
-        if n_layers is None:  # the lab's default model: conf's layers in each stack (T5: encoder and decoder)
+        if PRESETS[preset] is None:  # the lab's default model: conf's sizes, its layers in each stack (T5 counts so)
+            d_model, n_heads = conf["d_model"], conf["n_heads"]
+            style["d_ff"] = conf["d_ff"]
             layers, decoder_layers = conf["n_layers"], conf["n_decoder_layers"] or conf["n_layers"]
         else:  # a size preset: equal depth budget, an encoder-decoder splits n_layers between its stacks
             layers = decoder_layers = per_stack(n_layers, arch)
@@ -249,7 +260,8 @@ def bench_train(steps: int, warmup: int, d_model: int, n_layers: int, n_heads: i
 
         def theirs() -> tuple[float, torch.nn.Module] | None:
             torch.manual_seed(0)
-            model_hf = hf_model(objective, vocab.size, d_model, layers, n_heads, obj.model_length + 1, decoder_layers)
+            model_hf = hf_model(objective, vocab.size, d_model, layers, n_heads, obj.model_length + 1, decoder_layers,
+                                style.get("d_ff"))
             if model_hf is None:
                 return None
             model_hf = model_hf.to(device).train()
@@ -332,10 +344,9 @@ def main(argv: list[str] | None = None) -> None:
         shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
         print_table(bench_head(shapes, args.repeats, args.device))
     elif args.what == "train":
-        d_model, n_layers, n_heads, seq_len, batch, vocab = PRESETS[args.preset]
-        rows = bench_train(args.steps, args.warmup, d_model, n_layers, n_heads, args.seq_len or seq_len,
-                           args.batch or batch, vocab, args.objectives.split(","), args.device, args.precision,
-                           args.compile, hf=not args.no_hf, rounds=args.rounds)
+        rows = bench_train(args.steps, args.warmup, args.preset, args.objectives.split(","), args.seq_len,
+                           args.batch, args.device, args.precision, args.compile, hf=not args.no_hf,
+                           rounds=args.rounds)
         print_table(rows)
         if args.out:
             import contextlib
