@@ -1,7 +1,9 @@
 """Where a compiled training step of the 124M decoder spends its GPU time (run by .ci/gpu-check).
 
 A plain loop over the lab's own pieces (objective, model, fused head + cross-entropy, clipping, fused
-AdamW) under bf16 autocast: step time, tokens/s, then torch.profiler's kernels sorted by device time.
+AdamW) under bf16 autocast: step time, tokens/s; the model body alone and the fused head alone (forward
+and backward each); then torch.profiler's kernels sorted by device time and how much of the step the
+GPU is busy (a step far longer than its kernels is bound by the CPU launching them).
     python .ci/gpu_profile.py [--device cpu --d-model 64 --layers 1 --batch 2 --seq-len 64]  (CPU smoke run)
 """
 
@@ -12,6 +14,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from selfsup.data.vocab import Vocab
+from selfsup.loss import linear_cross_entropy
 from selfsup.models import build_model
 from selfsup.module import accumulate_gradients
 from selfsup.objectives import build_objective
@@ -49,20 +52,55 @@ def step():
     opt.zero_grad(set_to_none=True)
 
 
-for _ in range(5):
-    step()
-sync()
-start = time.perf_counter()
-for _ in range(10):
-    step()
-sync()
-seconds = (time.perf_counter() - start) / 10
+def timed(fn, repeats=10) -> float:
+    for _ in range(3):
+        fn()
+    sync()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / repeats
+
+
+def body():  # the compiled model's forward and backward, a trivial loss instead of the head
+    batch = objective(tokens, gen)
+    with torch.autocast(args.device, dtype=torch.bfloat16):
+        hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,  # as the step
+                       encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)  # calls it: no recompile
+    hidden.float().square().mean().backward()
+    opt.zero_grad(set_to_none=True)
+
+
+hidden = torch.randn(args.batch * args.seq_len, args.d_model, device=args.device, requires_grad=True)
+targets = torch.randint(0, vocab.size, (hidden.shape[0],), device=args.device)
+
+
+def head():  # the fused head + cross-entropy alone, forward and backward
+    with torch.autocast(args.device, dtype=torch.bfloat16):
+        nll, _ = linear_cross_entropy(hidden, model.lm_head.weight, targets, vocab.size, accuracy=False)
+    nll.backward()
+    opt.zero_grad(set_to_none=True)
+    hidden.grad = None
+
+
+seconds = timed(step)
 print(f"step {seconds * 1e3:.1f} ms, {args.batch * objective.raw_length / seconds:,.0f} tokens/s "
       f"(batch {args.batch}x{objective.raw_length}, compile={not args.no_compile})", flush=True)
+print(f"model body forward+backward {timed(body) * 1e3:.1f} ms; fused head forward+backward "
+      f"{timed(head) * 1e3:.1f} ms", flush=True)
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
 with profile(activities=activities) as prof:
+    start = time.perf_counter()
     for _ in range(3):
         step()
     sync()
-print(prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total",
-                                row_limit=30, max_name_column_width=80))
+    wall = (time.perf_counter() - start) / 3
+events = prof.key_averages()
+print(events.table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total",
+                   row_limit=30, max_name_column_width=80))
+if cuda:
+    busy = sum(e.self_device_time_total for e in events) / 3 / 1e3  # ms of kernels per step
+    kernels = sum(e.count for e in events if e.self_device_time_total > 0) / 3
+    print(f"GPU busy {busy:.1f} ms of a {wall * 1e3:.1f} ms step under the profiler ({busy / wall / 10:.0f}%), "
+          f"{kernels:.0f} kernels per step")
