@@ -108,6 +108,7 @@ class LoggerConfig:
     name: Optional[str] = None          # default: <objective>-<architecture>[-<overrides>]
     group: Optional[str] = None         # default: the sweep dir of a multirun
     tags: List[str] = field(default_factory=list)
+    timeout: Optional[float] = 300.0    # s a W&B call may take; then its stuck service is stopped, training goes on
 
 
 @dataclass

@@ -12,6 +12,7 @@ import functools
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -82,7 +83,7 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
                 import string
                 id_file.write_text("".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8)))
             loggers.append(_safe_wandb_logger()(  # W&B failing mid-run: one warning, training goes on
-                csv_dir=str(Path(csv.log_dir)) if csv else None,
+                csv_dir=str(Path(csv.log_dir)) if csv else None, timeout=cfg.logger.timeout,
                 save_dir=str(run_dir), project=cfg.logger.project, entity=cfg.logger.entity, name=name, group=group,
                 tags=tags, mode=mode, config=redact(OmegaConf.to_container(cfg, resolve=True)), job_type="train",
                 id=id_file.read_text().strip(), resume="allow",
@@ -135,16 +136,18 @@ def _safe_wandb_logger() -> type:
         """A WandbLogger whose failures never stop training.
 
         The first exception from W&B (its service process died, say: every call then raises
-        ConnectionResetError) prints one warning with the `wandb sync` command for what was written,
-        lets go of the W&B service, and from then on this logger does nothing: ``experiment`` is
-        Lightning's no-op DummyExperiment. Start the run with ``experiment`` first to tell a run
-        that cannot start (the lab does). ``csv_dir``: where the metrics go on, for the warning.
+        ConnectionResetError), or a call that has not returned after ``timeout`` seconds (a stuck
+        service: its process is killed then), prints one warning with the `wandb sync` command for
+        what was written, lets go of the W&B service, and from then on this logger does nothing:
+        ``experiment`` is Lightning's no-op DummyExperiment. Start the run with ``experiment`` first
+        to tell a run that cannot start (the lab does). ``csv_dir``: where the metrics go on, for
+        the warning. ``timeout`` None: wait as long as W&B takes.
         """
 
-        def __init__(self, *args, csv_dir: str | None = None, **kwargs):
+        def __init__(self, *args, csv_dir: str | None = None, timeout: float | None = None, **kwargs):
             super().__init__(*args, **kwargs)
             self._wandb_init.pop("anonymous", None)  # Lightning passes it; wandb warns it has no effect
-            self.csv_dir, self.stopped, self.last_step = csv_dir, None, 0
+            self.csv_dir, self.timeout, self.stopped, self.last_step = csv_dir, timeout, None, 0
 
         @property
         def experiment(self):
@@ -161,10 +164,14 @@ def _safe_wandb_logger() -> type:
         def _guard(self, call, *args) -> None:
             if self.stopped:
                 return
-            try:
-                call(*args)
-            except Exception as err:  # noqa: BLE001 - whatever W&B raises, training goes on
-                self._stop(err)
+            failed = []  # whatever W&B raises, training goes on
+            worker = _call_in_thread(call, *args, errors=failed)
+            worker.join(self.timeout)
+            if worker.is_alive():  # the service takes the call but never answers: a stuck process
+                _kill_wandb_service()  # then every W&B call, teardown included, fails at once
+                self._stop(TimeoutError(f"its service did not answer in {self.timeout:g} s and was stopped"))
+            elif failed:
+                self._stop(failed[0])
 
         def _stop(self, err: Exception) -> None:
             reason = f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
@@ -176,8 +183,9 @@ def _safe_wandb_logger() -> type:
             sync = f"sync what was written with `wandb sync {folder}`" if folder else "W&B wrote nothing"
             log.warning(f"W&B stopped at step {self.last_step}: {reason}; training goes on, {goes_on}; {sync}")
             import wandb
-            with contextlib.suppress(Exception):  # forgets the dead service and its exit hook (else a
-                wandb.teardown()                  # traceback at exit); raises ConnectionResetError itself
+            # forgets the dead service and its exit hook (else a traceback at exit); raises
+            # ConnectionResetError itself; in a thread, should a stuck service have outlived the kill
+            _call_in_thread(wandb.teardown, errors=[]).join(self.timeout)
             with contextlib.suppress(Exception):  # the next run in this process (a sweep) starts afresh
                 if wandb.run is self._experiment:
                     from wandb.sdk.lib import module
@@ -205,3 +213,23 @@ def _safe_wandb_logger() -> type:
 
     SafeWandbLogger.__module__ = __name__
     return SafeWandbLogger
+
+
+def _call_in_thread(call, *args, errors: list) -> threading.Thread:
+    """Start call(*args) in a daemon thread (a stuck call does not hold the process at exit); an
+    Exception it raises is appended to errors."""
+    def run():
+        try:
+            call(*args)
+        except Exception as err:  # noqa: BLE001 - reported by the caller
+            errors.append(err)
+    worker = threading.Thread(target=run, name="selfsup-wandb-call", daemon=True)
+    worker.start()
+    return worker
+
+
+def _kill_wandb_service() -> None:
+    """Kill the wandb-core service process this process started (wandb 0.31's handle on it)."""
+    with contextlib.suppress(Exception):
+        from wandb.sdk import wandb_setup
+        wandb_setup.singleton()._connection._proc._process.kill()

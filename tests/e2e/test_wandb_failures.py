@@ -1,5 +1,7 @@
-"""W&B dying mid-run never loses training: the real wandb-core service of a real selfsup-train is killed."""
+"""W&B dying or stuck mid-run never loses training: the real wandb-core service of a real selfsup-train is
+killed or frozen."""
 
+import contextlib
 import csv
 import json
 import os
@@ -35,12 +37,15 @@ def wait_for(condition, proc, timeout=120.0):
         time.sleep(0.05)
 
 
-def test_wandb_service_killed_mid_run_training_goes_on(cache_dir, tmp_path):
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+def test_wandb_service_killed_or_frozen_mid_run_training_goes_on(fault, cache_dir, tmp_path):
+    """killed: every W&B call then fails at once. frozen (SIGSTOP): calls are taken until the socket's
+    buffer fills, and finishing the run waits for an answer that never comes, until logger.timeout."""
     run, steps = tmp_path / "run", 60
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     proc = subprocess.Popen(["selfsup-train", *TINY, "objective=clm", f"trainer.max_steps={steps}",
                              "trainer.val_check_interval=30", "trainer.checkpoint_every_n_steps=5",
-                             f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"],
+                             "logger.timeout=5", f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         # the W&B run has started (its files exist) and training is past step 5 (last.ckpt)
@@ -48,11 +53,14 @@ def test_wandb_service_killed_mid_run_training_goes_on(cache_dir, tmp_path):
                  proc)
         core = wandb_core_of(proc.pid)
         assert core is not None, "no wandb-core child process"
-        os.kill(core, signal.SIGKILL)
+        os.kill(core, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+        if fault == "frozen" and core is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(core, signal.SIGKILL)
     text = out + err
     assert proc.returncode == 0, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
@@ -60,10 +68,11 @@ def test_wandb_service_killed_mid_run_training_goes_on(cache_dir, tmp_path):
     warnings = [line for line in text.splitlines() if "W&B stopped at step" in line]
     assert len(warnings) == 1, text[-3000:]  # once
     warning = warnings[0]
-    assert "service process is gone" in warning and "training goes on" in warning, warning
+    reason = "service process is gone" if fault == "killed" else "its service did not answer in 5 s and was stopped"
+    assert reason in warning and "training goes on" in warning, warning
     assert f"metrics go to the CSV log in {run / 'csv'}" in warning and f"wandb sync {folder}" in warning, warning
     stopped_at = int(warning.split("W&B stopped at step ")[1].split(":")[0])
-    assert 5 <= stopped_at < steps - 1, warning
+    assert 5 <= stopped_at < steps - 1 if fault == "killed" else stopped_at == steps - 1, warning  # frozen: at finish
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == steps, summary
     assert summary["wandb_dir"] == str(folder)
@@ -104,6 +113,46 @@ def test_a_dead_service_stops_the_logger_once_and_the_next_run_in_the_process_st
                             f"with `wandb sync {folder}`"), warning
     assert isinstance(first.experiment, DummyExperiment) and wandb.run is None
     second = SafeWandbLogger(save_dir=str(tmp_path / "second"), project="p", mode="offline")
+    second.log_metrics({"loss": 3.0}, step=1)
+    assert second.stopped is None and second.experiment is wandb.run
+    assert second.finish(0) == second.run_folder() != folder
+
+
+def test_a_stuck_service_times_out_a_log_call_once_and_the_next_run_starts_afresh(tmp_path, monkeypatch, caplog):
+    """A frozen service takes log records until its socket's buffer is full; the call after that would wait
+    for good: it is given up after `timeout` s, the service is stopped, and the logger does nothing more."""
+    import wandb
+    from lightning.pytorch.loggers.logger import DummyExperiment
+
+    from selfsup.wandb_utils import SafeWandbLogger
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    first = SafeWandbLogger(save_dir=str(tmp_path / "first"), project="p", mode="offline", timeout=2)
+    first.log_metrics({"loss": 3.0}, step=1)
+    folder, core = first.run_folder(), wandb_core_of(os.getpid())
+    os.kill(core, signal.SIGSTOP)
+    try:
+        record = {f"metric_{i}": float(i) for i in range(2000)}  # large records fill the buffer sooner
+        start = time.time()
+        with caplog.at_level("WARNING", logger="selfsup"):
+            for step in range(2, 5000):
+                first.log_metrics(record, step=step)
+                if first.stopped:
+                    break
+            assert first.stopped and time.time() - start < 60, first.stopped
+            later = time.time()
+            first.log_metrics(record, step=step + 1)
+            first.finalize("success")
+            assert first.finish(0) == folder  # for `wandb sync`
+            assert time.time() - later < 1  # no more waiting
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(core, signal.SIGKILL)
+    [warning] = [r.getMessage() for r in caplog.records]  # once
+    assert warning.startswith(f"W&B stopped at step {step}: TimeoutError: its service did not answer in 2 s and "
+                              f"was stopped; training goes on, metrics are not recorded; sync what was written "
+                              f"with `wandb sync {folder}`"), warning
+    assert isinstance(first.experiment, DummyExperiment) and wandb.run is None
+    second = SafeWandbLogger(save_dir=str(tmp_path / "second"), project="p", mode="offline", timeout=2)
     second.log_metrics({"loss": 3.0}, step=1)
     assert second.stopped is None and second.experiment is wandb.run
     assert second.finish(0) == second.run_folder() != folder
