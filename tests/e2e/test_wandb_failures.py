@@ -41,10 +41,10 @@ def wait_for(condition, proc, timeout=120.0):
 def test_wandb_service_killed_or_frozen_mid_run_training_goes_on(fault, cache_dir, tmp_path):
     """killed: every W&B call then fails at once. frozen (SIGSTOP): calls are taken until the socket's
     buffer fills, and finishing the run waits for an answer that never comes, until logger.timeout."""
-    run, steps = tmp_path / "run", 60
+    run, steps = tmp_path / "run", 60 if fault == "killed" else 20  # frozen: W&B stops at the end anyway
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     proc = subprocess.Popen(["selfsup-train", *TINY, "objective=clm", f"trainer.max_steps={steps}",
-                             "trainer.val_check_interval=30", "trainer.checkpoint_every_n_steps=5",
+                             f"trainer.val_check_interval={steps // 2}", "trainer.checkpoint_every_n_steps=5",
                              "logger.timeout=5", f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -106,7 +106,7 @@ def test_a_dead_service_stops_the_logger_once_and_the_next_run_in_the_process_st
         first.finalize("success")
         first.experiment.mark_preempting()  # as fit() calls it: a no-op now
         assert first.finish(0) == folder  # for `wandb sync`
-    [warning] = [r.getMessage() for r in caplog.records]  # once
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "selfsup"]  # once (wandb logs its own errors)
     assert warning.startswith(f"W&B stopped at step {step}: its service process is gone (ConnectionResetError: "), \
         warning
     assert warning.endswith(f"); training goes on, metrics go to the CSV log in runs/csv; sync what was written "
@@ -147,7 +147,7 @@ def test_a_stuck_service_times_out_a_log_call_once_and_the_next_run_starts_afres
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(core, signal.SIGKILL)
-    [warning] = [r.getMessage() for r in caplog.records]  # once
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "selfsup"]  # once (wandb logs its own errors)
     assert warning.startswith(f"W&B stopped at step {step}: TimeoutError: its service did not answer in 2 s and "
                               f"was stopped; training goes on, metrics are not recorded; sync what was written "
                               f"with `wandb sync {folder}`"), warning
