@@ -165,7 +165,9 @@ class SelfSupModule(L.LightningModule):
         if not self.grad_clip:
             self._grad_norm = None
             return
-        norm = torch.nn.utils.clip_grad_norm_(self.parameters(), self.grad_clip, foreach=True)
+        # the optimizer's parameter list: flat, unlike self.parameters(), which walks every submodule
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip, foreach=True)
         if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor reduced over the shards
             norm = norm.full_tensor()
         self._grad_norm = norm.detach()  # before clipping; logged with the other train metrics
