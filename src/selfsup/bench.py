@@ -219,7 +219,8 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
         peak = gpu_peak_flops(torch.device("cuda"), precision)
     else:
         peak = cpu_matmul_peak()
-    if PRESETS[preset] is None:
+    lab_default = PRESETS[preset] is None  # sizes from conf/ (per architecture) instead of the preset's tuple
+    if lab_default:
         data_conf = conf_defaults("data", "builtin")
         vocab_size = data_conf["vocab_size"]
         seq_len, batch = seq_len or data_conf["seq_len"], batch or data_conf["batch_size"]
@@ -236,7 +237,7 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
         batches = [obj(data[i * batch:(i + 1) * batch], gen).to(device) for i in range(steps)]
         conf = conf_defaults("architecture", arch)
         style = {"activation": conf["activation"], "bias": conf["bias"]}
-        if PRESETS[preset] is None:  # the lab's default model: conf's sizes, its layers in each stack (T5 counts so)
+        if lab_default:  # the lab's default model: conf's sizes, its layers in each stack (T5 counts so)
             d_model, n_heads = conf["d_model"], conf["n_heads"]
             style["d_ff"] = conf["d_ff"]
             layers, decoder_layers = conf["n_layers"], conf["n_decoder_layers"] or conf["n_layers"]
