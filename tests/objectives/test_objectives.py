@@ -197,6 +197,15 @@ def test_t5_length_pairs(inputs, rate, mean, raw, targets):
     assert (sc.raw_length, sc.inputs_length, sc.targets_length) == (raw, inputs, targets)
 
 
+@pytest.mark.parametrize("rate,mean", [(0.15, 3), (0.5, 3), (0.5, 32), (0.01, 1)])
+def test_span_inputs_fit_the_requested_length(rate, mean):
+    """The encoder never gets more than data.seq_len tokens, down to the shortest length that fits."""
+    for seq_len in range(3, 80):
+        sc = SpanCorruption(Vocab(size=1000, n_sentinels=100), seq_len, mask_rate=rate, mean_span_length=mean)
+        assert sc.inputs_length <= seq_len
+        assert sc(torch.full((2, sc.raw_length), ORD), gen()).encoder_inputs.shape == (2, sc.inputs_length)
+
+
 # ---------------------------------------------------------------- prefix LM
 def test_prefix_lm_decoder_scores_only_after_the_prefix():
     p = PrefixLM(V, seq_len=32)
@@ -280,6 +289,7 @@ def test_same_generator_state_gives_same_masks(name):
     (lambda: SpanCorruption(V, 64, mean_span_length=0.5), ["objective.mean_span_length", ">= 1"]),
     (lambda: SpanCorruption(Vocab(size=1000, n_sentinels=10), 512), ["sentinels", "data.n_sentinels"]),
     (lambda: CausalLM(V, 1), ["data.seq_len", "too short"]),
+    (lambda: SpanCorruption(V, 2), ["data.seq_len=2", "too short", "data.seq_len >= 3"]),
     (lambda: MaskedLM(V, 64, architecture="decoder"), ["decoder"]),
     (lambda: Mixture(V, 64, denoisers=[]), ["denoisers"]),
     (lambda: Mixture(V, 64, denoisers=[Denoiser("Q")]), ["family"]),

@@ -78,6 +78,10 @@ class SpanCorruption(Objective):
                                  f"mask_rate={mask_rate}: raise data.seq_len")
         self.noise, self.spans = span_counts(self._raw, mask_rate, mean_span_length)
         self.inputs_length, self.targets_length = span_lengths(self._raw, mask_rate, mean_span_length)
+        if raw_length is None and self.inputs_length > seq_len:  # only seq_len 2: [kept, sentinel, eos]
+            raise ObjectiveError(f"data.seq_len={seq_len} is too short for span corruption: the shortest "
+                                 f"window ({self._raw} tokens, one hidden) needs {self.inputs_length} encoder "
+                                 f"positions (kept token, sentinel, eos): use data.seq_len >= {self.inputs_length}")
         if self.spans > vocab.n_sentinels:
             raise ObjectiveError(
                 f"span corruption needs {self.spans} sentinels per sequence but the vocabulary has "
