@@ -147,6 +147,27 @@ def test_bf16_mixed_precision_trains_on_cpu():
     assert trainer.optimizers[0].defaults["fused"]  # no gradient scaler in bf16: the fused AdamW
 
 
+def test_the_last_step_is_validated_off_the_interval():
+    """max_steps=5, val_check_interval=3: validation after steps 3 and 5, so a run's final val metrics
+    (and best checkpoint) are those of its last step (Lightning alone would stop at 5 unvalidated)."""
+    torch.manual_seed(0)
+    model = build_model("encoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
+    module = SelfSupModule(model, MaskedLM(V, 32), max_steps=5, warmup_steps=1)
+    validated = []
+
+    class Record(L.Callback):
+        def on_validation_end(self, trainer, pl_module):
+            validated.append(trainer.global_step)
+
+    data = torch.randint(V.first_ordinary, V.size, (64, 32), generator=torch.Generator().manual_seed(0))
+    trainer = L.Trainer(accelerator="cpu", max_steps=5, val_check_interval=3, check_val_every_n_epoch=None,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, callbacks=[Record()])
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    trainer.fit(module, loader, loader)
+    assert validated == [3, 5] and trainer.global_step == 5
+
+
 def first_step(precision_or_plugin, grad_clip: float, max_steps: int = 1):
     """A real Trainer run of a tiny decoder; returns (module, trainer)."""
     from lightning.pytorch.plugins import Precision

@@ -133,8 +133,11 @@ class SelfSupModule(L.LightningModule):
 
         self.tokens_seen += int(total_inputs)
         self.targets_seen += int(total_scored)
-        if self.max_tokens and self.tokens_seen >= self.max_tokens:
-            self.trainer.should_stop = True  # Lightning validates once more before it stops
+        last = self.global_step >= self.trainer.max_steps > 0
+        if last or (self.max_tokens and self.tokens_seen >= self.max_tokens):
+            # stopping this way, Lightning validates once more (at max_steps alone it would not): the
+            # run's final val metrics and best checkpoint are those of its last step
+            self.trainer.should_stop = True
         metrics = {"train/loss": loss, "train/perplexity": torch.exp(loss),
                    "train/signal_per_token": total_scored / max(total_inputs, 1.0),
                    "train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
@@ -145,7 +148,7 @@ class SelfSupModule(L.LightningModule):
                 metrics["train/grad_norm"] = self._grad_norm
         # Each self.log call costs Lightning ~1 ms: log the metrics only when the loggers write them
         # (every trainer.log_every_n_steps) and on the last step; the loss for a progress bar when it redraws.
-        if logging or self.trainer.should_stop or self.global_step >= self.trainer.max_steps > 0:
+        if logging or self.trainer.should_stop:
             self.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
         bar = self.trainer.progress_bar_callback
         if bar is not None and bar.is_enabled and (batch_idx + 1) % max(1, getattr(bar, "refresh_rate", 1)) == 0:

@@ -153,6 +153,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     try:
         loggers = start_wandb(loggers, run_dir)
         if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
+            check_settings(cfg)
             check_objective(cfg)
         dm, objective, model, module = build(cfg, prepared)
         if rank_zero and not loggers_first:
@@ -231,17 +232,21 @@ def print_summary(rows: list[dict]) -> None:
     print(summary_table(rows))
 
 
-def check_before_building(cfg: DictConfig, run_dir: Path, fresh: bool = True) -> None:
-    """The cheap checks, before any data is read or anything is written. fresh: also check that the
-    run dir holds no earlier run (not on ranks > 0, which share rank 0's dir)."""
+def check_run_dir(cfg: DictConfig, run_dir: Path) -> None:
+    """Before anything is written: the run dir holds no earlier run (unless resuming it)."""
+    if not cfg.resume and ((run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists()):
+        raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
+                           f"resume={run_dir}, or pick a new hydra.run.dir")
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """The cheap checks of the settings, before any data is read."""
     from selfsup.objectives import compatibility_error
     problem = compatibility_error(cfg.objective.name, cfg.architecture.name)
     if problem:
         raise SelfSupError(problem)
-    if fresh and not cfg.resume and ((run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists()):
-        raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
-                           f"resume={run_dir}, or pick a new hydra.run.dir")
     check_devices(cfg)
+    check_values(cfg)
     from selfsup.models import ACTIVATIONS
     if cfg.architecture.activation not in ACTIVATIONS:
         raise SelfSupError(f"architecture.activation={cfg.architecture.activation} is unknown: use one of "
@@ -249,6 +254,33 @@ def check_before_building(cfg: DictConfig, run_dir: Path, fresh: bool = True) ->
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
                            f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
+
+
+PRECISIONS = ("32-true", "32", "16-mixed", "16", "bf16-mixed", "bf16", "16-true", "bf16-true", "64-true", "64")
+ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Values of the right type but out of range: one line here, not a traceback from deep in a build."""
+    a, t = cfg.architecture, cfg.trainer
+    at_least_one = [("architecture.d_model", a.d_model), ("architecture.n_layers", a.n_layers),
+                    ("architecture.n_heads", a.n_heads), ("architecture.d_ff", a.d_ff),
+                    ("architecture.n_decoder_layers", a.n_decoder_layers), ("trainer.max_steps", t.max_steps),
+                    ("trainer.val_check_interval", t.val_check_interval),
+                    ("trainer.log_every_n_steps", t.log_every_n_steps), ("trainer.accumulate", t.accumulate)]
+    for key, value in at_least_one:
+        if value is not None and value < 1:
+            raise SelfSupError(f"{key}={value} must be at least 1")
+    if not t.lr > 0:
+        raise SelfSupError(f"trainer.lr={t.lr} must be positive (the lab's default is 1e-3)")
+    for key, value in [("trainer.warmup_steps", t.warmup_steps), ("trainer.weight_decay", t.weight_decay),
+                       ("trainer.grad_clip", t.grad_clip), ("trainer.min_lr_ratio", t.min_lr_ratio)]:
+        if value < 0:
+            raise SelfSupError(f"{key}={value} is negative: use 0 or more")
+    if str(t.precision) not in PRECISIONS:
+        raise SelfSupError(f"trainer.precision={t.precision} is unknown: use one of {', '.join(PRECISIONS[::2])}")
+    if t.accelerator not in ACCELERATORS:
+        raise SelfSupError(f"trainer.accelerator={t.accelerator} is not supported: use one of {', '.join(ACCELERATORS)}")
 
 
 def check_devices(cfg: DictConfig) -> None:
@@ -302,8 +334,10 @@ def hydra_main(cfg: DictConfig) -> float | None:
             cfg.resume, cfg.ckpt_path = str(run_dir), str(requeued)
         elif cfg.resume:
             cfg = resumed_config(cfg, run_dir)
-        check_before_building(cfg, run_dir, fresh=rank == 0)
+        if rank == 0:  # (ranks > 0 share rank 0's dir)
+            check_run_dir(cfg, run_dir)
         if not multirun:  # (in a sweep, after its W&B run has started: a failed job is a failed W&B run)
+            check_settings(cfg)
             check_objective(cfg)
         summary = fit(cfg, run_dir, rank_zero=rank == 0, loggers_first=multirun)
     except Exception as err:
@@ -339,7 +373,38 @@ def main() -> None:
                  f"from its checkout, or set SELFSUP_CONF to the conf/ folder")
     if not any(arg.startswith(("--config-dir", "-cd")) for arg in sys.argv[1:]):
         sys.argv[1:1] = ["--config-dir", str(CONF_DIR.parent)]  # finds the sweeps/ folder beside conf/
-    hydra_main()
+    # Hydra prints a config error over several lines (and exits 1) unless HYDRA_FULL_ERROR is set,
+    # in which case it raises: catch it here and give one line, as for every other bad input
+    wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        hydra_main()
+    except Exception as err:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+        if wants_trace or not isinstance(err, (HydraException, OmegaConfBaseException)):
+            raise
+        print(f"error: {config_error_line(err)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def config_error_line(err: BaseException) -> str:
+    """Hydra's and OmegaConf's multi-line messages as one line, the cause (which names the key) first:
+    "Key 'max_stepz' not in 'TrainerConfig': Could not override 'trainer.max_stepz'. To append to
+    your config use +trainer.max_stepz=3"; "... Available options in 'objective': clm, mlm, ..."."""
+    def flat(e: BaseException) -> str:
+        out, listing = "", False
+        for line in (line.strip() for line in str(e).split("Config search path:")[0].splitlines()):
+            if not line or line.startswith(("full_key:", "reference_type=", "object_type=")):
+                continue
+            if not out or out.endswith(":"):
+                out = f"{out} {line}".strip()
+            else:
+                out += f", {line}" if listing else f"{'' if out.endswith('.') else '.'} {line}"
+            listing = listing or line.endswith(":")
+        return out
+    parts = [flat(e).rstrip(".") for e in (err.__cause__, err) if e is not None]
+    return ": ".join(p for p in parts if p)
 
 
 if __name__ == "__main__":

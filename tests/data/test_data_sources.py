@@ -228,3 +228,22 @@ def test_hf_dataset_errors(hf_local, tmp_path):
     one_line(e)
     with pytest.raises(DataError, match="data.hf_name is not set"):
         hf_documents(None)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_hf_dataset_bad_local_files(hf_local, tmp_path, streaming):
+    """Non-UTF-8, malformed and binary files: one line naming the cause (streaming reads them late)."""
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1") * 50)
+    with pytest.raises(DataError, match="UnicodeDecodeError") as e:
+        hf_documents("text", data_files=str(latin), streaming=streaming)
+    one_line(e)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "fine"}\nnot json\n')
+    with pytest.raises(DataError, match="data.hf_name=json") as e:
+        hf_documents("json", data_files=str(broken), streaming=streaming)
+    one_line(e)
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"text\x00with\x00nul\n" * 50)
+    with pytest.raises(DataError, match="row 0 holds NUL bytes"):
+        hf_documents("text", data_files=str(binary), streaming=streaming)

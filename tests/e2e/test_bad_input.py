@@ -38,13 +38,20 @@ def files(tmp_path):
     (["data.seq_len=abc"], ["data.seq_len"]),
     (["objective.mask_rate=0"], ["objective.mask_rate", "hides nothing"]),
     (["objective.mask_rate=1.0"], ["objective.mask_rate", "no context"]),
-    (["objective=span_corruption", "data.seq_len=1"], ["data.seq_len"]),
+    (["objective=span_corruption", "data.seq_len=2"], ["data.seq_len=2", "data.seq_len >= 3"]),
+    (["trainer.precision=bogus"], ["trainer.precision=bogus", "bf16-mixed"]),
+    (["architecture.n_layers=0"], ["architecture.n_layers=0", "at least 1"]),
+    (["trainer.lr=-1"], ["trainer.lr=-1.0", "positive"]),
     (["objective=span_corruption", "data.seq_len=512", "data.n_sentinels=10"], ["sentinels", "data.n_sentinels"]),
     (["data.vocab_size=100"], ["data.vocab_size"]),
     (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path", "does not exist"]),
 ])
 def test_config_mistakes(train, overrides, words):
-    assert_refused(train(*overrides), *words)
+    out = train(*overrides)
+    assert_refused(out, *words)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr  # Hydra's errors too
+    assert out.returncode == 2
 
 
 @pytest.mark.parametrize("path,words", [

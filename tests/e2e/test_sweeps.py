@@ -50,17 +50,26 @@ def run_sweep(cache_dir, sweep_dir, *overrides):
 
 
 def test_a_failing_job_does_not_end_the_sweep(cache_dir, tmp_path):
-    out = run_sweep(cache_dir, tmp_path, "objective.mask_rate=1.5,0.2")
+    out = run_sweep(cache_dir, tmp_path, "architecture=decoder,encoder")  # MLM cannot train a decoder
     assert out.returncode == 1  # the sweep ran to the end, then says that a job failed
     assert "Traceback" not in out.stdout + out.stderr
     bad, good = tmp_path / "0", tmp_path / "1"
     assert json.loads((good / "summary.json").read_text())["status"] == "finished"
+    assert json.loads((bad / "summary.json").read_text())["objective"] == "mlm"
     error = (bad / "error.txt").read_text()
-    assert "objective.mask_rate=1.5" in error and len(error.strip().splitlines()) == 1
+    assert "architecture=decoder" in error and len(error.strip().splitlines()) == 1
+    # the refused job is a W&B run too (its settings are checked once the run has started)
     assert wandb_summary(bad)["state"] == "failed" and wandb_summary(good)["state"] == "finished"
-    assert "[job 0] objective.mask_rate=1.5: FAILED" in out.stdout
-    assert "[job 1] objective.mask_rate=0.2: val loss" in out.stdout
+    assert "[job 0] architecture=decoder: FAILED" in out.stdout
+    assert "[job 1] architecture=encoder: val loss" in out.stdout
     assert f"failed: {bad}" in out.stdout and "1 of 2 jobs failed" in out.stderr
+
+    # the same sweep into the same dir: refused before Hydra writes anything
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    again = run_sweep(cache_dir, tmp_path, "architecture=decoder,encoder")
+    assert again.returncode == 2 and again.stderr.startswith(f"error: hydra.sweep.dir={tmp_path} already holds")
+    assert len(again.stderr.strip().splitlines()) == 1
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
 @pytest.fixture

@@ -228,12 +228,31 @@ def hf_documents(
     elif data_files is not None and not isinstance(data_files, (str, os.PathLike)):
         data_files = list(map(str, data_files))
     where = f"data.hf_name={name}" + (f" (config {config})" if config else "") + f", split {split}"
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its own ERROR lines would precede ours
+    try:
+        return _hf_read(datasets, name, config, split, text_field, data_files, streaming, max_documents, where)
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+
+
+def _root_cause(e: BaseException) -> str:
+    """'Type: message' of the innermost exception (datasets wraps a decoding error in its own)."""
+    while (e.__cause__ or e.__context__) is not None:
+        e = e.__cause__ or e.__context__
+    return f"{type(e).__name__}: {_one_line(e)}"
+
+
+def _hf_read(datasets, name, config, split, text_field, data_files, streaming, max_documents, where) -> list[str]:
     try:
         dataset = datasets.load_dataset(name, config, split=split, streaming=streaming, data_files=data_files)
     except Exception as e:  # noqa: BLE001 - load_dataset raises many kinds
+        cause = _root_cause(e)
         raise DataError(
-            f"could not load {where}: {type(e).__name__}: {_one_line(e)}: check the name, config and split "
-            f"(and that the hub is reachable, or pass local data_files)"
+            f"could not load {where}: {type(e).__name__}: {_one_line(e)}"
+            + ("" if cause.startswith(type(e).__name__ + ":") else f" (caused by {cause})")
+            + ": check the name, config and split (and that the hub is reachable, or pass local data_files), "
+            f"and that local files are UTF-8 text in the builder's format"
         ) from None
     if not isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
         raise DataError(f"{where} did not give one split ({type(dataset).__name__}): set data.hf_split")
@@ -247,9 +266,15 @@ def hf_documents(
         dataset = dataset.select_columns([text_field])
 
     documents: list[str] = []
-    for number, row in enumerate(dataset):
-        if max_documents is not None and len(documents) >= max_documents:
+    rows = iter(enumerate(dataset))
+    while max_documents is None or len(documents) < max_documents:
+        try:
+            number, row = next(rows)
+        except StopIteration:
             break
+        except Exception as e:  # noqa: BLE001 - a streamed file is only decoded and parsed here
+            raise DataError(f"could not read {where}: {_root_cause(e)}: check that the files are UTF-8 text "
+                            f"in the builder's format") from None
         if text_field not in row:
             raise DataError(
                 f"{where}: row {number} has no field '{text_field}' (fields: {', '.join(row)}): set data.text_field"
@@ -259,6 +284,8 @@ def hf_documents(
             raise DataError(
                 f"{where}: field '{text_field}' holds {type(value).__name__}, not strings: set data.text_field"
             )
+        if value is not None and "\x00" in value:
+            raise DataError(f"{where}: row {number} holds NUL bytes: the data looks binary, not text")
         if value is not None and value.strip():
             documents.append(value)
     return documents
@@ -285,7 +312,8 @@ def split_documents(documents: Sequence[str], val_fraction: float) -> tuple[list
     if len(documents) < 2:
         raise DataError(
             f"the corpus has {len(documents)} document(s) but needs at least 2 "
-            f"(one for training, one for validation): add text"
+            f"(one for training, one for validation): add text (a .txt file is one document per "
+            f"{MAX_TXT_DOCUMENT_CHARS:,} characters, a .jsonl line or a row is one document)"
         )
     if not 0 < val_fraction < 1:
         raise DataError(f"data.val_fraction={val_fraction} must be between 0 and 1 (e.g. 0.05)")
