@@ -27,3 +27,7 @@ def test_resume_run_dir_continues_bitwise(train, tmp_path):
     assert len(segments) == 2 and all(s.name.endswith(run_id) for s in segments)
     assert (stopped / ".hydra" / "config.yaml").read_text().count("max_steps: 4") == 1  # the original config kept
     assert list((stopped / ".hydra").glob("resume-*/overrides.yaml"))  # and the resume recorded beside it
+    # the best checkpoint carried across the resume: one best file, the one the summary names
+    import json
+    [best] = (stopped / "checkpoints").glob("best-*.ckpt")
+    assert json.loads((stopped / "summary.json").read_text())["best_checkpoint"] == str(best)

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import Checkpoint
 
 from selfsup.reliability.checkpoints import NonFiniteLossError
 
@@ -33,13 +34,19 @@ def _last_checkpoint(trainer) -> str:
     return str(ckpts[-1]) if ckpts else f"none yet (checkpoints go to {folder})"
 
 
-class LastCheckpoint(Callback):
+class LastCheckpoint(Checkpoint):
     """``last.ckpt`` every N training steps and at the last step, through the Trainer's
     checkpoint IO (atomic). Lightning's ``save_last`` only rewrites it when a new best checkpoint
-    is saved, so a run whose validation loss rose would resume from an old step."""
+    is saved, so a run whose validation loss rose would resume from an old step.
+
+    A Checkpoint callback, so Lightning runs it after the ModelCheckpoint listed before it: when a
+    validation follows a saved step, last.ckpt is written again after it, with the best checkpoint
+    that validation chose (else a resumed run would compare against a stale best and leave the newer
+    best file behind)."""
 
     def __init__(self, path, every_n_steps: int):
         self.path, self.every_n_steps = Path(path), max(1, int(every_n_steps))
+        self.saved_at = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         # the last step is saved at its batch end too, not at train end: a train-end checkpoint marks
@@ -47,6 +54,11 @@ class LastCheckpoint(Callback):
         step = trainer.global_step
         last = trainer.max_steps is not None and 0 < trainer.max_steps <= step
         if step and (step % self.every_n_steps == 0 or last or trainer.should_stop):
+            trainer.save_checkpoint(self.path, weights_only=False)
+            self.saved_at = step
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and self.saved_at == trainer.global_step:
             trainer.save_checkpoint(self.path, weights_only=False)
 
 
