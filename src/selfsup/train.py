@@ -382,7 +382,9 @@ def main() -> None:
     except Exception as err:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
-        if wants_trace or not isinstance(err, (HydraException, OmegaConfBaseException)):
+        frames = traceback.extract_tb(err.__traceback__)
+        hydra_cli = isinstance(err, ValueError) and f"{os.sep}hydra{os.sep}" in frames[-1].filename  # e.g. -m --cfg
+        if wants_trace or not (hydra_cli or isinstance(err, (HydraException, OmegaConfBaseException))):
             raise
         print(f"error: {config_error_line(err)}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -45,6 +45,7 @@ def files(tmp_path):
     (["objective=span_corruption", "data.seq_len=512", "data.n_sentinels=10"], ["sentinels", "data.n_sentinels"]),
     (["data.vocab_size=100"], ["data.vocab_size"]),
     (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path", "does not exist"]),
+    (["-m", "--cfg=job"], ["Only one of --run, --multirun, --cfg"]),
 ])
 def test_config_mistakes(train, overrides, words):
     out = train(*overrides)
