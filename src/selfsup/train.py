@@ -320,8 +320,12 @@ def resumed_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
     return merged
 
 
+JOB_STARTED = []  # set once Hydra has composed a config and started a job: later errors are not config errors
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_main(cfg: DictConfig) -> float | None:
+    JOB_STARTED.append(True)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     earlier_run = (run_dir / "summary.json").exists()  # its files are never touched by a refused run
@@ -348,7 +352,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
         if multirun:
             # a failing job does not end the sweep: it is recorded (error.txt, summary.json, a failed
             # W&B run). The basic sweeper gets NaN and goes on; Optuna's sweeper needs the exception
-            # to record a failed trial (it cannot tell NaN), and it goes on by itself.
+            # to record a failed trial (it cannot tell NaN); it stops the study once failed trials
+            # exceed hydra.sweeper.max_failure_rate (default 0: the first failure).
             if not user_error:
                 (run_dir / "traceback.txt").write_text(traceback.format_exc())
             log.error(message)
@@ -382,10 +387,15 @@ def main() -> None:
     except Exception as err:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
+        if wants_trace:
+            raise
+        if isinstance(err, user_errors()):  # re-raised by a job for Optuna's sweeper
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
         frames = traceback.extract_tb(err.__traceback__)
         hydra_cli = isinstance(err, ValueError) and f"{os.sep}hydra{os.sep}" in frames[-1].filename  # e.g. -m --cfg
-        if wants_trace or not (hydra_cli or isinstance(err, (HydraException, OmegaConfBaseException))):
-            raise
+        if JOB_STARTED or not (hydra_cli or isinstance(err, (HydraException, OmegaConfBaseException))):
+            raise  # a bug, not a config mistake: the whole traceback
         print(f"error: {config_error_line(err)}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -238,8 +238,11 @@ def hf_documents(
 
 def _root_cause(e: BaseException) -> str:
     """'Type: message' of the innermost exception (datasets wraps a decoding error in its own)."""
-    while (e.__cause__ or e.__context__) is not None:
-        e = e.__cause__ or e.__context__
+    while True:  # the chain Python would print: a `raise ... from None` hides its context
+        inner = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+        if inner is None:
+            break
+        e = inner
     return f"{type(e).__name__}: {_one_line(e)}"
 
 

@@ -40,26 +40,39 @@ class LastCheckpoint(Checkpoint):
     is saved, so a run whose validation loss rose would resume from an old step.
 
     A Checkpoint callback, so Lightning runs it after the ModelCheckpoint listed before it: when a
-    validation follows a saved step, last.ckpt is written again after it, with the best checkpoint
-    that validation chose (else a resumed run would compare against a stale best and leave the newer
-    best file behind)."""
+    validation that follows a saved step finds a new best, last.ckpt is written again after it (else
+    a resumed run would compare against a stale best and leave the newer best file behind). A step
+    the PreemptionHandler saved is not saved again."""
 
     def __init__(self, path, every_n_steps: int):
         self.path, self.every_n_steps = Path(path), max(1, int(every_n_steps))
-        self.saved_at = None
+        self.saved = None  # (global step, best checkpoint path) of the last save
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         # the last step is saved at its batch end too, not at train end: a train-end checkpoint marks
         # the epoch as over, and a resume from it would start a new epoch's data order
         step = trainer.global_step
         last = trainer.max_steps is not None and 0 < trainer.max_steps <= step
-        if step and (step % self.every_n_steps == 0 or last or trainer.should_stop):
-            trainer.save_checkpoint(self.path, weights_only=False)
-            self.saved_at = step
+        if step and (step % self.every_n_steps == 0 or last or trainer.should_stop) and not _preempted(trainer):
+            self._save(trainer)
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if not trainer.sanity_checking and self.saved_at == trainer.global_step:
-            trainer.save_checkpoint(self.path, weights_only=False)
+        if (not trainer.sanity_checking and self.saved and self.saved[0] == trainer.global_step
+                and self.saved[1] != _best(trainer) and not _preempted(trainer)):
+            self._save(trainer)
+
+    def _save(self, trainer) -> None:
+        trainer.save_checkpoint(self.path, weights_only=False)
+        self.saved = (trainer.global_step, _best(trainer))
+
+
+def _best(trainer) -> str:
+    return getattr(trainer.checkpoint_callback, "best_model_path", "")
+
+
+def _preempted(trainer) -> bool:
+    """A PreemptionHandler has saved and is stopping the run (it runs before LastCheckpoint)."""
+    return any(getattr(cb, "preempted", None) for cb in trainer.callbacks if isinstance(cb, PreemptionHandler))
 
 
 class NonFiniteGuard(Callback):
