@@ -40,8 +40,6 @@ def files(tmp_path):
     (["objective.mask_rate=1.0"], ["objective.mask_rate", "no context"]),
     (["objective=span_corruption", "data.seq_len=2"], ["data.seq_len=2", "data.seq_len >= 3"]),
     (["trainer.precision=bogus"], ["trainer.precision=bogus", "bf16-mixed"]),
-    (["architecture.n_layers=0"], ["architecture.n_layers=0", "at least 1"]),
-    (["trainer.lr=-1"], ["trainer.lr=-1.0", "positive"]),
     (["objective=span_corruption", "data.seq_len=512", "data.n_sentinels=10"], ["sentinels", "data.n_sentinels"]),
     (["data.vocab_size=100"], ["data.vocab_size"]),
     (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path", "does not exist"]),
@@ -53,6 +51,28 @@ def test_config_mistakes(train, overrides, words):
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr  # Hydra's errors too
     assert out.returncode == 2
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("architecture.n_layers", 0, "architecture.n_layers=0 must be at least 1"),
+    ("architecture.d_model", -4, "architecture.d_model=-4 must be at least 1"),
+    ("trainer.val_check_interval", 0, "trainer.val_check_interval=0 must be at least 1"),
+    ("trainer.lr", -1.0, "trainer.lr=-1.0 must be positive"),
+    ("trainer.grad_clip", -0.5, "trainer.grad_clip=-0.5 is negative"),
+    ("trainer.accelerator", "tpu", "trainer.accelerator=tpu is not supported"),
+])
+def test_out_of_range_settings(key, value, words):
+    """The checks `selfsup-train` runs before building (end to end: trainer.precision=bogus above)."""
+    from omegaconf import OmegaConf
+
+    from selfsup.config import TrainConfig
+    from selfsup.train import SelfSupError, check_values
+    cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), {"objective": {"name": "mlm"},
+                                                              "architecture": {"name": "encoder"}})
+    check_values(cfg)  # the defaults pass
+    OmegaConf.update(cfg, key, value)
+    with pytest.raises(SelfSupError, match=words.replace(".", r"\.")):
+        check_values(cfg)
 
 
 @pytest.mark.parametrize("path,words", [
