@@ -8,7 +8,8 @@ from omegaconf import OmegaConf
 
 from selfsup.config import register
 from selfsup.distributed import HydraSafeDDPStrategy, HydraSafeFSDPStrategy, WorkerLauncher, strategy_for
-from selfsup.train import CONF_DIR, SelfSupError, check_devices
+from selfsup.checks import SelfSupError, check_devices
+from selfsup.train import CONF_DIR
 
 
 def config(*overrides):

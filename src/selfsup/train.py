@@ -19,25 +19,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from selfsup.checks import SelfSupError, check_run_dir, check_settings, config_error_line, user_errors
 from selfsup.config import launched_rank, register
 from selfsup.wandb_utils import finish_wandb, make_loggers, start_wandb
 
 log = logging.getLogger("selfsup")
 CONF_DIR = Path(os.environ.get("SELFSUP_CONF", Path(__file__).resolve().parents[2] / "conf"))
-
-
-class SelfSupError(Exception):
-    """A problem the user can fix; reported as one line, no traceback."""
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    from selfsup.data import DataError
-    from selfsup.objectives import ObjectiveError
-    errors = (SelfSupError, DataError, ObjectiveError)
-    reliability = sys.modules.get("selfsup.reliability")  # (importing it loads Lightning: seconds)
-    if reliability is not None:  # else none of its errors can have been raised
-        errors += (reliability.CheckpointError, reliability.NonFiniteLossError)
-    return errors
 
 
 # ---------------------------------------------------------------------------- build and fit
@@ -232,67 +219,6 @@ def print_summary(rows: list[dict]) -> None:
     print(summary_table(rows))
 
 
-def check_run_dir(cfg: DictConfig, run_dir: Path) -> None:
-    """Before anything is written: the run dir holds no earlier run (unless resuming it)."""
-    if not cfg.resume and ((run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists()):
-        raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
-                           f"resume={run_dir}, or pick a new hydra.run.dir")
-
-
-def check_settings(cfg: DictConfig) -> None:
-    """The cheap checks of the settings, before any data is read."""
-    from selfsup.objectives import compatibility_error
-    problem = compatibility_error(cfg.objective.name, cfg.architecture.name)
-    if problem:
-        raise SelfSupError(problem)
-    check_devices(cfg)
-    check_values(cfg)
-    from selfsup.models import ACTIVATIONS
-    if cfg.architecture.activation not in ACTIVATIONS:
-        raise SelfSupError(f"architecture.activation={cfg.architecture.activation} is unknown: use one of "
-                           f"{', '.join(ACTIVATIONS)}")
-    if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
-        raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
-                           f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
-
-
-PRECISIONS = ("32-true", "32", "16-mixed", "16", "bf16-mixed", "bf16", "16-true", "bf16-true", "64-true", "64")
-ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
-
-
-def check_values(cfg: DictConfig) -> None:
-    """Values of the right type but out of range: one line here, not a traceback from deep in a build."""
-    a, t = cfg.architecture, cfg.trainer
-    at_least_one = [("architecture.d_model", a.d_model), ("architecture.n_layers", a.n_layers),
-                    ("architecture.n_heads", a.n_heads), ("architecture.d_ff", a.d_ff),
-                    ("architecture.n_decoder_layers", a.n_decoder_layers), ("trainer.max_steps", t.max_steps),
-                    ("trainer.val_check_interval", t.val_check_interval),
-                    ("trainer.log_every_n_steps", t.log_every_n_steps), ("trainer.accumulate", t.accumulate)]
-    for key, value in at_least_one:
-        if value is not None and value < 1:
-            raise SelfSupError(f"{key}={value} must be at least 1")
-    if not t.lr > 0:
-        raise SelfSupError(f"trainer.lr={t.lr} must be positive (the lab's default is 1e-3)")
-    for key, value in [("trainer.warmup_steps", t.warmup_steps), ("trainer.weight_decay", t.weight_decay),
-                       ("trainer.grad_clip", t.grad_clip), ("trainer.min_lr_ratio", t.min_lr_ratio)]:
-        if value < 0:
-            raise SelfSupError(f"{key}={value} is negative: use 0 or more")
-    if str(t.precision) not in PRECISIONS:
-        raise SelfSupError(f"trainer.precision={t.precision} is unknown: use one of {', '.join(PRECISIONS[::2])}")
-    if t.accelerator not in ACCELERATORS:
-        raise SelfSupError(f"trainer.accelerator={t.accelerator} is not supported: use one of {', '.join(ACCELERATORS)}")
-
-
-def check_devices(cfg: DictConfig) -> None:
-    """One clear line instead of Lightning's traceback when the trainer asks for GPUs that are not there."""
-    import torch
-    t = cfg.trainer
-    if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise SelfSupError(f"trainer.accelerator={t.accelerator} but this machine has no usable GPU "
-                           f"(torch.cuda.is_available() is False): use trainer=cpu or trainer=ddp_cpu, "
-                           f"or install a CUDA build of torch")
-
-
 def requeue_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
     """The hpc_ckpt_<n>.ckpt Lightning saved in this run dir before SLURM requeued the job."""
     if cfg.resume or cfg.ckpt_path or not os.environ.get("SLURM_JOB_ID"):
@@ -400,23 +326,6 @@ def main() -> None:
         raise SystemExit(2) from None
 
 
-def config_error_line(err: BaseException) -> str:
-    """Hydra's and OmegaConf's multi-line messages as one line, the cause (which names the key) first:
-    "Key 'max_stepz' not in 'TrainerConfig': Could not override 'trainer.max_stepz'. To append to
-    your config use +trainer.max_stepz=3"; "... Available options in 'objective': clm, mlm, ..."."""
-    def flat(e: BaseException) -> str:
-        out, listing = "", False
-        for line in (line.strip() for line in str(e).split("Config search path:")[0].splitlines()):
-            if not line or line.startswith(("full_key:", "reference_type=", "object_type=")):
-                continue
-            if not out or out.endswith(":"):
-                out = f"{out} {line}".strip()
-            else:
-                out += f", {line}" if listing else f"{'' if out.endswith('.') else '.'} {line}"
-            listing = listing or line.endswith(":")
-        return out
-    parts = [flat(e).rstrip(".") for e in (err.__cause__, err) if e is not None]
-    return ": ".join(p for p in parts if p)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def test_out_of_range_settings(key, value, words):
     from omegaconf import OmegaConf
 
     from selfsup.config import TrainConfig
-    from selfsup.train import SelfSupError, check_values
+    from selfsup.checks import SelfSupError, check_values
     cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), {"objective": {"name": "mlm"},
                                                               "architecture": {"name": "encoder"}})
     check_values(cfg)  # the defaults pass
