@@ -97,6 +97,7 @@ def train_losses(run) -> dict[int, float]:
     return {int(r["step"]): float(r["train/loss"]) for r in rows if r.get("train/loss")}
 
 
+@pytest.mark.slow  # a cluster launcher (~20 s): keeps the default run under 10 minutes
 def test_torchrun_ranks_share_one_run_dir_and_one_wandb_run(cache_dir, tmp_path):
     # torchrun starts every rank itself: each runs the Hydra app, all must land in one dir, one W&B run
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}

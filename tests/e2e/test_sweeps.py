@@ -99,6 +99,7 @@ def test_optuna_study_can_be_continued(optuna_study, cache_dir):
     assert len(optuna.load_study(study_name="selfsup-tune", storage=storage).trials) == 4
 
 
+@pytest.mark.slow  # a cluster launcher (~20 s): keeps the default run under 10 minutes
 def test_submitit_local_launcher_runs_two_jobs(cache_dir, tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     out = run_sweep(cache_dir, tmp_path, "hydra/launcher=local", "objective=mlm,clm")
