@@ -217,3 +217,29 @@ def test_grad_norm_is_logged_before_clipping_and_the_update_is_clipped():
     moved_clipped = sum((a - b).abs().sum() for a, b in zip(clipped.model.parameters(), start.parameters()))
     moved_free = sum((a - b).abs().sum() for a, b in zip(free.model.parameters(), start.parameters()))
     assert moved_clipped < moved_free  # AdamW's first step is ~lr*sign(g); clipping shrinks the eps-limited ones
+
+
+def test_compiled_model_is_compiled_after_the_flop_count():
+    """trainer.compile=true: the first step counts FLOPs under FlopCounterMode, a dispatch mode under
+    which Dynamo marks the model's code to skip for good; the count must run eagerly so the next steps
+    run the compiled graph (before the fix every 'compiled' run trained eagerly)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from selfsup.objectives import CausalLM
+    torch._dynamo.reset()
+    counters.clear()
+    flops = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = build_model("decoder", V.size, 16, d_model=16, n_layers=1, n_heads=2)
+        if compiled:  # Dynamo's eager backend: the same frame capture as inductor's, without its codegen
+            model.compile(dynamic=False, backend="eager")
+        module = SelfSupModule(model, CausalLM(V, 16), max_steps=3, warmup_steps=1)
+        data = torch.randint(V.first_ordinary, V.size, (12, 17), generator=torch.Generator().manual_seed(0))
+        trainer = L.Trainer(accelerator="cpu", max_steps=3, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=4))
+        flops[compiled] = module.flops_per_batch
+    assert counters["stats"]["unique_graphs"] >= 1 and counters["frames"]["ok"] >= 1  # a graph was compiled and ran
+    assert flops[True] == flops[False] > 0  # the count is the eager model's

@@ -115,12 +115,17 @@ class SelfSupModule(L.LightningModule):
         local = torch.stack([torch.stack([b.n_scored, b.n_inputs]) for b in micro]).sum(0).float()
         total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
         logging = self.trainer._logger_connector.should_update_logs  # accuracy costs an argmax: only when logged
-        # FLOPs for ThroughputMonitor: counted on the first real step (forward and backward, all micro-batches)
-        counter = FlopCounterMode(display=False) if self.flops_per_batch is None else contextlib.nullcontext()
-        with counter:
+        # FLOPs for ThroughputMonitor: counted on the first real step (forward and backward, all micro-batches),
+        # eagerly: Dynamo never compiles a model it first meets under a dispatch mode such as FlopCounterMode
+        # (it marks the code to skip for good), so trainer.compile=true would silently run eager
+        counter = FlopCounterMode(display=False) if self.flops_per_batch is None else None
+        with contextlib.ExitStack() as counting:
+            if counter is not None:
+                counting.enter_context(torch.compiler.set_stance("force_eager"))
+                counting.enter_context(counter)
             nll_sum, correct = accumulate_gradients(self.model, micro, total_scored, self.trainer.world_size,
                                                     backward=self.manual_backward, accuracy=logging)
-        if self.flops_per_batch is None:
+        if counter is not None:
             self.flops_per_batch = counter.get_total_flops() * self.trainer.world_size
         sums = self.trainer.strategy.reduce(torch.stack([nll_sum, correct.float()]), reduce_op="sum")
         loss = sums[0] / max(total_scored, 1.0)
