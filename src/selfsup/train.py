@@ -92,7 +92,7 @@ def build(cfg: DictConfig, prepared=None):
     except ValueError as err:
         raise SelfSupError(f"architecture: {err}") from None
     if cfg.trainer.compile:
-        model.compile(dynamic=False)  # in place: checkpoints keep plain parameter names
+        model.compile()  # in place: checkpoints keep plain parameter names
     t = cfg.trainer
     module = SelfSupModule(model, objective, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
                            warmup_steps=t.warmup_steps, max_steps=t.lr_decay_steps or t.max_steps,
