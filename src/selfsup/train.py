@@ -92,6 +92,10 @@ def build(cfg: DictConfig, prepared=None):
     except ValueError as err:
         raise SelfSupError(f"architecture: {err}") from None
     if cfg.trainer.compile:
+        # Dynamo keeps compiled graphs per code object across models: the jobs of a multirun in one process
+        # (e.g. a d_model sweep) would add theirs to one cache until its recompile limit, then run eagerly
+        import torch._dynamo
+        torch._dynamo.reset()
         model.compile()  # in place: checkpoints keep plain parameter names
     t = cfg.trainer
     module = SelfSupModule(model, objective, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),

@@ -65,6 +65,17 @@ def test_compile_option_runs(train):
     assert out.returncode == 0, out.stderr[-3000:]
 
 
+@pytest.mark.slow
+def test_compiled_shape_sweep_compiles_every_job(train):
+    # the jobs of one -m process share Dynamo's caches: without a reset per job, 5 model sizes x
+    # (train + val graphs) reached its recompile limit and the last jobs ran eagerly
+    out = train("objective=mlm", "architecture.d_model=32,48,64,96,128", "trainer.compile=true",
+                multirun=True, env={"TORCH_LOGS": "recompiles"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "recompile_limit" not in out.stderr, out.stderr[-3000:]
+    assert out.stderr.count("Recompiling function") <= 2 * 5  # validation graph, last partial batch: per job
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message on a machine without a GPU")
 def test_gpu_preset_on_a_machine_without_gpu_is_one_clear_line(train):
     out = train("trainer=fsdp")
