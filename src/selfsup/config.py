@@ -92,7 +92,7 @@ class TrainerConfig:
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
     progress_bar: bool = True
-    compile: bool = False               # torch.compile the model (varying shapes recompile once as dynamic)
+    compile: bool = False               # torch.compile the model (lengths that vary: dynamic shapes)
     checkpoint_every_n_steps: Optional[int] = None  # last.ckpt every N steps (default: at each evaluation) and at the end
     nonfinite: str = "stop"             # NaN/inf loss: stop (keep the last good checkpoint) | skip the batch
     nonfinite_max_skips: int = 10       # skip: at most this many non-finite batches in a row, then stop

@@ -116,8 +116,8 @@ class SelfSupModule(L.LightningModule):
         total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
         logging = self.trainer._logger_connector.should_update_logs  # accuracy costs an argmax: only when logged
         # FLOPs for ThroughputMonitor: counted on the first real step (forward and backward, all micro-batches),
-        # eagerly: Dynamo never compiles a model it first meets under a dispatch mode such as FlopCounterMode
-        # (it marks the code to skip for good), so trainer.compile=true would silently run eager
+        # eagerly: Dynamo, meeting a compiled model under a dispatch mode such as FlopCounterMode, marks its
+        # code to skip for good, and trainer.compile=true would silently train eagerly
         counter = FlopCounterMode(display=False) if self.flops_per_batch is None else None
         with contextlib.ExitStack() as counting:
             if counter is not None:
