@@ -69,6 +69,8 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
         version = "" if not cfg.resume else f"resume-{len(list((run_dir / 'csv').glob('resume-*'))) + 1}"
         csv = CSVLogger(save_dir=str(run_dir), name="csv", version=version)
     if cfg.logger.wandb:
+        if os.environ.get("WANDB_MODE") == "":  # `WANDB_MODE=` means unset (W&B's settings refuse "")
+            del os.environ["WANDB_MODE"]
         mode = wandb_mode(cfg.logger.mode)
         if mode == "online" and not api_key_configured():
             log.warning("W&B online was asked for but no API key is configured (WANDB_API_KEY or `wandb login`): "

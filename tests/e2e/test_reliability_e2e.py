@@ -71,7 +71,8 @@ def test_resume_with_another_objective_is_refused_with_the_difference(train, tmp
 def test_wandb_online_without_a_key_falls_back_to_offline_and_secrets_are_redacted(train, tmp_path):
     key = "0123456789abcdef0123456789abcdef01234567"
     out = train("objective=clm", "logger.mode=online", f"+logger.api_key={key}", f"logger.tags=[{key}]",
-                env={"HOME": str(tmp_path), "NETRC": str(tmp_path / "none")})
+                # an empty WANDB_MODE is unset (W&B's own settings refused "": no W&B run)
+                env={"HOME": str(tmp_path), "NETRC": str(tmp_path / "none"), "WANDB_MODE": ""})
     assert out.returncode == 0, out.stderr[-2000:]
     assert "no API key" in out.stdout + out.stderr
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
