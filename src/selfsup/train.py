@@ -330,7 +330,5 @@ def main() -> None:
         raise SystemExit(2) from None
 
 
-
-
 if __name__ == "__main__":
     main()
