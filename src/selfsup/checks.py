@@ -45,6 +45,13 @@ def check_settings(cfg: DictConfig) -> None:
     if cfg.architecture.activation not in ACTIVATIONS:
         raise SelfSupError(f"architecture.activation={cfg.architecture.activation} is unknown: use one of "
                            f"{', '.join(ACTIVATIONS)}")
+    metric = cfg.optimized_metric
+    if metric not in ("val/loss", "val/perplexity", "val/accuracy") and not metric.startswith("eval/"):
+        raise SelfSupError(f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
+                           f"val/accuracy or an eval/<task>/<metric> such as eval/probe/accuracy")
+    if metric.startswith("eval/") and cfg.get("eval") is None:
+        raise SelfSupError(f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or "
+                           f"optimize val/loss")
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
                            f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -80,6 +80,7 @@ class TrainerConfig:
     precision: str = "32-true"
     max_steps: int = 200
     max_tokens: Optional[int] = None    # also stop after this many input tokens (compare objectives on equal text)
+    max_flops: Optional[float] = None   # also stop after this many training FLOPs (equal compute; train/flops_seen)
     val_check_interval: int = 50        # steps between evaluations
     limit_val_batches: Any = 1.0        # fraction or number of validation batches
     log_every_n_steps: int = 10
@@ -112,13 +113,39 @@ class LoggerConfig:
 
 
 @dataclass
+class ProbeConfig:
+    protocol: str = "linear"            # linear (frozen features) | finetune (a copy of the model, finetune_steps)
+    finetune_steps: int = 200
+    finetune_lr: float = 1e-3
+    batch_size: int = 32                # finetune batch
+    max_length: int = 64                # tokens per example (longer texts are cut)
+    l2: Optional[float] = None          # linear: L2 penalty of the classifier (null: chosen on held-out training examples)
+    seed: int = 0                       # finetune batches and the random-init baseline's weights
+
+
+@dataclass
+class EvalConfig:
+    _target_: str = "selfsup.evaluation.Evaluation"
+    _convert_: str = "all"
+    fixed: bool = True                  # eval/fixed/loss: the family's fixed exam
+    fixed_max_windows: Optional[int] = None  # validation windows the exam reads (default all)
+    every_n_validations: int = 0        # also evaluate at every k-th validation (0: after training only)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    # eval/<name>/...: the probe's tasks, each the keyword arguments of selfsup.evaluation.Task (or of the
+    # class its _target_ names): source builtin | text_files | hf_dataset, paths, text_field, label_field, ...
+    tasks: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class TrainConfig:
     objective: ObjectiveConfig = MISSING
     architecture: ArchitectureConfig = MISSING
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    eval: Optional[EvalConfig] = None   # conf/eval/: default (fixed exam + built-in probe) | none
     seed: int = 0
+    optimized_metric: str = "val/loss"  # the value a sweep's job returns (Optuna's objective)
     ckpt_path: Optional[str] = None     # start from this checkpoint, in a new run dir
     resume: Optional[str] = None        # a run dir: continue that run (its config, last checkpoint, W&B run)
 

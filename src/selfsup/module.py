@@ -81,7 +81,8 @@ class SelfSupModule(L.LightningModule):
     def __init__(self, model: torch.nn.Module, objective: Objective, *, lr: float = 3e-4,
                  weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95), warmup_steps: int = 100,
                  max_steps: int = 1000, min_lr_ratio: float = 0.1, grad_clip: float = 1.0,
-                 accumulate: int = 1, seed: int = 0, max_tokens: int | None = None):
+                 accumulate: int = 1, seed: int = 0, max_tokens: int | None = None, max_flops: float | None = None,
+                 evaluation=None):
         super().__init__()
         self.automatic_optimization = False  # to normalise by scored tokens across micro-batches
         self.model = model
@@ -90,8 +91,11 @@ class SelfSupModule(L.LightningModule):
         self.warmup_steps, self.max_steps, self.min_lr_ratio = warmup_steps, max_steps, min_lr_ratio
         self.grad_clip, self.accumulate, self.seed = grad_clip, accumulate, seed
         self.max_tokens = max_tokens  # stop once this many input tokens were read (equal-text comparisons)
+        self.max_flops = max_flops    # stop once this many training FLOPs were spent (equal-compute comparisons)
+        self.evaluation = evaluation  # selfsup.evaluation.Evaluation: fixed exam and probes, at validations
         self.tokens_seen = 0   # global input tokens consumed by training so far
         self.targets_seen = 0  # global scored targets so far
+        self.flops_seen = 0.0  # global training FLOPs so far (the first step's measured count per step)
         self.val_loss = MeanMetric()
         self.val_accuracy = MeanMetric()
         self.val_scored = SumMetric()
@@ -138,15 +142,17 @@ class SelfSupModule(L.LightningModule):
 
         self.tokens_seen += int(total_inputs)
         self.targets_seen += int(total_scored)
+        self.flops_seen += self.flops_per_batch or 0.0
         last = self.global_step >= self.trainer.max_steps > 0
-        if last or (self.max_tokens and self.tokens_seen >= self.max_tokens):
+        if (last or (self.max_tokens and self.tokens_seen >= self.max_tokens)
+                or (self.max_flops and self.flops_seen >= self.max_flops)):
             # stopping this way, Lightning validates once more (at max_steps alone it would not): the
             # run's final val metrics and best checkpoint are those of its last step
             self.trainer.should_stop = True
         metrics = {"train/loss": loss, "train/perplexity": torch.exp(loss),
                    "train/signal_per_token": total_scored / max(total_inputs, 1.0),
                    "train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
-                   "train/lr": sched.get_last_lr()[0]}
+                   "train/flops_seen": self.flops_seen, "train/lr": sched.get_last_lr()[0]}
         if logging:
             metrics["train/accuracy"] = sums[1] / max(total_scored, 1.0)
             if self._grad_norm is not None:
@@ -198,8 +204,10 @@ class SelfSupModule(L.LightningModule):
             metric.reset()
         self.log_dict(metrics, prog_bar=True)
         # the x-axes in the same row, so every val point has its tokens seen in W&B and the CSV
-        self.log_dict({"train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen)},
-                      rank_zero_only=True)
+        self.log_dict({"train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
+                       "train/flops_seen": self.flops_seen}, rank_zero_only=True)
+        if self.evaluation is not None and self.evaluation.due(last=self.trainer.should_stop):
+            self.log_dict(self.evaluation(self.model), rank_zero_only=True)
 
     # ------------------------------------------------------------------ optimizer, state
     def configure_optimizers(self):
@@ -236,9 +244,10 @@ class SelfSupModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["selfsup"] = {"tokens_seen": self.tokens_seen, "targets_seen": self.targets_seen,
-                                 **(self.resume_record or {})}
+                                 "flops_seen": self.flops_seen, **(self.resume_record or {})}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("selfsup", {})
         self.tokens_seen = state.get("tokens_seen", 0)
         self.targets_seen = state.get("targets_seen", 0)
+        self.flops_seen = state.get("flops_seen", 0.0)

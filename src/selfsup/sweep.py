@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from selfsup.report import read_summaries, summary_table
+from selfsup.report.summary import PROBE, probe_verdict, read_summaries, summary_table, value
 
 
 class SweepSummary(Callback):
@@ -40,8 +41,11 @@ class SweepSummary(Callback):
         elif error.is_file():
             what = "FAILED: " + error.read_text().strip().removeprefix("error: ")
         else:
-            value = job_return.return_value
-            what = f"val loss {value:.3f}" if value is not None else "finished"
+            summary = json.loads((job_dir / "summary.json").read_text()) if (job_dir / "summary.json").is_file() else {}
+            parts = [f"{name} {v:.3f}" for name, v in (("val loss", summary.get("val_loss")),
+                                                       ("fixed loss", value(summary, "eval/fixed/loss")),
+                                                       ("probe acc", value(summary, PROBE))) if v is not None]
+            what = ", ".join(parts) or "finished"
         swept = set(os.environ.get("SELFSUP_SWEPT", "").split(","))
         label = " ".join(o for o in config.hydra.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
         print(f"[job {config.hydra.job.num}] {label}: {what}  ({job_dir})", flush=True)
@@ -52,6 +56,9 @@ class SweepSummary(Callback):
         if not rows:
             return
         print(summary_table(rows))
+        verdict = probe_verdict(rows)
+        if verdict:
+            print(verdict)
         failed = [r for r in rows if r.get("status") != "finished"]
         wandb_dirs = [r["wandb_dir"] for r in rows if r.get("wandb_dir")]
         print(f"Sweep outputs: {sweep_dir}   (report: selfsup-report {sweep_dir})")

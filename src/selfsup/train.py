@@ -17,7 +17,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from selfsup.checks import SelfSupError, check_run_dir, check_settings, config_error_line, user_errors
 from selfsup.config import launched_rank, register
@@ -59,9 +59,33 @@ def check_objective(cfg: DictConfig) -> None:
         make_objective(cfg, Vocab(size=max(cfg.data.vocab_size, 1_000_000), n_sentinels=cfg.data.n_sentinels))
 
 
+def make_evaluation(cfg: DictConfig):
+    """The `eval` group's Evaluation (instantiated from its _target_), or None for eval=none."""
+    if cfg.get("eval") is None:
+        return None
+    import inspect
+
+    from hydra.utils import instantiate
+
+    from selfsup.evaluation import EvalError, Task
+    conf = OmegaConf.to_container(cfg.eval, resolve=True)
+    for name, task in (conf.get("tasks") or {}).items():
+        if not isinstance(task, dict):
+            raise EvalError(f"eval.tasks.{name} must be a mapping of task settings, e.g. "
+                            f"'+eval.tasks.{name}={{source: text_files, paths: [examples.jsonl]}}'")
+        task.setdefault("_target_", "selfsup.evaluation.Task")
+        if task["_target_"] == "selfsup.evaluation.Task":
+            known = [p for p in inspect.signature(Task).parameters if p != "name"]
+            unknown = [k for k in task if k != "_target_" and k not in known]
+            if unknown:
+                raise EvalError(f"eval.tasks.{name}.{unknown[0]} is not a task setting: use {', '.join(known)}")
+    return instantiate(conf)
+
+
 def prepare_data(cfg: DictConfig):
-    """(Corpus with its token cache built or reused and cut into windows, objective): every data
-    check, without Lightning (a single run does this before importing it: bad data is refused in seconds)."""
+    """(Corpus with its token cache built or reused and cut into windows, objective, evaluation): every
+    data check, without Lightning (a single run does this before importing it: bad data is refused in
+    seconds); the evaluation's tasks are read and checked against the pretraining documents."""
     from selfsup.data import Corpus
     d = cfg.data
     corpus = Corpus(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
@@ -72,7 +96,10 @@ def prepare_data(cfg: DictConfig):
                     cache_dir=d.cache_dir, seed=cfg.seed)
     objective = make_objective(cfg, corpus.prepare())
     corpus.set_window(objective.raw_length, cfg.trainer.accumulate)
-    return corpus, objective
+    evaluation = make_evaluation(cfg)
+    if evaluation is not None:
+        evaluation.check(corpus.training_hashes)
+    return corpus, objective, evaluation
 
 
 def build(cfg: DictConfig, prepared=None):
@@ -80,7 +107,7 @@ def build(cfg: DictConfig, prepared=None):
     from selfsup.data import SelfSupDataModule
     from selfsup.models import build_model
     from selfsup.module import SelfSupModule
-    corpus, objective = prepared or prepare_data(cfg)
+    corpus, objective, evaluation = prepared or prepare_data(cfg)
     dm = SelfSupDataModule.from_corpus(corpus)
     vocab = dm.vocab
     a = cfg.architecture
@@ -97,11 +124,13 @@ def build(cfg: DictConfig, prepared=None):
         import torch._dynamo
         torch._dynamo.reset()
         model.compile()  # in place: checkpoints keep plain parameter names
+    if evaluation is not None:
+        evaluation.setup(a.name, vocab, dm.tokenizer, cfg.data.seq_len, dm.val_tokens, model.max_len, cfg.seed)
     t = cfg.trainer
     module = SelfSupModule(model, objective, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
                            warmup_steps=t.warmup_steps, max_steps=t.lr_decay_steps or t.max_steps,
-                           min_lr_ratio=t.min_lr_ratio,
-                           grad_clip=t.grad_clip, accumulate=t.accumulate, seed=cfg.seed, max_tokens=t.max_tokens)
+                           min_lr_ratio=t.min_lr_ratio, grad_clip=t.grad_clip, accumulate=t.accumulate,
+                           seed=cfg.seed, max_tokens=t.max_tokens, max_flops=t.max_flops, evaluation=evaluation)
     return dm, objective, model, module
 
 
@@ -139,7 +168,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     # a single run checks its settings and data first (a typo makes no W&B run)
     loggers = make_loggers(cfg, run_dir) if rank_zero and loggers_first else []
     status, error = "failed", None
-    summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name, "run_dir": str(run_dir)}
+    summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name, "swept": swept_values(cfg),
+               "run_dir": str(run_dir)}
     preemption = PreemptionHandler(dirpath=run_dir / "checkpoints")
     try:
         loggers = start_wandb(loggers, run_dir)
@@ -182,7 +212,9 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         summary.update(steps=trainer.global_step, val_loss=metrics.get("val/loss"),
                        val_perplexity=metrics.get("val/perplexity"), val_accuracy=metrics.get("val/accuracy"),
                        signal_per_token=metrics.get("train/signal_per_token"),
-                       tokens_seen=module.tokens_seen, targets_seen=module.targets_seen,
+                       tokens_seen=module.tokens_seen, targets_seen=module.targets_seen, flops_seen=module.flops_seen,
+                       eval={k: v for k, v in metrics.items() if k.startswith("eval/")},
+                       eval_seconds=round(module.evaluation.seconds, 2) if module.evaluation else None,
                        tokens_per_sec=module.fit_tokens_per_sec(),
                        best_checkpoint=best.best_model_path, last_checkpoint=str(last.path))
         status = "preempted" if preemption.preempted else "finished"
@@ -204,6 +236,17 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
             leave_distributed(env_before)
     return summary
+
+
+def swept_values(cfg: DictConfig) -> dict:
+    """{key: value} of the settings this sweep varies (selfsup.sweep sets SELFSUP_SWEPT), seed included;
+    config groups (objective=..., architecture=...) have their own columns."""
+    out = {}
+    for key in filter(None, os.environ.get("SELFSUP_SWEPT", "").split(",")):
+        value = OmegaConf.select(cfg, key, default=None)
+        if not isinstance(value, DictConfig):
+            out[key] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    return out
 
 
 def leave_distributed(env_before: set[str]) -> None:
@@ -298,7 +341,14 @@ def hydra_main(cfg: DictConfig) -> float | None:
         print_summary([summary])
         if summary.get("wandb_dir"):
             print(f"W&B run files: {summary['wandb_dir']}  (upload: wandb sync {summary['wandb_dir']})")
-    return summary.get("val_loss")
+    return optimized_value(cfg, summary)
+
+
+def optimized_value(cfg: DictConfig, summary: dict) -> float | None:
+    """The value of cfg.optimized_metric in a run summary (what a sweep's job returns to its sweeper)."""
+    values = {"val/loss": summary.get("val_loss"), "val/perplexity": summary.get("val_perplexity"),
+              "val/accuracy": summary.get("val_accuracy"), **(summary.get("eval") or {})}
+    return values.get(cfg.optimized_metric)
 
 
 def main() -> None:

@@ -102,7 +102,7 @@ def define_wandb_axes(loggers: list) -> None:
             run = lg.experiment
             run.define_metric("train/tokens_seen")
             run.define_metric("train/targets_seen")
-            for prefix in ("train", "val", "perf"):
+            for prefix in ("train", "val", "perf", "eval"):
                 run.define_metric(f"{prefix}/*", step_metric="train/tokens_seen")
 
 

@@ -138,8 +138,9 @@ def test_common_keyword_signature_and_missing_inputs():
         make("encoder")(decoder_inputs=d)
     with pytest.raises(ValueError, match="needs decoder_inputs"):
         make("decoder")(encoder_inputs=x)
-    with pytest.raises(ValueError, match="needs decoder_inputs"):
-        make("encoder_decoder")(encoder_inputs=x)
+    # an encoder-decoder given only encoder inputs returns its encoder's states (features of the text)
+    encdec = make("encoder_decoder")
+    assert torch.equal(encdec(encoder_inputs=x), encdec.encoder(encdec.tok_emb(x)))
     # positional use matches each assembly's natural signature
     assert torch.equal(make("decoder")(d), make("decoder")(decoder_inputs=d))
     assert torch.equal(make("encoder")(x), make("encoder")(encoder_inputs=x))

@@ -7,6 +7,7 @@ it is also run as a script, in a clean interpreter, to gather the standard-libra
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -32,13 +33,15 @@ def _skip_module(name: str) -> bool:
     )
 
 
-def _stdlib_docstrings() -> list[tuple[str, str]]:
-    """(module name, text) for every importable standard-library module with long docstrings.
+def _stdlib_docstrings() -> dict:
+    """{"modules": [(module name, text)], "held_out": [text]} from every importable standard-library module.
 
     The text of a module is its docstring plus those of its public classes, functions and methods
     that are at least BUILTIN_MIN_DOCSTRING_CHARS long, each once (deduplicated), joined by blank
-    lines. Modules in sorted order, packages walked recursively. Meant to run in a fresh
-    interpreter (`python -I -S builtin.py --stdlib-docstrings`), so imports cannot disturb the caller.
+    lines. Modules in sorted order, packages walked recursively. "held_out" are the docstrings no
+    module text holds (of private members, or shorter): the built-in probe task's text, which the
+    built-in pretraining corpus never contains. Meant to run in a fresh interpreter
+    (`python -I -S builtin.py --stdlib-docstrings`), so imports cannot disturb the caller.
     """
     import contextlib
     import importlib
@@ -61,13 +64,17 @@ def _stdlib_docstrings() -> list[tuple[str, str]]:
                 pending[:0] = [c for c in children if not _skip_module(c)]
 
     seen: set[str] = set()
+    held_out: dict[str, None] = {}
 
-    def doc_of(obj: object) -> str | None:
+    def doc_of(obj: object, public: bool = True) -> str | None:
         raw = getattr(obj, "__doc__", None)
         if not isinstance(raw, str):
             return None
         text = inspect.cleandoc(raw)
-        if len(text) < BUILTIN_MIN_DOCSTRING_CHARS or text in seen:
+        if not public or len(text) < BUILTIN_MIN_DOCSTRING_CHARS:
+            held_out[text] = None
+            return None
+        if text in seen:
             return None
         seen.add(text)
         return text
@@ -84,33 +91,28 @@ def _stdlib_docstrings() -> list[tuple[str, str]]:
             namespace = vars(module)
             for attr in sorted(namespace):
                 obj = namespace[attr]
-                if attr.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                if getattr(obj, "__module__", None) != module.__name__:
                     continue
+                public = not attr.startswith("_")
                 if inspect.isroutine(obj):
-                    parts.append(doc_of(obj))
+                    parts.append(doc_of(obj, public))
                 elif inspect.isclass(obj):
-                    parts.append(doc_of(obj))
+                    parts.append(doc_of(obj, public))
                     members = vars(obj)
-                    parts += [doc_of(members[m]) for m in sorted(members) if not m.startswith("_")]
+                    parts += [doc_of(members[m], public and not m.startswith("_")) for m in sorted(members)]
             text = "\n\n".join(p for p in parts if p)
             if text:
                 out.append((module.__name__, text))
-    return out
+    return {"modules": out, "held_out": [t for t in held_out if t not in seen]}
 
 
-def builtin_documents(max_chars: int = BUILTIN_MAX_CHARS) -> list[str]:
-    """Every `pydoc_data.topics` topic, then standard-library docstrings (one document per module).
+@functools.lru_cache(maxsize=1)
+def stdlib_docstrings() -> dict:
+    """`_stdlib_docstrings()`, gathered once per process in a fresh, isolated interpreter (`-I -S`: no
+    environment variables, current directory or site-packages, so neither installed packages nor
+    anything the caller imported can change them)."""
+    from selfsup.data.sources import DataError, _one_line
 
-    Deterministic for a given Python installation: the docstrings are gathered in a fresh, isolated
-    interpreter (`-I -S`: no environment variables, current directory or site-packages, so neither
-    installed packages nor anything the caller imported can change them), in sorted order.
-    """
-    from pydoc_data.topics import topics
-
-    # Imported here, not at the top: run as a script (below), this file has no selfsup to import.
-    from selfsup.data.sources import DataError, _one_line, drop_empty
-
-    documents = [topics[name] for name in sorted(topics)]
     if sys.executable:
         command = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--stdlib-docstrings"]
         try:
@@ -120,10 +122,22 @@ def builtin_documents(max_chars: int = BUILTIN_MAX_CHARS) -> list[str]:
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["no error output"])[-1]
             raise DataError(f"data=builtin: gathering standard-library docstrings failed: {_one_line(tail)}")
-        modules = json.loads(done.stdout)
-    else:  # embedded interpreter with no executable to start: gather here
-        modules = _stdlib_docstrings()
-    documents += [text for _, text in modules]
+        return json.loads(done.stdout)
+    return _stdlib_docstrings()  # embedded interpreter with no executable to start: gather here
+
+
+def builtin_documents(max_chars: int = BUILTIN_MAX_CHARS) -> list[str]:
+    """Every `pydoc_data.topics` topic, then standard-library docstrings (one document per module).
+
+    Deterministic for a given Python installation (see `stdlib_docstrings`), in sorted order.
+    """
+    from pydoc_data.topics import topics
+
+    # Imported here, not at the top: run as a script (below), this file has no selfsup to import.
+    from selfsup.data.sources import drop_empty
+
+    documents = [topics[name] for name in sorted(topics)]
+    documents += [text for _, text in stdlib_docstrings()["modules"]]
 
     kept, total = [], 0
     for doc in dict.fromkeys(drop_empty(documents)):  # some pydoc topics are the same text

@@ -19,7 +19,8 @@ import torch
 from torch.utils.data import Dataset
 
 from selfsup.data.builtin import builtin_documents
-from selfsup.data.sources import DataError, drop_empty, hf_documents, text_file_documents
+from selfsup.data.sources import (DataError, document_hash, drop_empty, hf_documents, split_documents,
+                                  text_file_documents)
 from selfsup.data.tokenizer import build_or_load_cache, check_vocab_size, vocab_from_tokenizer
 from selfsup.data.vocab import Vocab
 
@@ -107,6 +108,7 @@ class Corpus:
         self.train_tokens: np.ndarray | None = None
         self.val_tokens: np.ndarray | None = None
         self.meta: dict = {}
+        self.training_hashes: set[str] = set()
         # set by set_window()
         self.raw_length: int | None = None
         self.batches_per_step = 1
@@ -169,6 +171,8 @@ class Corpus:
             n_sentinels=self.n_sentinels,
             source=where,
         )
+        train_docs, _ = split_documents(docs, self.val_fraction)
+        self.training_hashes = {document_hash(d) for d in train_docs}  # what a probe task must not hold
         self.tokenizer = cache.tokenizer
         self.cache_path = cache.path
         self.train_tokens = cache.train_tokens

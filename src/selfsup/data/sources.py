@@ -299,6 +299,11 @@ def _hf_read(datasets, name, config, split, text_field, data_files, streaming, m
 # --------------------------------------------------------------------------------------------
 
 
+def document_hash(text: str) -> str:
+    """A digest of a document's text: two documents with the same text have the same hash."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
 def document_bucket(text: str) -> int:
     """A stable number in [0, 10000) for a document: blake2b of its text (equal texts, equal buckets)."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()

@@ -265,7 +265,11 @@ class EncoderDecoder(TransformerModel):
         self._init_weights()
 
     def forward(self, encoder_inputs=None, decoder_inputs=None, encoder_mask=None, prefix_length=None):
+        """The decoder's hidden states; without decoder_inputs, the encoder's (features of the input text)."""
         enc = self._embed(encoder_inputs, "encoder_inputs")
+        if decoder_inputs is None:
+            return self.encoder(enc, mask=self._key_padding(encoder_mask, encoder_inputs),
+                                activation_checkpointing=self.activation_checkpointing)
         dec = self._embed(decoder_inputs, "decoder_inputs")
         if decoder_inputs.shape[0] != encoder_inputs.shape[0]:
             raise ValueError(f"encoder_inputs batch {encoder_inputs.shape[0]} != decoder_inputs batch "

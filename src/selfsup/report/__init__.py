@@ -3,8 +3,8 @@
 `summary_table` / `read_summaries`: the table printed at the end of a run or sweep.
 
 `selfsup-report SWEEP_DIR [SWEEP_DIR ...]`: one report of one or more sweeps (or single runs) —
-a table with a row per run and the values each sweep varies, and plots of val loss against tokens
-seen, mask rate and mean span length — as one self-contained HTML file (default) or Markdown with
+a table with a row per run and the values each sweep varies, and plots of the fixed exam and the
+probe against mask rate, span length, tokens seen and FLOPs — as one self-contained HTML file (default) or Markdown with
 PNG files beside it; `--wandb` publishes the same panels as a W&B Report.
 
     selfsup-report outputs/multirun/<date>/<time>
@@ -29,10 +29,10 @@ from selfsup.report.model import (
     ReportError,
     Run,
 )
-from selfsup.report.plots import make_plots, plot_loss_vs_knob, plot_loss_vs_tokens
+from selfsup.report.plots import make_plots, plot_curves, plot_loss_vs_tokens, plot_metric_vs_knob
 from selfsup.report.publish import build_wandb_report, publish_wandb
 from selfsup.report.render import (
-    PERPLEXITY_NOTE,
+    COMPARISON_NOTE,
     VALUES_NOTE,
     render_html,
     render_markdown,
@@ -50,8 +50,8 @@ from selfsup.report.runs import (
 )
 from selfsup.report.summary import COLUMNS, read_summaries, summary_table
 
-__all__ = ["COLUMNS", "IGNORED_KEYS", "IGNORED_PREFIXES", "MASK_RATE", "OBJECTIVE_KEYS", "PERPLEXITY_NOTE", "SEED",
+__all__ = ["COLUMNS", "IGNORED_KEYS", "IGNORED_PREFIXES", "MASK_RATE", "OBJECTIVE_KEYS", "COMPARISON_NOTE", "SEED",
            "SPAN_LENGTH", "VALUES_NOTE", "ReportError", "Run", "api_history", "build_wandb_report", "csv_history",
            "fill_tokens_seen", "find_runs", "inspect_wandb", "load_run", "load_runs", "main", "make_plots",
-           "parse_args", "plot_loss_vs_knob", "plot_loss_vs_tokens", "publish_wandb", "read_summaries",
+           "parse_args", "plot_curves", "plot_loss_vs_tokens", "plot_metric_vs_knob", "publish_wandb", "read_summaries",
            "render_html", "render_markdown", "run_report", "summary_table", "swept_keys", "table_rows"]

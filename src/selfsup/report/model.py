@@ -27,6 +27,7 @@ IGNORED_KEYS = {"objective.name", "architecture.name", "data.cache_dir", "data.n
                 "trainer.checkpoint_every_n_steps"}
 IGNORED_PREFIXES = ("logger.", "hydra.")
 MASK_RATE, SPAN_LENGTH, SEED = "objective.mask_rate", "objective.mean_span_length", "seed"
+FIXED, PROBE = "eval/fixed/loss", "eval/probe/accuracy"
 
 
 @dataclass
@@ -61,16 +62,30 @@ class Run:
 
     def metrics(self) -> dict:
         return {"val_loss": self.last("val/loss"), "val_perplexity": self.last("val/perplexity"),
+                "fixed_loss": self.last(FIXED), "probe": self.last(PROBE),
+                "random_init": self.last(PROBE.replace("/accuracy", "/random_init_accuracy")),
                 "signal_per_token": self.last("val/signal_per_token", "train/signal_per_token"),
-                "tokens_seen": self.last("train/tokens_seen"), "tokens_per_sec": self.last("perf/tokens_per_sec")}
+                "tokens_seen": self.last("train/tokens_seen"), "flops_seen": self.last("train/flops_seen"),
+                "tokens_per_sec": self.last("perf/tokens_per_sec")}
 
-    def val_curve(self) -> list[tuple[float, float]]:
+    def curve(self, y_key: str = "val/loss", x_key: str = "train/tokens_seen") -> list[tuple[float, float]]:
+        """(x, y) of every logged row that has both."""
         points = []
         for item in self.history:
-            loss, tokens = _number(item.get("val/loss")), _number(item.get("train/tokens_seen"))
-            if _finite(loss) and _finite(tokens):
-                points.append((tokens, loss))
+            y, x = _number(item.get(y_key)), _number(item.get(x_key))
+            if _finite(y) and _finite(x):
+                points.append((x, y))
         return points
+
+    def val_curve(self) -> list[tuple[float, float]]:
+        return self.curve("val/loss")
+
+    def as_summary_row(self, keys: list[str]) -> dict:
+        """The shape of a summary.json row (for selfsup.report.summary.probe_verdict)."""
+        return {"objective": self.objective, "status": self.status,
+                "swept": {k: self.value(k) for k in keys if k not in ("objective.name", "architecture.name")},
+                "eval": {k: self.last(k) for k in (PROBE, PROBE.replace("/accuracy", "/random_init_accuracy"),
+                                                   PROBE.replace("/accuracy", "/majority_accuracy"), FIXED)}}
 
     def value(self, key: str):
         """A config value; n/a for an objective knob this run's objective does not use."""

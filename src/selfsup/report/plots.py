@@ -6,6 +6,7 @@ import io
 
 from selfsup.report.model import (
     MASK_RATE,
+    PROBE,
     SEED,
     SPAN_LENGTH,
     ReportError,
@@ -47,8 +48,9 @@ def _pyplot():
     return plt
 
 
-def plot_loss_vs_tokens(runs: list[Run]) -> bytes | None:
-    curves = [(run, run.val_curve()) for run in runs]
+def plot_curves(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: str, title: str) -> bytes | None:
+    """One line per run of y against x, colored by objective (dashed: a run that did not finish)."""
+    curves = [(run, run.curve(y_key, x_key)) for run in runs]
     curves = [(run, points) for run, points in curves if points]
     if not curves:
         return None
@@ -66,12 +68,17 @@ def plot_loss_vs_tokens(runs: list[Run]) -> bytes | None:
         if len(curves) <= 12:
             ax.annotate(run.label, (xs[-1], ys[-1]), xytext=(4, 0), textcoords="offset points", fontsize=7,
                         color=colors[objective], va="center")
-    ax.set_xlabel("tokens seen (train/tokens_seen)")
-    ax.set_ylabel("val loss")
-    ax.set_title("Validation loss against tokens seen (one line per run)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(title="objective", fontsize=8)
     return _png(fig)
+
+
+def plot_loss_vs_tokens(runs: list[Run]) -> bytes | None:
+    return plot_curves(runs, "val/loss", "train/tokens_seen", "val loss", "tokens seen (train/tokens_seen)",
+                       "Validation loss against tokens seen (one line per run)")
 
 
 def _group_label(run: Run, keys: list[str]) -> str:
@@ -80,11 +87,12 @@ def _group_label(run: Run, keys: list[str]) -> str:
     return ", ".join(parts)
 
 
-def plot_loss_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives: set[str], title: str,
-                      xlabel: str) -> bytes | None:
-    """Val loss against one config value: one line per setting of the other swept values (seed aside),
-    points = mean over seeds, bars = min-max over seeds. None when fewer than 2 distinct x values."""
-    chosen = [r for r in runs if r.finished and r.objective in objectives and _finite(r.metrics()["val_loss"])
+def plot_metric_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives: set[str], metric: str,
+                        title: str, xlabel: str, ylabel: str) -> bytes | None:
+    """A final metric (a key of Run.metrics()) against one config value: one line per setting of the other
+    swept values (seed aside), points = mean over seeds, bars = min-max over seeds. None when fewer than 2
+    distinct x values."""
+    chosen = [r for r in runs if r.finished and r.objective in objectives and _finite(r.metrics()[metric])
               and _finite(_number(r.config.get(x_key)))]
     if len({_number(r.config.get(x_key)) for r in chosen}) < 2:
         return None
@@ -93,7 +101,7 @@ def plot_loss_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives: 
     objective_of = {}
     for run in chosen:
         label = _group_label(run, other)
-        lines.setdefault(label, {}).setdefault(_number(run.config[x_key]), []).append(run.metrics()["val_loss"])
+        lines.setdefault(label, {}).setdefault(_number(run.config[x_key]), []).append(run.metrics()[metric])
         objective_of[label] = run.objective
     plt = _pyplot()
     colors = _colors(runs)
@@ -116,7 +124,7 @@ def plot_loss_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives: 
             ax.scatter([x] * len(points[x]), points[x], s=10, color=color, alpha=0.35, zorder=3)
     counts = {len(v) for points in lines.values() for v in points.values()}
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("final val loss")
+    ax.set_ylabel(ylabel)
     if counts == {1}:
         spread = "one run per point"
     else:
@@ -127,25 +135,38 @@ def plot_loss_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives: 
     return _png(fig)
 
 
+KNOBS = [(MASK_RATE, "mask_rate", "mask rate (objective.mask_rate)", {"mlm", "span_corruption"}),
+         (SPAN_LENGTH, "span_length", "mean span length (objective.mean_span_length)", {"span_corruption"})]
+COMPARABLE = [("fixed_loss", "fixed_loss", "fixed-exam loss (eval/fixed/loss)",
+               "the family's fixed exam (lower is better; the same masks for every run of a family)"),
+              ("probe", "probe", "probe accuracy (eval/probe/accuracy)",
+               "the downstream probe's accuracy (higher is better)")]
+
+
 def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]:
     """[(name, caption, png bytes)]"""
     plots = []
     png = plot_loss_vs_tokens(runs)
     if png:
-        plots.append(("val_loss_vs_tokens", ("Validation loss against tokens seen, one line per run, colored by "
-                                             "objective (dashed: a run that did not finish)."), png))
-    png = plot_loss_vs_knob(runs, keys, MASK_RATE, {"mlm", "span_corruption"}, "Val loss against mask rate",
-                            "mask rate (objective.mask_rate)")
-    if png:
-        plots.append(("val_loss_vs_mask_rate", ("Final validation loss against mask rate, per objective: points are "
-                                                "the mean over seeds, error bars the min-max over seeds, faint dots "
-                                                "the single runs. Compare within one objective only (see below)."),
-                      png))
-    png = plot_loss_vs_knob(runs, keys, SPAN_LENGTH, {"span_corruption"}, "Val loss against mean span length",
-                            "mean span length (objective.mean_span_length)")
-    if png:
-        plots.append(("val_loss_vs_span_length", ("Final validation loss of span-corruption runs against mean span "
-                                                  "length, one line per mask rate: points are the mean over seeds, "
-                                                  "error bars the min-max. (UL2 sets its span lengths in "
-                                                  "objective.denoisers, so it is not on this plot.)"), png))
+        plots.append(("val_loss_vs_tokens", ("Each run's own validation loss against tokens seen, colored by objective "
+                                             "(dashed: a run that did not finish): how it trained on its own exam, "
+                                             "not a comparison across settings."), png))
+    for axis, name, label in (("train/tokens_seen", "tokens", "tokens seen (train/tokens_seen)"),
+                              ("train/flops_seen", "flops", "training FLOPs (train/flops_seen)")):
+        png = plot_curves(runs, PROBE, axis, "probe accuracy (eval/probe/accuracy)", label,
+                          f"Probe accuracy against {label.split(' (')[0]}")
+        if png:
+            plots.append((f"probe_vs_{name}", (f"Downstream probe accuracy against {label}, one line per run (a point "
+                                               f"per evaluation; eval.every_n_validations adds points during "
+                                               f"training): objectives compared at equal text or equal compute."),
+                          png))
+    for x_key, x_name, x_label, objectives in KNOBS:
+        for metric, name, y_label, what in COMPARABLE:
+            png = plot_metric_vs_knob(runs, keys, x_key, objectives, metric,
+                                      f"{y_label.split(' (')[0].capitalize()} against {x_label.split(' (')[0]}",
+                                      x_label, y_label)
+            if png:
+                plots.append((f"{name}_vs_{x_name}", (f"Final {what}, against {x_label}: points are the mean over "
+                                                      f"seeds, error bars the min-max over seeds, faint dots the "
+                                                      f"single runs."), png))
     return plots

@@ -6,7 +6,7 @@ import shlex
 
 from selfsup.report.model import MASK_RATE, SPAN_LENGTH, ReportError, Run, _number
 from selfsup.report.plots import _colors
-from selfsup.report.render import PERPLEXITY_NOTE, VALUES_NOTE, _counts, _title
+from selfsup.report.render import COMPARISON_NOTE, VALUES_NOTE, _counts, _title
 from selfsup.wandb_utils import api_key_configured
 
 
@@ -28,37 +28,38 @@ def build_wandb_report(runs: list[Run], keys: list[str], entity: str, project: s
         runsets.append(wr.Runset(
             entity=entity, project=project, name=group or "runs", filters=filters,
             run_settings={r.wandb_record["run_id"]: wr.RunSettings(color=colors[r.objective or "?"]) for r in members},
-            pinned_columns=["summary:val/loss", "summary:val/perplexity", "summary:val/signal_per_token",
-                            "summary:perf/tokens_per_sec"]))
+            pinned_columns=["summary:eval/probe/accuracy", "summary:eval/fixed/loss", "summary:val/loss",
+                            "summary:val/signal_per_token", "summary:perf/tokens_per_sec"]))
     panels = [
         wr.LinePlot(title="val loss against tokens seen (colored by objective)", x="train/tokens_seen", y=["val/loss"],
                     title_x="tokens seen", title_y="val loss", layout=wr.Layout(x=0, y=0, w=12, h=8)),
         wr.LinePlot(title="val loss against tokens seen, per objective (mean, min-max over runs)",
                     x="train/tokens_seen", y=["val/loss"], groupby=wr.Config("objective.name"),
                     groupby_aggfunc="mean", groupby_rangefunc="minmax", layout=wr.Layout(x=12, y=0, w=12, h=8)),
-        wr.BarPlot(title="val perplexity (not comparable across objectives) and signal per token",
-                   metrics=["val/perplexity", "val/signal_per_token"], groupby=wr.Config("objective.name"),
-                   groupby_aggfunc="mean", groupby_rangefunc="minmax", layout=wr.Layout(x=0, y=8, w=12, h=8)),
+        wr.BarPlot(title="probe accuracy per objective, beside its random-init baseline (mean, min-max over runs)",
+                   metrics=["eval/probe/accuracy", "eval/probe/random_init_accuracy"],
+                   groupby=wr.Config("objective.name"), groupby_aggfunc="mean", groupby_rangefunc="minmax",
+                   layout=wr.Layout(x=0, y=8, w=12, h=8)),
+        wr.LinePlot(title="probe accuracy against training FLOPs", x="train/flops_seen", y=["eval/probe/accuracy"],
+                    title_x="training FLOPs", title_y="probe accuracy", layout=wr.Layout(x=12, y=8, w=12, h=8)),
     ]
     finished = [r for r in logged if r.finished]
-    y = 8
+    y = 16
     for key, name in ((MASK_RATE, "mask rate"), (SPAN_LENGTH, "mean span length")):
         if len({_number(r.config.get(key)) for r in finished if _number(r.config.get(key)) is not None}) >= 2:
-            panels.append(wr.ScatterPlot(title=f"final val loss against {name} (one point per run and seed)",
-                                         x=wr.Config(key), y=wr.SummaryMetric("val/loss"),
-                                         layout=wr.Layout(x=12 if y == 8 else 0, y=y, w=12, h=8)))
-            panels.append(wr.BarPlot(title=f"final val loss per {name} (mean, min-max over seeds)",
-                                     metrics=["val/loss"], groupby=wr.Config(key), groupby_aggfunc="mean",
-                                     groupby_rangefunc="minmax", layout=wr.Layout(x=0 if y == 8 else 12, y=y + 8,
-                                                                                   w=12, h=8)))
-            y += 16
+            for x, (metric, what) in enumerate((("eval/fixed/loss", "fixed-exam loss"),
+                                                ("eval/probe/accuracy", "probe accuracy"))):
+                panels.append(wr.BarPlot(title=f"final {what} per {name} (mean, min-max over seeds)",
+                                         metrics=[metric], groupby=wr.Config(key), groupby_aggfunc="mean",
+                                         groupby_rangefunc="minmax", layout=wr.Layout(x=12 * x, y=y, w=12, h=8)))
+            y += 8
     sweeps = ", ".join(dict.fromkeys(str(r.sweep) for r in runs))
     blocks = [
         wr.P(f"{_counts(runs)} from {sweeps}; W&B groups: {', '.join(g or '-' for g in groups)}; "
              f"swept: {', '.join(keys) or 'nothing'}."),
         wr.PanelGrid(runsets=runsets, panels=panels),
-        wr.H2("Perplexity across objectives"),
-        wr.MarkdownBlock(PERPLEXITY_NOTE),
+        wr.H2("How to compare"),
+        wr.MarkdownBlock(COMPARISON_NOTE),
         wr.MarkdownBlock(VALUES_NOTE),
     ]
     return wr.Report(project=project, entity=entity, title=_title(runs)[:120],

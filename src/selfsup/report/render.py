@@ -8,29 +8,31 @@ from datetime import datetime
 from pathlib import Path
 
 from selfsup.report.model import Run, _show
+from selfsup.report.summary import probe_verdict
 
-PERPLEXITY_NOTE = (
-    "Perplexity is e^loss averaged over the positions an objective scores, and the objectives score "
-    "different positions, so perplexities of different objectives are not directly comparable: "
-    "MLM scores only the ~15% hidden tokens (the mask rate), each predicted with both sides visible; "
-    "CLM scores every next token, predicted from its left context only; span corruption scores the "
-    "dropped spans and their sentinel tokens, written by the decoder (prefix LM: the continuation after a "
-    "prefix seen both ways; UL2: a mixture of these). A lower MLM than CLM perplexity does not make a "
-    "better model. Compare perplexities within one objective (across mask rates, span lengths, seeds); "
-    "across objectives, read them together with the signal per token shown beside them: scored targets "
-    "÷ input tokens on the validation batches, i.e. how much training signal each token of text gives "
-    "(MLM ≈ the mask rate, CLM ≈ 1).")
+COMPARISON_NOTE = (
+    "Compare runs on the columns that do not depend on their settings. A run's own val loss grades it on its own "
+    "exam (its mask rate, its span length, its objective's scored positions), so it says how well the run learned "
+    "that task, not which setting is better: never rank mask rates, span lengths or objectives by it. "
+    "The fixed-exam loss (eval/fixed/loss) scores every run of a family on the same task with the same masks "
+    "(encoders: MLM at 15%; encoder-decoders: span corruption at 0.15, mean span 3; decoders: next-token loss): "
+    "compare it across mask rates, span lengths and seeds within a family. The probe accuracy (eval/probe/accuracy) "
+    "scores what the pretrained features are for, on a task none of the runs trained on, the same for every "
+    "family: compare it across objectives, beside its random-init baseline (the same probe on an untrained model "
+    "of the same shape) and at equal tokens seen or FLOPs. A difference smaller than the spread over seeds is not "
+    "a difference: run seed=0,1,2.")
 VALUES_NOTE = (
     "Values are the last ones each run logged: val loss = the last logged val/loss, val ppl = the last "
-    "val/perplexity, signal/token = the last val/signal_per_token, tokens seen = the last train/tokens_seen, "
+    "val/perplexity, fixed loss = the last eval/fixed/loss, probe acc = the last eval/probe/accuracy, random-init = "
+    "eval/probe/random_init_accuracy, signal/token = the last val/signal_per_token, tokens seen = the last train/tokens_seen, "
     "tokens/s = the last perf/tokens_per_sec (training throughput over the last logging window). "
     "Source (column data): W&B run files (offline runs, read with `wandb leet inspect`), the W&B API (online "
     "runs), else csv/metrics.csv, else (logger=none) the final values in summary.json.")
 
 
 def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
-    header = ["run", "objective", "architecture", *keys, "val loss", "val ppl", "val signal/token",
-              "tokens seen", "tokens/s", "status", "data"]
+    header = ["run", "objective", "architecture", *keys, "val loss", "val ppl", "fixed loss", "probe acc",
+              "random-init", "val signal/token", "tokens seen", "tokens/s", "status", "data"]
     rows = []
     for run in runs:
         m = run.metrics()
@@ -38,11 +40,17 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
         rows.append([run.label, run.objective or "-", run.architecture or "-", *[_show(run.value(k)) for k in keys],
                      "-" if m["val_loss"] is None else f"{m['val_loss']:.4f}",
                      "-" if m["val_perplexity"] is None else f"{m['val_perplexity']:.2f}",
+                     *["-" if m[k] is None else f"{m[k]:.4f}" for k in ("fixed_loss", "probe", "random_init")],
                      "-" if m["signal_per_token"] is None else f"{m['signal_per_token']:.3f}",
                      "-" if m["tokens_seen"] is None else f"{m['tokens_seen']:,.0f}",
                      "-" if m["tokens_per_sec"] is None else f"{m['tokens_per_sec']:,.0f}",
                      status, run.source])
     return header, rows
+
+
+def verdict(runs: list[Run], keys: list[str]) -> str | None:
+    """Which setting leads on the probe, by how much, and whether that exceeds the seed spread."""
+    return probe_verdict([r.as_summary_row(keys) for r in runs])
 
 
 # ---------------------------------------------------------------------------- writing
@@ -71,7 +79,8 @@ figcaption { font-size: 0.9em; color: #555; }
 code { background: #f3f3f3; padding: 0 0.2em; }
 """
 
-NUMERIC = {"val loss", "val ppl", "val signal/token", "tokens seen", "tokens/s"}
+NUMERIC = {"val loss", "val ppl", "fixed loss", "probe acc", "random-init", "val signal/token", "tokens seen",
+           "tokens/s"}
 
 
 def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]]) -> str:
@@ -108,8 +117,9 @@ def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, by
 </tbody></table>
 <p class="small">{esc(VALUES_NOTE)}</p>
 {"<ul>" + "".join(notes) + "</ul>" if notes else ""}
-<h2>Perplexity across objectives</h2>
-<p class="note">{esc(PERPLEXITY_NOTE)}</p>
+<h2>How to compare</h2>
+<p class="note">{esc(COMPARISON_NOTE)}</p>
+{f"<p><b>{esc(verdict(runs, keys))}</b></p>" if verdict(runs, keys) else ""}
 <h2>Plots</h2>
 {figures or "<p>No validation values were logged: nothing to plot.</p>"}
 </body></html>
@@ -130,7 +140,10 @@ def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
     lines += ["", VALUES_NOTE, ""]
     lines += [f"- **{r.label}**: {r.note}" for r in runs if r.note]
-    lines += ["", "## Perplexity across objectives", "", PERPLEXITY_NOTE, "", "## Plots", ""]
+    lines += ["", "## How to compare", "", COMPARISON_NOTE, ""]
+    if verdict(runs, keys):
+        lines += [f"**{verdict(runs, keys)}**", ""]
+    lines += ["## Plots", ""]
     files = []
     for name, caption, png in plots:
         path = out.with_name(f"{out.stem}-{name}.png")

@@ -1,34 +1,105 @@
-"""The end-of-run / end-of-sweep table: `summary_table` of the rows `read_summaries` reads from a sweep dir."""
+"""The end-of-run / end-of-sweep table (`summary_table` of the rows `read_summaries` reads from a sweep dir)
+and the line that says which setting leads on the probe (`probe_verdict`).
+
+Every value is the run's final one from its summary.json: the last validation's val loss, the fixed exam
+and the probe after training, `signal/token` of the last training batch, tokens/s over the whole fit.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from pathlib import Path
 
+PROBE = "eval/probe/accuracy"
 COLUMNS = [("objective", "objective"), ("architecture", "architecture"), ("parameters", "params"),
-           ("steps", "steps"), ("val_loss", "val loss"), ("val_perplexity", "val ppl"),
+           ("steps", "steps"), ("val_loss", "val loss"), ("eval/fixed/loss", "fixed loss"),
+           (PROBE, "probe acc"), ("eval/probe/random_init_accuracy", "random-init"),
            ("signal_per_token", "signal/token"), ("tokens_per_sec", "tokens/s"), ("status", "status"),
            ("run_dir", "run dir")]
 
 
-def _fmt(key: str, value) -> str:
-    if value is None:
+def value(row: dict, key: str):
+    """A summary value; eval/... keys come from its `eval` dict, swept settings from `swept`."""
+    if key.startswith("eval/"):
+        return (row.get("eval") or {}).get(key)
+    if key in (row.get("swept") or {}):
+        return row["swept"][key]
+    return row.get(key)
+
+
+def _fmt(key: str, v) -> str:
+    if v is None:
         return "-"
     if key == "parameters":
-        return f"{value / 1e6:.2f}M"
+        return f"{v / 1e6:.2f}M"
     if key == "tokens_per_sec":
-        return f"{value:,.0f}"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
+        return f"{v:,.0f}"
+    if isinstance(v, float):
+        return f"{v:.3f}" if key in dict(COLUMNS) else f"{v:.4g}"
+    return str(v)
+
+
+def swept_columns(rows: list[dict]) -> list[tuple[str, str]]:
+    """(key, title) of the settings the rows' sweep varies, in the order first seen."""
+    keys = list(dict.fromkeys(k for r in rows for k in (r.get("swept") or {})))
+    return [(k, k.split(".")[-1]) for k in keys]
 
 
 def summary_table(rows: list[dict]) -> str:
-    cells = [[title for _, title in COLUMNS]] + [[_fmt(k, r.get(k)) for k, _ in COLUMNS] for r in rows]
-    width = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    columns = COLUMNS[:2] + swept_columns(rows) + COLUMNS[2:]
+    if not any(r.get("eval") for r in rows):  # eval=none: no empty columns
+        columns = [c for c in columns if not c[0].startswith("eval/")]
+    cells = [[title for _, title in columns]] + [[_fmt(k, value(r, k)) for k, _ in columns] for r in rows]
+    width = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = [" | ".join(c.ljust(w) for c, w in zip(row, width)).rstrip() for row in cells]
     lines.insert(1, "-+-".join("-" * w for w in width))
     return "\n".join(lines)
+
+
+def setting_label(row: dict) -> str:
+    """What a row's run was, seed aside: its objective (when runs differ in it) and swept values."""
+    swept = {k: v for k, v in (row.get("swept") or {}).items() if k != "seed"}
+    parts = [f"{k.split('.')[-1]}={_fmt(k, v)}" for k, v in swept.items()]
+    return " ".join([row.get("objective") or "?", *parts])
+
+
+def probe_verdict(rows: list[dict], metric: str = PROBE) -> str | None:
+    """One line: which setting leads on the probe and by how much, beside the baselines; with several
+    seeds per setting the mean and spread (min-max), and whether the lead is within the seed spread."""
+    groups: dict[str, list[float]] = {}
+    for row in rows:
+        v = value(row, metric)
+        if row.get("status") == "finished" and isinstance(v, (int, float)) and math.isfinite(v):
+            groups.setdefault(setting_label(row), []).append(float(v))
+    if len(groups) < 2:
+        return None
+    ranked = sorted(groups.items(), key=lambda item: -statistics.fmean(item[1]))
+    (best, best_values), (second, second_values) = ranked[0], ranked[1]
+    margin = statistics.fmean(best_values) - statistics.fmean(second_values)
+
+    def show(values: list[float]) -> str:
+        mean = statistics.fmean(values)
+        return f"{mean:.3f}" if len(values) == 1 else f"{mean:.3f} ({min(values):.3f}-{max(values):.3f}, {len(values)} seeds)"
+
+    others = ", ".join(f"{name} {show(values)}" for name, values in ranked[1:])
+    line = f"Probe ({metric}): {best} leads with {show(best_values)}, +{margin:.3f} over {second}; then {others}."
+    baselines = [(key, [value(r, key) for r in rows if isinstance(value(r, key), (int, float))])
+                 for key in (metric.replace("/accuracy", "/random_init_accuracy"),
+                             metric.replace("/accuracy", "/majority_accuracy"))]
+    shown = [f"{key.split('/')[-1].removesuffix('_accuracy').replace('_', '-')} "
+             + (f"{min(v):.3f}" if min(v) == max(v) else f"{min(v):.3f}-{max(v):.3f}") for key, v in baselines if v]
+    if shown:
+        line += f" Baselines: {', '.join(shown)}."
+    spread = max((max(v) - min(v) for v in (best_values, second_values) if len(v) > 1), default=None)
+    if spread is None:
+        line += " One seed per setting: add seed=0,1,2 to see whether the lead exceeds the seed spread."
+    elif margin <= spread:
+        line += f" The lead is within the seed spread ({spread:.3f}): not a difference these seeds can show."
+    else:
+        line += f" The lead exceeds the seed spread ({spread:.3f})."
+    return line
 
 
 def _job_key(path: Path):

@@ -1,0 +1,158 @@
+"""Evaluation on one axis for every run: the fixed exam of its family and downstream probes.
+
+A run's own val/loss grades it on its own exam (its mask rate, its span length). `Evaluation`
+scores every run on exams that do not depend on its settings, after training (and, with
+`every_n_validations`, at every k-th validation), logged as `eval/<task>/<metric>` beside
+`train/tokens_seen`:
+
+    eval/fixed/loss, eval/fixed/perplexity      the family's fixed exam (selfsup.evaluation.fixed)
+    eval/<task>/accuracy, eval/<task>/macro_f1   the probe of each task in eval.tasks (the built-in: probe)
+    eval/<task>/random_init_accuracy, ..._macro_f1, eval/<task>/majority_accuracy   its baselines: the same
+                                                 probe on a randomly initialised model of the same shape, and
+                                                 always answering the most frequent class
+
+Built from the `eval` config group with Hydra's `instantiate` (conf/eval/default.yaml). Plain torch:
+the LightningModule calls it at the end of a validation.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Mapping
+
+import torch
+
+from selfsup.evaluation.fixed import EXAMS, FixedExam
+from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
+from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
+
+__all__ = ["BUILTIN_TASKS", "EXAMS", "PROTOCOLS", "EvalError", "Evaluation", "Examples", "FixedExam", "Task"]
+
+
+class Evaluation:
+    """The fixed exam and the probes of one run. `check(...)` before training (reads the tasks, refuses
+    bad ones in one line); `setup(...)` once the model exists; `__call__(model)` -> {metric: value}."""
+
+    def __init__(self, fixed: bool = True, every_n_validations: int = 0, fixed_max_windows: int | None = None,
+                 probe: Mapping | None = None, tasks: Mapping[str, Task] | None = None):
+        probe = dict(probe or {})
+        self.fixed = fixed
+        self.every_n_validations = every_n_validations
+        self.fixed_max_windows = fixed_max_windows
+        self.protocol = probe.get("protocol", "linear")
+        self.finetune_steps = probe.get("finetune_steps", 200)
+        self.finetune_lr = probe.get("finetune_lr", 1e-3)
+        self.batch_size = probe.get("batch_size", 32)
+        self.max_length = probe.get("max_length", 64)
+        self.l2 = probe.get("l2")
+        self.seed = probe.get("seed", 0)
+        self.tasks = dict(tasks or {})
+        for name, task in self.tasks.items():
+            task.name = name
+        self.exam: FixedExam | None = None
+        self.encoded: dict[str, tuple] = {}
+        self.baselines: dict[str, float] = {}
+        self.validations = 0
+        self.run_seed = 0
+        self.seconds = 0.0
+
+    # ------------------------------------------------------------------------------ before training
+    def check(self, training_document_hashes: set[str] | None = None) -> None:
+        """Every setting and task, before training starts: EvalError (one line) for anything to fix."""
+        if self.protocol not in PROTOCOLS:
+            raise EvalError(f"eval.probe.protocol={self.protocol} is unknown: use one of {', '.join(PROTOCOLS)}")
+        for key, value in (("eval.probe.finetune_steps", self.finetune_steps), ("eval.probe.batch_size", self.batch_size),
+                           ("eval.probe.max_length", self.max_length)):
+            if value < 1:
+                raise EvalError(f"{key}={value} must be at least 1")
+        if not (math.isfinite(self.finetune_lr) and self.finetune_lr > 0):
+            raise EvalError(f"eval.probe.finetune_lr={self.finetune_lr} must be a finite positive number")
+        if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
+            raise EvalError(f"eval.probe.l2={self.l2} must be a finite number >= 0, or null (chosen on held-out "
+                            f"training examples)")
+        if self.every_n_validations < 0:
+            raise EvalError(f"eval.every_n_validations={self.every_n_validations} must be 0 (after training only) "
+                            f"or more")
+        for name, task in self.tasks.items():
+            train, test = task.load()
+            if training_document_hashes:
+                from selfsup.data.sources import document_hash
+                overlap = [t for t in train.texts + test.texts if document_hash(t) in training_document_hashes]
+                if overlap:
+                    raise EvalError(f"task {name}: {len(overlap)} of its examples are documents of the pretraining "
+                                    f"data (e.g. {overlap[0][:40]!r}): a probe must be held out from pretraining; "
+                                    f"use other examples or other data.paths")
+
+    # ------------------------------------------------------------------------------ once the model exists
+    def setup(self, architecture: str, vocab, tokenizer, seq_len: int, val_tokens, model_length: int,
+              run_seed: int = 0) -> None:
+        """The exam's windows and the tasks' encoded examples; run_seed seeds the random-init baseline's
+        weights (with the probe's seed), so that baselines, like runs, spread over seeds."""
+        self.run_seed = run_seed
+        if self.fixed:
+            self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_windows)
+            if self.exam.model_length > model_length:
+                raise EvalError(f"the fixed exam of {architecture} models needs {self.exam.model_length} positions, "
+                                f"the model has {model_length}: set eval.fixed=false")
+        for name, task in self.tasks.items():
+            train, test = task.load()
+            length = min(self.max_length, model_length)
+            self.encoded[name] = (encode(tokenizer, train.texts, length, vocab.pad_id), torch.tensor(train.labels),
+                                  encode(tokenizer, test.texts, length, vocab.pad_id), torch.tensor(test.labels),
+                                  len(task.classes), train, test)
+
+    def due(self, last: bool) -> bool:
+        """Called once per validation: run now? At the last one, and every every_n_validations-th."""
+        self.validations += 1
+        return last or (self.every_n_validations > 0 and self.validations % self.every_n_validations == 0)
+
+    # ------------------------------------------------------------------------------ scoring
+    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
+        """All metrics of `model` (not changed; the training RNG is not touched)."""
+        started = time.perf_counter()
+        devices = [model_device(model)] if model_device(model).type == "cuda" else []
+        # inside Lightning's validation (inference mode): tensors made here must be usable by autograd (the
+        # linear classifier, a fine-tune); a compiled model runs eagerly (the probe's shapes would recompile)
+        with (torch.inference_mode(False), torch.no_grad(), torch.random.fork_rng(devices=devices),
+              torch.compiler.set_stance("force_eager")):
+            metrics = {}
+            if self.exam is not None:
+                loss = self.exam.loss(model)
+                metrics.update({"eval/fixed/loss": loss, "eval/fixed/perplexity": math.exp(min(loss, 80.0))})
+            for name in self.encoded:
+                metrics.update({f"eval/{name}/{k}": v for k, v in self.probe(model, name).items()})
+            if self.encoded and not self.baselines:  # the same for every evaluation of the run: once
+                self.baselines = self.random_init_and_majority(model)
+            metrics.update(self.baselines)
+        self.seconds += time.perf_counter() - started
+        return metrics
+
+    def probe(self, model: torch.nn.Module, name: str) -> dict[str, float]:
+        (train_ids, train_mask), train_y, (test_ids, test_mask), test_y, n_classes, _, _ = self.encoded[name]
+        if self.protocol == "finetune":
+            predicted = finetune(model, (train_ids, train_mask, train_y), (test_ids, test_mask), n_classes,
+                                 self.finetune_steps, self.finetune_lr, self.batch_size, self.seed)
+        else:
+            predicted = linear_probe(features(model, train_ids, train_mask), train_y,
+                                     features(model, test_ids, test_mask), n_classes, self.l2)
+        return scores(predicted, test_y, n_classes)
+
+    def random_init_and_majority(self, model: torch.nn.Module) -> dict[str, float]:
+        """The baselines of every task: the probe of a model of the same shape, freshly initialised with
+        the probe's seed, and the majority class."""
+        fresh = copy.deepcopy(model)
+        fresh._compiled_call_impl = None  # a compiled model's copy would call the original's graphs
+        from selfsup.module import stream_seed
+        torch.manual_seed(stream_seed("random-init", self.seed, self.run_seed))
+        fresh._init_weights()
+        out = {}
+        for name, (_, _, _, _, n_classes, train, test) in self.encoded.items():
+            out.update({f"eval/{name}/random_init_{k}": v for k, v in self.probe(fresh, name).items()})
+            out[f"eval/{name}/majority_accuracy"] = majority(train, test, n_classes)["accuracy"]
+        return out
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device

@@ -1,0 +1,70 @@
+"""The fixed exam: every run of an architecture family scored on the same task, whatever it trained on.
+
+    encoder          MLM at 15% (80% <mask> / 10% random / 10% unchanged)
+    encoder_decoder  span corruption at noise density 0.15, mean span length 3
+    decoder          next-token loss (CLM)
+
+over the validation split, cut into windows of the exam's own length, in batches of EXAM_BATCH, with
+masks drawn from generators seeded by (family, batch index) only: two runs with the same data and
+data.seq_len see the same masked windows, whatever their mask rate, span length or seed. Its loss is
+what makes mask-rate and span-length sweeps comparable within a family. Across families the exams
+differ (see the downstream probe for that axis).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from selfsup.objectives import Objective, build_objective
+
+EXAMS = {"encoder": ("mlm", {"mask_rate": 0.15, "mask_token_prob": 0.8, "random_token_prob": 0.1}),
+         "encoder_decoder": ("span_corruption", {"mask_rate": 0.15, "mean_span_length": 3.0}),
+         "decoder": ("clm", {})}
+EXAM_BATCH = 32  # fixed, so that the masks do not depend on data.batch_size
+
+
+def exam_objective(architecture: str, vocab, seq_len: int) -> Objective:
+    name, params = EXAMS[architecture]
+    return build_objective(name, vocab, seq_len, architecture, **params)
+
+
+def exam_seed(architecture: str, batch: int) -> int:
+    from selfsup.module import stream_seed
+    return stream_seed("fixed-exam", architecture, batch)
+
+
+class FixedExam:
+    """The exam of one family over a flat array of validation token ids."""
+
+    def __init__(self, architecture: str, vocab, seq_len: int, val_tokens: np.ndarray,
+                 max_windows: int | None = None):
+        self.architecture = architecture
+        self.objective = exam_objective(architecture, vocab, seq_len)
+        length = self.objective.raw_length
+        n = len(val_tokens) // length
+        if max_windows is not None:
+            n = min(n, max_windows)
+        self.windows = torch.from_numpy(np.asarray(val_tokens[:n * length], dtype=np.int64).reshape(n, length))
+
+    @property
+    def model_length(self) -> int:
+        return self.objective.model_length
+
+    def batches(self, device: torch.device | str = "cpu"):
+        """The exam's ObjectiveBatches, the same for every run of the family."""
+        for i, start in enumerate(range(0, len(self.windows), EXAM_BATCH)):
+            tokens = self.windows[start:start + EXAM_BATCH].to(device)
+            generator = torch.Generator(device=device).manual_seed(exam_seed(self.architecture, i))
+            yield self.objective(tokens, generator)
+
+    @torch.no_grad()
+    def loss(self, model: torch.nn.Module) -> float:
+        """Token-weighted mean cross-entropy of `model` over every scored position of the exam."""
+        from selfsup.module import cross_entropy_sums
+        device = next(model.parameters()).device
+        total, count = 0.0, 0
+        for batch in self.batches(device):
+            nll, n, _ = cross_entropy_sums(model, batch, accuracy=False)
+            total, count = total + float(nll), count + int(n)
+        return total / max(count, 1)
