@@ -112,8 +112,10 @@ def build(cfg: DictConfig, prepared=None):
     vocab = dm.vocab
     a = cfg.architecture
     try:
-        model = build_model(a.name, vocab.size, objective.model_length, d_model=a.d_model, n_layers=a.n_layers,
-                            n_heads=a.n_heads, d_ff=a.d_ff, dropout=a.dropout, tie_embeddings=a.tie_embeddings,
+        # positions for the objective's sequences and for data.seq_len ones (the fixed exam's, the probe's)
+        model = build_model(a.name, vocab.size, max(objective.model_length, cfg.data.seq_len), d_model=a.d_model,
+                            n_layers=a.n_layers, n_heads=a.n_heads, d_ff=a.d_ff, dropout=a.dropout,
+                            tie_embeddings=a.tie_embeddings,
                             n_decoder_layers=a.n_decoder_layers, activation_checkpointing=a.activation_checkpointing,
                             activation=a.activation, bias=a.bias)
     except ValueError as err:

@@ -111,6 +111,9 @@ def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
         assert row["val signal/token"] == f"{last('val/signal_per_token'):.3f}"
         assert row["tokens seen"] == f"{last('train/tokens_seen'):,.0f}"
         assert row["tokens/s"] == f"{last('perf/tokens_per_sec'):,.0f}"
+        assert row["fixed loss"] == f"{last('eval/fixed/loss'):.4f}"
+        assert row["probe acc"] == f"{last('eval/probe/accuracy'):.4f}"
+        assert row["random-init"] == f"{last('eval/probe/random_init_accuracy'):.4f}"
     assert len({r["val loss"] for r in rows}) > 1
 
 
@@ -118,7 +121,8 @@ def test_html_is_self_contained_with_real_png_plots(html_report):
     import matplotlib.image as mpimg
     text = html_report[0]
     images = re.findall(r'<figure id="([^"]+)"><img alt="[^"]*" src="data:image/png;base64,([^"]+)"', text)
-    assert [name for name, _ in images] == ["val_loss_vs_tokens", "val_loss_vs_mask_rate"]  # 1 span length: no span plot
+    assert [name for name, _ in images] == ["val_loss_vs_tokens", "probe_vs_tokens", "probe_vs_flops",
+                                            "fixed_loss_vs_mask_rate", "probe_vs_mask_rate"]  # 1 span length: no span plot
     for name, data in images:
         png = base64.b64decode(data)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
@@ -126,8 +130,12 @@ def test_html_is_self_contained_with_real_png_plots(html_report):
         assert pixels.ndim == 3 and pixels.shape[0] > 200 and pixels.shape[1] > 300, name
         assert pixels[..., :3].std() > 0.05, f"{name} is (nearly) one color"
     assert not re.search(r'(src|href)="(?!data:)', text)  # nothing outside the file
-    assert "not directly comparable" in text and "signal per token" in text
-    assert "both sides visible" in text and "left context" in text and "sentinel" in text
+    assert "never rank mask rates, span lengths or objectives by it" in text  # a run's own val loss
+    assert "fixed-exam loss (eval/fixed/loss)" in text and "random-init baseline" in text
+    # 2 seeds per mask rate: the verdict names the leader and compares the lead with the seed spread
+    assert re.search(r"Probe \(eval/probe/accuracy\): mlm mask_rate=0\.[14] leads with 0\.\d+ \(0\.\d+-0\.\d+, 2 seeds\)",
+                     text)
+    assert "the seed spread" in text
 
 
 def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mask_sweep, tmp_path):
@@ -138,7 +146,9 @@ def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mas
     rows = md_table(text)
     assert len(rows) == 4 and {r["status"] for r in rows} == {"finished"}
     pngs = sorted((tmp_path / "out").glob("*.png"))
-    assert [p.name for p in pngs] == ["summary-val_loss_vs_mask_rate.png", "summary-val_loss_vs_tokens.png"]
+    assert [p.name for p in pngs] == ["summary-fixed_loss_vs_mask_rate.png", "summary-probe_vs_flops.png",
+                                      "summary-probe_vs_mask_rate.png", "summary-probe_vs_tokens.png",
+                                      "summary-val_loss_vs_tokens.png"]
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
         assert f"]({png.name})" in text

@@ -85,8 +85,10 @@ def test_optuna_three_trials_stored_in_sqlite_in_the_sweep_dir(optuna_study):
     study = optuna.load_study(study_name="selfsup-tune", storage=storage)
     trials = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert len(trials) == 3
-    logged = sorted(json.loads((sweep_dir / str(i) / "summary.json").read_text())["val_loss"] for i in range(3))
-    assert sorted(t.value for t in trials) == pytest.approx(logged, rel=1e-6)  # the app returns val loss
+    logged = sorted(json.loads((sweep_dir / str(i) / "summary.json").read_text())["eval"]["eval/probe/accuracy"]
+                    for i in range(3))
+    assert sorted(t.value for t in trials) == pytest.approx(logged, rel=1e-6)  # the app returns the probe accuracy
+    assert study.direction.name == "MAXIMIZE"
     assert {"objective.mask_rate", "objective.mean_span_length", "trainer.lr"} <= set(trials[0].params)
 
 

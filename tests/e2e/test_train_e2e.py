@@ -52,9 +52,20 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     assert f"objective={objective}" in recorded["tags"]
     assert recorded["summary"]["val/loss"] == pytest.approx(summary["val_loss"], rel=1e-6)
     for key in ("train/loss", "train/perplexity", "train/accuracy", "train/signal_per_token", "train/tokens_seen",
-                "train/targets_seen", "val/perplexity", "val/accuracy", "val/signal_per_token",
+                "train/targets_seen", "train/flops_seen", "val/perplexity", "val/accuracy", "val/signal_per_token",
                 "perf/tokens_per_sec"):
         assert key in recorded["summary"], key
+    # the comparable evaluation: in the W&B run, the CSV and summary.json alike
+    evaluated = summary["eval"]
+    assert set(evaluated) == {"eval/fixed/loss", "eval/fixed/perplexity", "eval/probe/accuracy", "eval/probe/macro_f1",
+                              "eval/probe/random_init_accuracy", "eval/probe/random_init_macro_f1",
+                              "eval/probe/majority_accuracy"}
+    for key, value in evaluated.items():
+        assert recorded["summary"][key] == pytest.approx(value, rel=1e-6), key
+    assert 0 < evaluated["eval/probe/accuracy"] < 1 and evaluated["eval/fixed/loss"] > 0
+    rows = [r for r in csv.DictReader(open(run / "csv" / "metrics.csv")) if r.get("eval/probe/accuracy")]
+    assert len(rows) == 1 and float(rows[0]["train/tokens_seen"]) == summary["tokens_seen"]  # after training, once
+    assert summary["flops_seen"] == pytest.approx(recorded["summary"]["train/flops_seen"]) and summary["flops_seen"] > 0
     tokens = [row["train/tokens_seen"] for row in wandb_history(run) if "train/loss" in row]
     assert tokens == sorted(tokens) and tokens[-1] == summary["tokens_seen"]
 
@@ -69,6 +80,8 @@ def test_sweep_jobs_share_one_wandb_group_and_print_a_table(sweep):
         assert f"[job {job}] objective={objective}: val loss" in out.stdout
         assert any(line.startswith(objective + " ") for line in out.stdout.splitlines())
     assert "val loss" in out.stdout and "signal/token" in out.stdout and "tokens/s" in out.stdout
+    assert "fixed loss" in out.stdout and "probe acc" in out.stdout
+    assert "Probe (eval/probe/accuracy): " in out.stdout and " leads with " in out.stdout
 
 
 def test_signal_per_token_follows_the_objective(sweep):

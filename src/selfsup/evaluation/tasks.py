@@ -3,11 +3,11 @@
 A `Task` reads its examples from one of the lab's sources:
 
 - `source=builtin`: a task the lab builds from text on every Python install, never in the built-in
-  pretraining corpus (the standard library's private and short docstrings, see
-  `selfsup.data.builtin.stdlib_docstrings`): `task=replaced_word` (binary: a sentence as written, or
-  with `perturb` of its words replaced by words drawn from the same text) or `task=word_order`
-  (binary: as written, or with `perturb` adjacent word pairs swapped). Neither can be told from the
-  bag of words alone: they ask whether a word fits its context, which is what pretraining learns.
+  pretraining corpus (sentences of the standard library's private and short docstrings, see
+  `selfsup.data.builtin.stdlib_docstrings`), each sentence twice: as written (label 0) and changed
+  (label 1). `task=replaced_word`: `perturb` of its words replaced by words drawn from the same text;
+  `task=word_order`: `perturb` pairs of neighbouring words swapped. Neither can be told from the bag
+  of words alone: they ask whether words fit their context, which is what pretraining learns.
 - `source=text_files`: `.jsonl` / `.csv` / `.parquet` files with a text and a label field; test
   examples from `test_paths`, else a deterministic `test_fraction` of the examples.
 - `source=hf_dataset`: `datasets.load_dataset(hf_name, hf_config)`, its `train_split` and
@@ -49,11 +49,11 @@ class Examples:
 class Task:
     """A labelled task: `load()` -> (train Examples, test Examples); `classes` names the labels."""
 
-    def __init__(self, source: str = "builtin", task: str = "replaced_word", perturb: int = 2,
+    def __init__(self, source: str = "builtin", task: str = "replaced_word", perturb: int = 4,
                  paths: Sequence[str] = (), test_paths: Sequence[str] = (), text_field: str = "text",
                  label_field: str = "label", test_fraction: float = 0.2, hf_name: str | None = None,
                  hf_config: str | None = None, data_files=None, train_split: str = "train",
-                 test_split: str = "validation", max_train_examples: int | None = 4000,
+                 test_split: str = "validation", max_train_examples: int | None = 8000,
                  max_test_examples: int | None = 2000, name: str = "task"):
         self.source, self.task, self.perturb = source, task, perturb
         self.paths, self.test_paths = list(paths or ()), list(test_paths or ())
@@ -92,7 +92,7 @@ class Task:
         if self.perturb < 1:
             raise EvalError(f"{self.setting('perturb')}={self.perturb} must be at least 1 (words changed per sentence)")
         examples = builtin_examples(self.task, self.perturb)
-        cut = int(len(examples) * (1 - self.test_fraction))
+        cut = 2 * int(len(examples) / 2 * (1 - self.test_fraction))  # a sentence and its change: one split
         return examples[:cut], examples[cut:]
 
     def _files(self) -> tuple[list, list]:
@@ -148,9 +148,9 @@ class Task:
             which = "training" if not train else "test"
             raise EvalError(f"task {self.name} has no {which} examples: add examples"
                             + (f" or change {self.setting('test_fraction')}" if self.source == "text_files" else ""))
-        values = sorted({y for _, y in train}, key=lambda v: (str(type(v)), v))
+        values = sorted({y for _, y in train + test}, key=lambda v: (str(type(v)), v))
         if len(values) < 2:
-            raise EvalError(f"task {self.name}: every training example has label {values[0]!r}: a task needs at least "
+            raise EvalError(f"task {self.name}: every example has label {values[0]!r}: a task needs at least "
                             f"2 classes ({self.setting('label_field')}={self.label_field})")
         if len(train) < len(values):
             raise EvalError(f"task {self.name}: {len(train)} training examples for {len(values)} classes: a task "
@@ -260,31 +260,29 @@ def probe_sentences() -> list[str]:
 
 
 def builtin_examples(task: str, perturb: int) -> list[tuple[str, int]]:
-    """Half the sentences as written (label 0), half changed (label 1), alternating, deterministic.
+    """Each sentence twice, in order: as written (label 0) and changed (label 1); deterministic.
 
     Only lower-case plain words change (never the first word or one with punctuation), and a replaced
     word is drawn from the lower-case plain words of the same sentences: neither capitals nor stray
-    punctuation give a change away, only whether the words fit their context.
+    punctuation give a change away, only whether the words fit their context. Sentences with fewer
+    than two such words are left out.
     """
-    found = probe_sentences()
     rng = random.Random(1)
     plain = re.compile(r"^[a-z]+$")
+    found = [s for s in probe_sentences() if sum(bool(plain.match(w)) for w in s.split()[1:]) >= 2]
     words = [w for s in found for w in s.split() if plain.match(w)]
     examples = []
-    for i, sentence in enumerate(found):
+    for sentence in found:
         w = sentence.split()
         slots = [j for j in range(1, len(w)) if plain.match(w[j])]
-        if i % 2 == 0 or len(slots) < 2:
-            examples.append((sentence, 0))
-            continue
         if task == "replaced_word":
             for j in rng.sample(slots, min(perturb, len(slots))):
                 original = w[j]
                 while w[j] == original:
                     w[j] = rng.choice(words)
         else:  # word_order: swap neighbouring plain words
-            pairs = [j for j in slots if j + 1 in slots]
+            pairs = [j for j in slots if j + 1 in slots] or slots[:1]
             for j in rng.sample(pairs, min(perturb, len(pairs))):
                 w[j], w[j + 1] = w[j + 1], w[j]
-        examples.append((" ".join(w), 1))
+        examples += [(sentence, 0), (" ".join(w), 1)]
     return examples

@@ -1,0 +1,214 @@
+"""The comparable evaluation: the fixed exam, the probe's maths, the built-in task, user tasks, bad input."""
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+
+from selfsup.config import register
+from selfsup.data.builtin import builtin_documents
+from selfsup.evaluation import EvalError, Evaluation, Task
+from selfsup.evaluation.probe import features, linear_probe, scores
+from selfsup.evaluation.tasks import builtin_examples, probe_sentences, sentences
+from selfsup.train import CONF_DIR, build, prepare_data
+
+TINY = ["architecture.d_model=32", "architecture.n_layers=1", "architecture.n_heads=2", "data.seq_len=32",
+        "data.batch_size=8", "data.vocab_size=512", "eval.fixed_max_windows=12"]
+
+
+def config(cache_dir, *overrides):
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        return compose("train", overrides=[*TINY, f"data.cache_dir={cache_dir}", *overrides])
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+# ---------------------------------------------------------------------------------------- fixed exam
+@pytest.mark.parametrize("family,runs", [
+    ("mlm", [["objective.mask_rate=0.1"], ["objective.mask_rate=0.4", "seed=3", "data.batch_size=4"],
+             ["objective.mask_token_prob=0.5", "objective.random_token_prob=0.5"]]),
+    ("span_corruption", [["objective.mean_span_length=2"], ["objective.mean_span_length=8", "objective.mask_rate=0.5",
+                                                            "seed=1"]]),
+])
+def test_fixed_exam_masks_are_the_same_whatever_the_run_trained_with(cache_dir, family, runs):
+    exams = []
+    for overrides in runs:
+        cfg = config(cache_dir, f"objective={family}", "eval.tasks={}", *overrides)
+        _, _, model, module = build(cfg)
+        exams.append(list(module.evaluation.exam.batches()))
+    first = exams[0]
+    assert len(first) >= 1 and first[0].n_scored > 0
+    for other in exams[1:]:
+        assert len(other) == len(first)
+        for a, b in zip(first, other):
+            assert torch.equal(a.encoder_inputs, b.encoder_inputs) and torch.equal(a.targets, b.targets)
+            assert (a.decoder_inputs is None) == (b.decoder_inputs is None)
+            assert a.decoder_inputs is None or torch.equal(a.decoder_inputs, b.decoder_inputs)
+
+
+def test_fixed_exam_is_mlm_at_15_percent_and_its_loss_is_token_weighted(cache_dir):
+    cfg = config(cache_dir, "objective.mask_rate=0.4", "eval.tasks={}")
+    _, _, model, module = build(cfg)
+    exam = module.evaluation.exam
+    assert (exam.objective.name, exam.objective.mask_rate, exam.objective.mask_token_prob,
+            exam.objective.random_token_prob) == ("mlm", 0.15, 0.8, 0.1)
+    batches = list(exam.batches())
+    scored = sum(int(b.n_scored) for b in batches)
+    ordinary = sum(int((~exam.objective.is_special(exam.windows)).sum()) for _ in [0])
+    assert abs(scored / ordinary - 0.15) < 4 * math.sqrt(0.15 * 0.85 / ordinary)  # +-4 sigma
+    model.eval()
+    with torch.no_grad():  # sum of -log p over every scored position of every batch / their number
+        nll = sum(F.cross_entropy(model.head(model(encoder_inputs=b.encoder_inputs))[b.scored].float(),
+                                  b.targets[b.scored], reduction="sum") for b in batches)
+    assert exam.loss(model) == pytest.approx(float(nll) / scored, rel=1e-5)
+
+
+def test_decoder_exam_is_next_token_loss(cache_dir):
+    cfg = config(cache_dir, "objective=prefix_lm", "eval.tasks={}")
+    _, _, model, module = build(cfg)
+    exam = module.evaluation.exam
+    assert exam.objective.name == "clm" and exam.architecture == "decoder"
+
+
+# ---------------------------------------------------------------------------------------- probe maths
+def test_scores_are_accuracy_and_macro_f1():
+    s = scores(torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 1, 1]), 2)
+    assert s["accuracy"] == pytest.approx(0.75)
+    # class 0: precision 1/2, recall 1 -> F1 2/3; class 1: precision 1, recall 2/3 -> F1 4/5
+    assert s["macro_f1"] == pytest.approx((2 / 3 + 4 / 5) / 2)
+
+
+def test_linear_probe_learns_a_linear_rule_and_only_from_training_examples():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(16, generator=g)
+    x = torch.randn(600, 16, generator=g)
+    y = (x @ w > 0).long()
+    predicted = linear_probe(x[:400], y[:400], x[400:], 2)
+    assert (predicted == y[400:]).float().mean() > 0.95
+    noise = torch.randint(0, 2, (400,), generator=g)  # labels unrelated to the features: chance on new examples
+    acc = float((linear_probe(x[:400], noise, x[400:], 2) == y[400:]).float().mean())
+    assert abs(acc - 0.5) < 4 * math.sqrt(0.25 / 200)
+
+
+def test_features_do_not_depend_on_padding_or_batching():
+    from selfsup.models import build_model
+    torch.manual_seed(0)
+    for arch in ("encoder", "decoder", "encoder_decoder"):
+        model = build_model(arch, 300, 16, d_model=16, n_layers=1, n_heads=2)
+        ids = torch.randint(10, 300, (5, 16))
+        mask = torch.arange(16)[None] < torch.tensor([3, 16, 7, 1, 9])[:, None]
+        ids = ids.masked_fill(~mask, 0)
+        together = features(model, ids, mask, batch_size=5)
+        alone = torch.cat([features(model, ids[i:i + 1, :int(mask[i].sum())], mask[i:i + 1, :int(mask[i].sum())])
+                           for i in range(5)])
+        assert torch.allclose(together, alone, atol=1e-5), arch
+
+
+# ---------------------------------------------------------------------------------------- the built-in task
+def test_builtin_task_is_held_out_from_pretraining_and_balanced():
+    found = probe_sentences()
+    assert len(found) > 3000
+    pretraining = {s for doc in builtin_documents() for s in sentences(doc)}
+    assert not pretraining & set(found)
+    text = "\n".join(builtin_documents())
+    assert sum(s in text for s in found[:300]) <= 3  # not even inside a longer pretraining sentence (a few short ones)
+    examples = builtin_examples("replaced_word", 4)
+    assert examples == builtin_examples("replaced_word", 4)  # deterministic
+    originals, changed = examples[0::2], examples[1::2]
+    assert all(y == 0 for _, y in originals) and all(y == 1 for _, y in changed)
+    for (a, _), (b, _) in zip(originals, changed):
+        wa, wb = a.split(), b.split()
+        assert len(wa) == len(wb) and wa[0] == wb[0] and 1 <= sum(x != y for x, y in zip(wa, wb)) <= 4
+    train, test = Task(name="probe").load()
+    assert len(train) % 2 == 0 and set(train.texts[0::2]).isdisjoint(test.texts)  # a sentence's pair: one split
+    assert sorted(set(train.labels)) == [0, 1] and abs(sum(test.labels) / len(test) - 0.5) < 0.01
+
+
+# ---------------------------------------------------------------------------------------- user tasks
+def write_examples(path, rows, fmt):
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif fmt == "csv":
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_user_task_from_files(tmp_path, fmt):
+    rows = [{"sentence": f"example number {i} is {'good' if i % 3 else 'bad'}", "label": "pos" if i % 3 else "neg"}
+            for i in range(200)]
+    write_examples(tmp_path / f"t.{fmt}", rows, fmt)
+    task = Task(source="text_files", paths=[str(tmp_path / f"t.{fmt}")], text_field="sentence", name="mine")
+    train, test = task.load()
+    assert task.classes == ["neg", "pos"] and len(train) + len(test) == 200
+    assert 20 <= len(test) <= 60 and set(train.texts).isdisjoint(test.texts)  # test_fraction 0.2 by text hash
+    assert all(task.classes[y] == ("pos" if "good" in t else "neg") for t, y in zip(train.texts, train.labels))
+
+
+def test_user_task_from_a_local_hf_dataset(tmp_path):
+    pytest.importorskip("datasets")
+    for split in ("train", "validation"):
+        write_examples(tmp_path / f"{split}.jsonl", [{"sentence": f"{split} text {i}", "label": i % 2}
+                                                      for i in range(20)], "jsonl")
+    task = Task(source="hf_dataset", hf_name="json", text_field="sentence", name="sst2",
+                data_files={"train": str(tmp_path / "train.jsonl"), "validation": str(tmp_path / "validation.jsonl")})
+    train, test = task.load()
+    assert (len(train), len(test), task.classes) == (20, 20, ["0", "1"])
+    assert test.texts[0] == "validation text 0"
+
+
+@pytest.mark.parametrize("task,message", [
+    ({"source": "builtin", "task": "nope"}, "eval.tasks.t.task=nope is not a built-in task"),
+    ({"source": "nowhere"}, "eval.tasks.t.source=nowhere is unknown"),
+    ({"source": "text_files", "paths": ["{d}/t.jsonl"], "text_field": "body"}, "no field 'body'"),
+    ({"source": "text_files", "paths": ["{d}/t.jsonl"], "label_field": "y"}, "no field 'y'"),
+    ({"source": "text_files", "paths": ["{d}/one.jsonl"]}, "needs at least 2 classes"),
+    ({"source": "text_files", "paths": ["{d}/few.jsonl"], "test_paths": ["{d}/few.jsonl"]},
+     "3 training examples for 4 classes"),
+    ({"source": "text_files", "paths": ["{d}/missing.jsonl"]}, "does not exist"),
+    ({"sourc": "builtin"}, "eval.tasks.t.sourc is not a task setting"),
+])
+def test_bad_tasks_are_refused_in_one_line_before_training(cache_dir, tmp_path, task, message):
+    write_examples(tmp_path / "t.jsonl", [{"text": f"text {i}", "label": i % 2} for i in range(30)], "jsonl")
+    write_examples(tmp_path / "one.jsonl", [{"text": f"text {i}", "label": 1} for i in range(30)], "jsonl")
+    write_examples(tmp_path / "few.jsonl", [{"text": f"text {i}", "label": i} for i in range(3)] +
+                   [{"text": "text 3", "label": 3}], "jsonl")
+    task = {k: ([p.format(d=tmp_path) for p in v] if isinstance(v, list) else v) for k, v in task.items()}
+    if "few" in str(task.get("paths")):
+        task["max_train_examples"] = 3
+    settings = ", ".join(f"{k}: {json.dumps(v)}" for k, v in task.items())
+    cfg = config(cache_dir, "eval.tasks={}", f"+eval.tasks.t={{{settings}}}")
+    with pytest.raises(EvalError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
+        prepare_data(cfg)
+    assert "\n" not in str(err.value)
+
+
+def test_a_probe_task_that_holds_pretraining_documents_is_refused(cache_dir, tmp_path):
+    docs = [{"text": f"document {i} has several words of text about topic {i % 5}", "label": i % 2} for i in range(400)]
+    write_examples(tmp_path / "corpus.jsonl", docs, "jsonl")
+    cfg = config(cache_dir, "data=text_files", f"data.paths=[{tmp_path / 'corpus.jsonl'}]", "data.batch_size=2",
+                 "data.seq_len=16", "eval.tasks={}", f"+eval.tasks.t={{source: text_files, paths: [{tmp_path / 'corpus.jsonl'}]}}")
+    with pytest.raises(EvalError, match="documents of the pretraining data"):
+        prepare_data(cfg)
+
+
+def test_evaluation_settings_are_checked():
+    for probe, message in [({"protocol": "knn"}, "eval.probe.protocol=knn is unknown"),
+                           ({"finetune_lr": float("nan")}, "eval.probe.finetune_lr=nan"),
+                           ({"l2": -1.0}, "eval.probe.l2=-1.0"), ({"max_length": 0}, "eval.probe.max_length=0")]:
+        with pytest.raises(EvalError, match=message):
+            Evaluation(probe=probe).check()
