@@ -417,11 +417,13 @@ def test_guard_skip_counts_consecutive_non_finite_losses(tmp_path):
     assert state == {"consecutive": 2, "skipped": 4}
     resumed = NonFiniteGuard("skip", max_skips=2)
     resumed.load_state_dict(state)
-    with pytest.raises(NonFiniteLossError, match=r"non-finite \(nan\) 3 times in a row at step 0, more than the "
+    with pytest.raises(NonFiniteLossError, match=r"the loss became nan at step 0, 3 times in a row, more than the "
                                                  r"2 skips allowed"):
         resumed.check(nan, t)
-    # several values at once (loss, grad norm): any non-finite one counts
+    # several values at once (loss, grad norm): any non-finite one counts, and is named
     assert NonFiniteGuard("skip", 1).check(torch.tensor([1.0, float("inf")]), t) is True
+    with pytest.raises(NonFiniteLossError, match=r"^the gradient norm became inf at step 0 \(the weights were not"):
+        NonFiniteGuard("stop").check(torch.tensor([1.0, float("inf")]), t)
 
 
 def test_guard_stop_raises_at_the_first_non_finite_loss(tmp_path):
@@ -431,9 +433,9 @@ def test_guard_stop_raises_at_the_first_non_finite_loss(tmp_path):
     assert guard.check(torch.tensor(3.0), fresh_trainer(tmp_path)) is False
     with pytest.raises(NonFiniteLossError) as info:
         guard.check(torch.tensor(float("-inf")), fresh_trainer(tmp_path))
-    assert one_line(info.value) == (f"loss became -inf at step 0; the last good checkpoint is "
-                                    f"{tmp_path / 'checkpoints' / 'last.ckpt'}; lower trainer.lr or use "
-                                    f"trainer.nonfinite=skip")
+    assert one_line(info.value) == (f"the loss became -inf at step 0 (the weights were not updated); the last good "
+                                    f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower trainer.lr, or "
+                                    f"skip such steps with trainer.nonfinite=skip")
     with pytest.raises(ValueError, match="stop or skip"):
         NonFiniteGuard("ignore")
 
@@ -468,7 +470,7 @@ def test_skip_policy_stops_after_too_many_in_a_row_without_saving_the_broken_sta
     with pytest.raises(NonFiniteLossError) as info:
         t.fit(module, loader(8))
     message = one_line(info.value)
-    assert "3 times in a row at step 3" in message
+    assert "at step 3, 3 times in a row" in message
     assert f"the last good checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}" in message
     # nothing was written after the failure: the checkpoints are those of steps 1-3, weights finite
     assert steps_saved(tmp_path / "checkpoints") == {"last.ckpt": 3, "step1.ckpt": 1, "step2.ckpt": 2,
@@ -483,9 +485,9 @@ def test_stop_policy_in_a_real_run(tmp_path):
     t = trainer(tmp_path, [NonFiniteGuard("stop"), every_step_checkpoints(tmp_path)], max_steps=100, max_epochs=1)
     with pytest.raises(NonFiniteLossError) as info:
         t.fit(module, loader(8))
-    assert one_line(info.value) == (f"loss became nan at step 2; the last good checkpoint is "
-                                    f"{tmp_path / 'checkpoints' / 'last.ckpt'}; lower trainer.lr or use "
-                                    f"trainer.nonfinite=skip")
+    assert one_line(info.value) == (f"the loss became nan at step 2 (the weights were not updated); the last good "
+                                    f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower trainer.lr, or "
+                                    f"skip such steps with trainer.nonfinite=skip")
     assert steps_saved(tmp_path / "checkpoints") == {"last.ckpt": 2, "step1.ckpt": 1, "step2.ckpt": 2}
 
 
@@ -558,7 +560,7 @@ def test_redact_secret_keys_and_secret_looking_strings():
         "token": "t0k", "Secret": "s", "password": "p", "db-password": "p2", "hf_token": hf,
         "aws_secret_access_key": "AKIA", "auth": {"github_token": "ghp_1", "private_key": ["a", "b"]},
         "max_tokens": 1000, "mode_tokens": True, "hf_token_unset": None, "pad_token": "<pad>",
-        "mask_token": "[MASK]", "use_token": True, "key": "value stays: only *_key",
+        "mask_token": "[MASK]", "use_token": True, "key": "any setting named key is a secret",
         "notes": f"run with key {wandb_key} and {hf} at https://user:hunter2@example.com/x",
         "list": [{"token": "z"}, wandb_key, "plain"], "pair": ("a", wandb_key), "n": 3,
     }
@@ -569,12 +571,24 @@ def test_redact_secret_keys_and_secret_looking_strings():
     assert out["auth"] == {"github_token": "***", "private_key": ["***", "***"]}
     assert out["max_tokens"] == 1000 and out["mode_tokens"] is True and out["hf_token_unset"] is None
     assert out["pad_token"] == "<pad>" and out["mask_token"] == "[MASK]" and out["use_token"] is True
-    assert out["key"] == config["key"]
+    assert out["key"] == "***"
     assert out["notes"] == "run with key *** and *** at https://user:***@example.com/x"
     assert out["list"] == [{"token": "***"}, "***", "plain"] and out["pair"] == ("a", "***") and out["n"] == 3
     assert config["token"] == "t0k" and config["list"][0]["token"] == "z"  # a copy: the input is unchanged
     # an OmegaConf config redacts the same
     assert redact(OmegaConf.create({"logger": {"api_key": "abc"}})) == {"logger": {"api_key": "***"}}
+
+
+def test_secret_values_are_redacted_wherever_they_appear(monkeypatch):
+    """A key that is not 40 hex characters, and any secret setting's value, also inside names, tags and a
+    command line."""
+    from selfsup.reliability import register_secrets
+    monkeypatch.setenv("WANDB_API_KEY", "local-server-key-1234")
+    register_secrets({"logger": {"my_token": "tok-5678-abcd"}, "data": {"random_token_prob": 0.1}})
+    assert redact(["mlm-encoder-local-server-key-1234", "tag=tok-5678-abcd", "selfsup-train", "0.1"]) == \
+        ["mlm-encoder-***", "tag=***", "selfsup-train", "0.1"]
+    assert redact({"name": "x tok-5678-abcd y", "random_token_prob": 0.1}) == {"name": "x *** y",
+                                                                               "random_token_prob": 0.1}
 
 
 def test_rss_mb_sees_memory_being_used():

@@ -6,10 +6,11 @@ line, exit 2, no traceback. Hydra's and OmegaConf's own config errors are folded
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 
 class SelfSupError(Exception):
@@ -24,13 +25,6 @@ def user_errors() -> tuple[type[BaseException], ...]:
     if reliability is not None:  # else none of its errors can have been raised
         errors += (reliability.CheckpointError, reliability.NonFiniteLossError)
     return errors
-
-
-def check_run_dir(cfg: DictConfig, run_dir: Path) -> None:
-    """Before anything is written: the run dir holds no earlier run (unless resuming it)."""
-    if not cfg.resume and ((run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists()):
-        raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
-                           f"resume={run_dir}, or pick a new hydra.run.dir")
 
 
 def check_settings(cfg: DictConfig) -> None:
@@ -61,8 +55,27 @@ PRECISIONS = ("32-true", "32", "16-mixed", "16", "bf16-mixed", "bf16", "16-true"
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
 
 
+def non_finite(tree, prefix: str = ""):
+    """(dotted key, value) of the first NaN or infinite number in a nested config, or None."""
+    if isinstance(tree, dict):
+        items = tree.items()
+    elif isinstance(tree, list):
+        items = ((f"[{i}]", v) for i, v in enumerate(tree))
+    else:
+        return (prefix, tree) if isinstance(tree, float) and not math.isfinite(tree) else None
+    for key, value in items:
+        found = non_finite(value, f"{prefix}{key}" if str(key).startswith("[") or not prefix else f"{prefix}.{key}")
+        if found:
+            return found
+    return None
+
+
 def check_values(cfg: DictConfig) -> None:
     """Values of the right type but out of range: one line here, not a traceback from deep in a build."""
+    found = non_finite(OmegaConf.to_container(cfg, resolve=True))
+    if found:
+        raise SelfSupError(f"{found[0]}={found[1]} is not a finite number: set a number (or null where the "
+                           f"setting allows it)")
     a, t = cfg.architecture, cfg.trainer
     at_least_one = [("architecture.d_model", a.d_model), ("architecture.n_layers", a.n_layers),
                     ("architecture.n_heads", a.n_heads), ("architecture.d_ff", a.d_ff),

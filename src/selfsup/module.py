@@ -104,6 +104,7 @@ class SelfSupModule(L.LightningModule):
         self.resume_record = None    # config/vocabulary/tokenizer fingerprint stored in checkpoints
         self.nonfinite = None        # the NonFiniteGuard callback, when the trainer has one
         self._grad_norm = None       # global gradient norm of the last step, before clipping
+        self._grad_norm_before_step = None
 
     # ------------------------------------------------------------------ masks
     def generator(self, stream: str, *index: int) -> torch.Generator:
@@ -133,7 +134,14 @@ class SelfSupModule(L.LightningModule):
             self.flops_per_batch = counter.get_total_flops() * self.trainer.world_size
         sums = self.trainer.strategy.reduce(torch.stack([nll_sum, correct.float()]), reduce_op="sum")
         loss = sums[0] / max(total_scored, 1.0)
-        if self.nonfinite is not None and self.nonfinite.check(loss, self.trainer):
+        # a finite loss can still give non-finite gradients (a huge learning rate): both are checked before
+        # the optimizer step, so non-finite values never reach the weights. fp16's GradScaler unscales in
+        # opt.step (it skips steps with inf gradients itself); else the norm computed here is also the one
+        # that clips (on_before_optimizer_step)
+        self._grad_norm_before_step = None if self._scaled_gradients() else self.gradient_norm(opt)
+        checked = loss if self._grad_norm_before_step is None else torch.stack(
+            [loss, self._grad_norm_before_step.to(loss.device)])
+        if self.nonfinite is not None and self.nonfinite.check(checked, self.trainer):
             opt.zero_grad(set_to_none=True)  # skip this batch: no optimizer or scheduler step
             return None
         opt.step()  # clips in on_before_optimizer_step, after a mixed-precision scaler has unscaled
@@ -177,14 +185,26 @@ class SelfSupModule(L.LightningModule):
         unscaled the gradients (clipping in training_step would clip scaled ones, Lightning #18089);
         under FSDP the parameters are sharded DTensors and the norm is over all shards."""
         if not self.grad_clip:
-            self._grad_norm = None
+            self._grad_norm = self._grad_norm_before_step
             return
+        norm = self._grad_norm_before_step
+        if norm is None:  # fp16: the gradients were unscaled just now
+            norm = self.gradient_norm(optimizer)
         # the optimizer's parameter list: flat, unlike self.parameters(), which walks every submodule
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip, foreach=True)
-        if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor reduced over the shards
-            norm = norm.full_tensor()
+        torch.nn.utils.clip_grads_with_norm_(params, self.grad_clip, norm, foreach=True)
         self._grad_norm = norm.detach()  # before clipping; logged with the other train metrics
+
+    @staticmethod
+    def gradient_norm(optimizer) -> torch.Tensor:
+        """The global L2 norm of the gradients of the optimizer's parameters (over all FSDP shards)."""
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads, foreach=True) if grads else torch.zeros(())
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor over the shards
+
+    def _scaled_gradients(self) -> bool:
+        """fp16 mixed precision: the gradients are scaled until the optimizer step unscales them."""
+        return str(self.trainer.precision) in ("16-mixed", "16")
 
     # ------------------------------------------------------------------ validation
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
@@ -229,6 +249,18 @@ class SelfSupModule(L.LightningModule):
     def on_train_start(self) -> None:
         self._fit_start = (time.perf_counter(), self.tokens_seen)
         self._align_log_step = True
+        self.apply_optimizer_settings()
+
+    def apply_optimizer_settings(self) -> None:
+        """This run's learning rate, weight decay and betas, also over those a resumed checkpoint restored
+        (the scheduler's base learning rates come back from it): `resume=RUN trainer.lr=...` trains at
+        the new rate, on the schedule of the new warmup/decay settings, from the restored step on."""
+        opt, sched = self.optimizers(use_pl_optimizer=False), self.lr_schedulers()
+        for group, decay in zip(opt.param_groups, (self.weight_decay, 0.0)):
+            group.update(initial_lr=self.lr, weight_decay=decay, betas=self.betas)
+        sched.base_lrs = [self.lr] * len(opt.param_groups)
+        for group, factor in zip(opt.param_groups, (f(sched.last_epoch) for f in sched.lr_lambdas)):
+            group["lr"] = self.lr * factor
 
     def on_train_batch_start(self, tokens: torch.Tensor, batch_idx: int) -> None:
         if getattr(self, "_align_log_step", False):

@@ -20,11 +20,17 @@ class SweepSummary(Callback):
         (Optuna's SQLite study is created there before any job runs). A dir that already holds a
         sweep is refused before Hydra writes anything into it."""
         sweep_dir = Path(config.hydra.sweep.dir)
-        if sweep_dir.is_dir() and any(p.is_dir() or p.name == "optuna.db" for p in sweep_dir.iterdir()):
+        from selfsup.checks import SelfSupError
+        from selfsup.rundir import claim
+        try:  # one sweep at a time in a sweep dir (two launched in the same second share the default one)
+            claim(sweep_dir)
+        except SelfSupError as err:
+            print(f"error: {err}".replace("hydra.run.dir", "hydra.sweep.dir"), file=sys.stderr)
+            raise SystemExit(2) from None
+        if any(p.is_dir() or p.name == "optuna.db" for p in sweep_dir.iterdir()):
             print(f"error: hydra.sweep.dir={sweep_dir} already holds a sweep: nothing was overwritten; pick a "
                   f"new hydra.sweep.dir (or leave it out for a fresh timestamped one)", file=sys.stderr)
             raise SystemExit(2)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
         from hydra.core.override_parser.overrides_parser import OverridesParser
         overrides = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
         parsed = OverridesParser.create().parse_overrides(overrides)

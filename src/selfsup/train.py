@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import sys
 import traceback
@@ -19,7 +21,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from selfsup.checks import SelfSupError, check_run_dir, check_settings, config_error_line, user_errors
+from selfsup.checks import SelfSupError, check_settings, config_error_line, user_errors
 from selfsup.config import launched_rank, register
 from selfsup.wandb_utils import finish_wandb, make_loggers, start_wandb
 
@@ -149,9 +151,12 @@ def plugins() -> list:
     return found
 
 
-def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: bool = False) -> dict:
+def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: bool = False,
+        progress: dict | None = None) -> dict:
     """Build and train one run. Rank 0 owns loggers and the run summary; other DDP ranks
-    (selfsup.worker) train alongside without either."""
+    (selfsup.worker) train alongside without either. progress["training"] is set once training starts:
+    a resume refused before that leaves its run dir (summary.json, W&B run) as it was."""
+    progress = {} if progress is None else progress
     # a single run checks its data before Lightning is imported (a sweep job: after its W&B run starts)
     prepared = None if loggers_first else prepare_data(cfg)
     import lightning as L
@@ -172,26 +177,28 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     status, error = "failed", None
     summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name, "swept": swept_values(cfg),
                "run_dir": str(run_dir)}
-    preemption = PreemptionHandler(dirpath=run_dir / "checkpoints")
+    preemption = PreemptionHandler(dirpath=run_dir / "checkpoints", resume_hint=f"selfsup-train resume={run_dir}")
     try:
         loggers = start_wandb(loggers, run_dir)
         if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
             check_settings(cfg)
             check_objective(cfg)
         dm, objective, model, module = build(cfg, prepared)
-        if rank_zero and not loggers_first:
-            loggers = make_loggers(cfg, run_dir)
-            loggers = start_wandb(loggers, run_dir)
         tokenizer_hash = hashlib.sha256(dm.tokenizer.to_str().encode()).hexdigest()
         plain = OmegaConf.to_container(cfg, resolve=True)
         module.resume_record = resume_state(plain, dm.vocab.size, tokenizer_hash)
         if cfg.ckpt_path:  # refuse a checkpoint of another objective, architecture, data or tokenizer
             check_resume_compatible(cfg.ckpt_path, plain, dm.vocab.size, tokenizer_hash)
+        if rank_zero and not loggers_first:
+            loggers = make_loggers(cfg, run_dir)
+            loggers = start_wandb(loggers, run_dir)
         summary["parameters"] = model.num_parameters()
         best = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best-step{step:06d}",
                                auto_insert_metric_name=False, monitor="val/loss", mode="min", save_top_k=1)
         last = LastCheckpoint(run_dir / "checkpoints" / "last.ckpt", t.checkpoint_every_n_steps or t.val_check_interval)
-        callbacks = [best, last, NonFiniteGuard(t.nonfinite, t.nonfinite_max_skips), preemption,
+        guard = NonFiniteGuard(t.nonfinite, t.nonfinite_max_skips,
+                               resume_hint=f"selfsup-train resume={run_dir} trainer.lr={t.lr / 10:g}")
+        callbacks = [best, last, guard, preemption,
                      TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps)))]
         if t.progress_bar and sys.stdout.isatty():
             callbacks.append(RichProgressBar())
@@ -209,6 +216,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
                                 "raw_length": objective.raw_length, "world_size": trainer.world_size,
                                 "batch_size_per_device": cfg.data.batch_size,
                                 "global_batch_size": summary["global_batch_size"]})
+        progress["training"] = True
         trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         summary.update(steps=trainer.global_step, val_loss=metrics.get("val/loss"),
@@ -225,19 +233,44 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
             for lg in loggers:
                 if hasattr(lg, "experiment") and hasattr(lg.experiment, "mark_preempting"):
                     lg.experiment.mark_preempting()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit) as err:
+        # Lightning turns Ctrl-C into sys.exit(1), and a second SIGTERM (the first one preempts) into its
+        # SIGTERMException, a SystemExit with status 0: either is an interrupted run, exit 130 / 143
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
         status = "interrupted"
-        raise
+        error = "interrupted by SIGTERM" if isinstance(err, SIGTERMException) else "interrupted (Ctrl-C)"
+        raise SystemExit(143 if isinstance(err, SIGTERMException) else 130) from None
     except Exception as err:  # recorded in the run dir and W&B, then re-raised
         error = str(err) if isinstance(err, user_errors()) else f"{type(err).__name__}: {err}"
         raise
     finally:
         summary.update(status=status, error=error,
                        wandb_dir=finish_wandb(loggers, 0 if status in ("finished", "preempted") else 1))
+        if rank_zero and (not cfg.resume or progress.get("training")):
+            write_summary(run_dir, summary)
         if rank_zero:
-            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
             leave_distributed(env_before)
     return summary
+
+
+def write_summary(run_dir: Path, summary: dict) -> None:
+    """summary.json as strict JSON (null for NaN and infinities), written atomically: valid or absent (a full
+    disk keeps the previous file); a finished run's stale error.txt goes."""
+    def strict(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: strict(v) for k, v in value.items()}
+        return [strict(v) for v in value] if isinstance(value, list) else value
+    tmp = run_dir / ".summary.json.tmp"
+    try:
+        tmp.write_text(json.dumps(strict(summary), indent=2, allow_nan=False))
+        os.replace(tmp, run_dir / "summary.json")
+        if summary.get("status") == "finished":
+            (run_dir / "error.txt").unlink(missing_ok=True)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        log.warning(f"could not write {run_dir / 'summary.json'}: {err.strerror}")
 
 
 def swept_values(cfg: DictConfig) -> dict:
@@ -277,21 +310,21 @@ def requeue_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
 
 
 def resumed_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
-    """`resume=RUN_DIR`: that run's config, with this command's key=value overrides on top, from
-    its last checkpoint."""
-    original, last = run_dir / ".hydra" / "config.yaml", run_dir / "checkpoints" / "last.ckpt"
-    if not original.is_file():
-        raise SelfSupError(f"resume={run_dir} is not a selfsup run dir (no .hydra/config.yaml): pass the dir of "
-                           f"a run, e.g. outputs/<date>/<time>")
+    """`resume=RUN_DIR`: that run's config, with this command's key=value overrides on top (checked by
+    selfsup.rundir.RunDirGuard before Hydra wrote anything), from its last checkpoint; a run that stopped
+    before its first checkpoint starts again from step 0 in its dir, as a new W&B run."""
+    from selfsup.rundir import merged_config
+    merged = merged_config(run_dir, list(HydraConfig.get().overrides.task))
+    last = run_dir / "checkpoints" / "last.ckpt"
+    merged.resume, merged.ckpt_path = str(run_dir), str(last) if last.is_file() else None
     if not last.is_file():
-        raise SelfSupError(f"resume={run_dir} has no checkpoints/last.ckpt to continue from: start it again instead")
-    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-    groups = [o for o in overrides if "=" in o and "." not in o.split("=", 1)[0]]
-    if groups:
-        raise SelfSupError(f"resume cannot change config groups ({', '.join(groups)}): the run keeps its "
-                           f"objective, architecture and data; override single keys such as trainer.max_steps=…")
-    merged = OmegaConf.merge(OmegaConf.load(original), OmegaConf.from_dotlist(overrides))
-    merged.resume, merged.ckpt_path = str(run_dir), str(last)
+        log.warning(f"{run_dir} has no checkpoint yet (it stopped before its first one): training it from the "
+                    f"start in the same dir")
+        (run_dir / "wandb-run-id").unlink(missing_ok=True)
+    # what this resume really trains with, beside Hydra's record of the command (.hydra/resume-<time>/)
+    record = Path(HydraConfig.get().runtime.output_dir) / HydraConfig.get().output_subdir / "config.yaml"
+    if record.parent.is_dir():
+        OmegaConf.save(merged, record)
     return merged
 
 
@@ -307,30 +340,31 @@ def hydra_main(cfg: DictConfig) -> float | None:
     # under torchrun or srun every rank runs this app in the same run dir (selfsup.config.run_dir);
     # rank 0 owns the loggers, the summary and the error files, as with selfsup's own launch
     rank = launched_rank()
+    progress = {}
     try:
         requeued = requeue_checkpoint(cfg, run_dir)
         if requeued:  # a SLURM job requeued by Lightning after SIGUSR1: same command, same run dir
             cfg.resume, cfg.ckpt_path = str(run_dir), str(requeued)
         elif cfg.resume:
             cfg = resumed_config(cfg, run_dir)
-        if rank == 0:  # (ranks > 0 share rank 0's dir)
-            check_run_dir(cfg, run_dir)
         if not multirun:  # (in a sweep, after its W&B run has started: a failed job is a failed W&B run)
             check_settings(cfg)
             check_objective(cfg)
-        summary = fit(cfg, run_dir, rank_zero=rank == 0, loggers_first=multirun)
+        summary = fit(cfg, run_dir, rank_zero=rank == 0, loggers_first=multirun, progress=progress)
     except Exception as err:
         user_error = isinstance(err, user_errors())
         message = f"error: {err}" if user_error else f"error: {type(err).__name__}: {err}"
-        if rank == 0 and (not earlier_run or cfg.resume):
-            (run_dir / "error.txt").write_text(message + "\n")
+        if rank == 0 and (not earlier_run or progress.get("training")):  # a refused resume changes nothing
+            with contextlib.suppress(OSError):  # a full disk: the message still reaches the console
+                (run_dir / "error.txt").write_text(message + "\n")
         if multirun:
             # a failing job does not end the sweep: it is recorded (error.txt, summary.json, a failed
             # W&B run). The basic sweeper gets NaN and goes on; Optuna's sweeper needs the exception
             # to record a failed trial (it cannot tell NaN); it stops the study once failed trials
             # exceed hydra.sweeper.max_failure_rate (default 0: the first failure).
             if not user_error:
-                (run_dir / "traceback.txt").write_text(traceback.format_exc())
+                with contextlib.suppress(OSError):
+                    (run_dir / "traceback.txt").write_text(traceback.format_exc())
             log.error(message)
             if "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
                 raise
@@ -355,6 +389,7 @@ def optimized_value(cfg: DictConfig, summary: dict) -> float | None:
 
 def main() -> None:
     register()
+    logging.raiseExceptions = False  # a log file that cannot be written (a full disk): no traceback per line
     if not CONF_DIR.is_dir():
         sys.exit(f"error: config folder {CONF_DIR} not found: install selfsup with `pip install -e .` "
                  f"from its checkout, or set SELFSUP_CONF to the conf/ folder")

@@ -61,8 +61,9 @@ def run_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
 def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
     from lightning.pytorch.loggers import CSVLogger
 
-    from selfsup.reliability import redact
+    from selfsup.reliability import redact, register_secrets
     from wandb import Settings as wandb_settings
+    register_secrets(OmegaConf.to_container(cfg, resolve=True))  # their values leave every name, tag and record
     loggers, csv = [], None
     if cfg.logger.csv:
         # a resumed run writes its own CSV beside the first (Lightning would overwrite metrics.csv)

@@ -64,6 +64,9 @@ def _expand_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
                     f"data.paths: folder {path} holds no .txt, .jsonl or .parquet files: add some or pass other paths"
                 )
             files += found
+        elif not path.is_file():
+            raise DataError(f"data.paths: {path} is not a regular file (a FIFO, socket or device, which reading "
+                            f"could wait on for ever): pass .txt/.jsonl/.parquet files or folders")
         elif path.suffix.lower() not in SUPPORTED_SUFFIXES:
             raise DataError(
                 f"data.paths: {path} has unsupported extension '{path.suffix or '(none)'}': "

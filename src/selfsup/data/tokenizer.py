@@ -6,16 +6,19 @@ tokenizer settings and FORMAT_VERSION. `<cache_dir>/<key[:16]>/` holds
     tokenizer.json   the trained tokenizer (trained on the training split only)
     train.npy        training documents' ids, each followed by eos, concatenated (uint16 / uint32)
     val.npy          the same for validation
-    meta.json        counts and settings (written last)
+    meta.json        counts, settings and each file's size and blake2b checksum (written last)
 
 A cache folder is built under a temporary name and renamed into place, so it is either complete
-or absent; when another process got there first, its copy is kept and ours discarded.
+or absent; when another process got there first, its copy is kept and ours discarded. A cache whose
+files no longer match their sizes and checksums (overwritten, truncated, deleted) is rebuilt, with a
+warning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -31,7 +34,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from selfsup.data.sources import DataError, split_documents
 from selfsup.data.vocab import WORD_START_MARKER, Vocab, special_tokens
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta.json records each file's size and checksum
 N_BYTES = 256  # the byte-level alphabet every byte-level BPE vocabulary holds
 _ENCODE_CHUNK = 4096  # documents per encode_batch call (bounds the memory held by Encoding objects)
 
@@ -140,6 +143,32 @@ class TokenCache:
     built: bool  # False when an existing cache was reused
 
 
+CACHE_FILES = ("tokenizer.json", "train.npy", "val.npy")
+
+
+def file_record(path: Path) -> dict:
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "blake2b").hexdigest()
+    return {"bytes": path.stat().st_size, "blake2b": digest}
+
+
+def cache_damage(folder: Path) -> str | None:
+    """None when every file of the cache matches its size and checksum in meta.json, else what is wrong."""
+    try:
+        recorded = json.loads((folder / "meta.json").read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "meta.json is unreadable or records no files"
+    for name in CACHE_FILES:
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != recorded.get(name, {}).get("bytes"):
+            return f"{name} has {path.stat().st_size} bytes, the manifest says {recorded.get(name, {}).get('bytes')}"
+        if file_record(path)["blake2b"] != recorded[name].get("blake2b"):
+            return f"{name} does not match its checksum (its bytes were changed)"
+    return None
+
+
 def _load(path: Path, built: bool) -> TokenCache:
     return TokenCache(
         path=path,
@@ -190,6 +219,7 @@ def _build(
         "val_fraction": val_fraction,
         "dtype": str(arrays["train"].dtype),
         "build_seconds": round(time.perf_counter() - started, 3),
+        "files": {name: file_record(folder / name) for name in CACHE_FILES},
     }
     (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -209,7 +239,17 @@ def build_or_load_cache(
     cache_dir = Path(cache_dir).expanduser()
     target = cache_dir / key[:16]
     if (target / "meta.json").is_file():
-        return _load(target, built=False)
+        damage = cache_damage(target)
+        if damage is None:
+            return _load(target, built=False)
+        logging.getLogger("selfsup").warning(f"token cache {target} is damaged ({damage}): rebuilding it")
+        aside = target.with_name(f".damaged-{target.name}-{os.getpid()}")
+        try:
+            os.rename(target, aside)  # atomic: a process reading it keeps its open files
+            shutil.rmtree(aside, ignore_errors=True)
+        except OSError as e:
+            raise DataError(f"token cache {target} is damaged ({damage}) and cannot be moved aside "
+                            f"({e.strerror}): delete that folder, then run again") from None
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

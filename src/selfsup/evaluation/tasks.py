@@ -176,8 +176,9 @@ def read_labelled(path: str, text_field: str, label_field: str, setting=lambda k
     """(text, label) rows of a .jsonl / .csv / .parquet file; empty texts dropped."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise EvalError(f"{setting('paths')}: {p} does not exist" + (" (it is a folder)" if p.is_dir() else "")
-                        + ": pass .jsonl/.csv/.parquet files")
+        what = ("is a folder" if p.is_dir() else "is not a regular file (a FIFO, socket or device)" if p.exists()
+                else "does not exist")
+        raise EvalError(f"{setting('paths')}: {p} {what}: pass .jsonl/.csv/.parquet files")
     suffix = p.suffix.lower()
     if suffix not in LABELLED_SUFFIXES:
         raise EvalError(f"{setting('paths')}: {p} has unsupported extension '{suffix or '(none)'}': use "

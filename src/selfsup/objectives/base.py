@@ -8,6 +8,7 @@ Lightning.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -100,8 +101,14 @@ class Objective:
         return (tokens != self.vocab.pad_id).sum()
 
 
+def check_finite(name: str, value: float) -> None:
+    if not math.isfinite(value):
+        raise ObjectiveError(f"{name}={value} is not a finite number: set a number")
+
+
 def check_probability(name: str, value: float, *, open_low: bool = False, open_high: bool = False,
                       why_low: str = "", why_high: str = "") -> None:
+    check_finite(name, value)
     low_bad = value <= 0 if open_low else value < 0
     high_bad = value >= 1 if open_high else value > 1
     if low_bad or high_bad:

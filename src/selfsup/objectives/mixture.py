@@ -6,6 +6,7 @@ its family (R, X or S) prepended to the encoder input, as in UL2's paradigm toke
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -47,13 +48,16 @@ class Mixture(Objective):
         for i, d in enumerate(denoisers):
             if d.family not in FAMILIES:
                 raise ObjectiveError(f"objective.denoisers[{i}].family={d.family!r} is unknown: use R, X or S")
+            if not math.isfinite(d.weight):
+                raise ObjectiveError(f"objective.denoisers[{i}].weight={d.weight} is not a finite number")
             if d.weight < 0:
                 raise ObjectiveError(f"objective.denoisers[{i}].weight={d.weight} is negative: use a weight >= 0")
             if d.family == "S":
                 self.members.append(PrefixLM(vocab, seq_len, self.architecture))
             else:
                 self.members.append(SpanCorruption(vocab, seq_len, self.architecture, mask_rate=d.mask_rate,
-                                                   mean_span_length=d.mean_span_length, raw_length=seq_len))
+                                                   mean_span_length=d.mean_span_length, raw_length=seq_len,
+                                                   setting=f"objective.denoisers[{i}]"))
         weights = torch.tensor([d.weight for d in denoisers], dtype=torch.float)
         if weights.sum() <= 0:
             raise ObjectiveError("objective.denoisers weights sum to 0: give at least one a positive weight")

@@ -28,6 +28,9 @@ class PrefixLM(Objective):
     def __call__(self, tokens: torch.Tensor, generator: torch.Generator) -> ObjectiveBatch:
         B, L = tokens.shape
         split = self.split_points(B, L, generator, tokens.device)
+        # a row padded on the right: its prefix ends before the padding (a full row keeps its draw)
+        real = (tokens != self.vocab.pad_id).sum(dim=1)
+        split = torch.minimum(split, (real - 1).clamp(min=1))
         pos = torch.arange(L, device=tokens.device)
         if self.architecture == "decoder":
             # target j is token j+1; it is scored when token j+1 lies after the prefix

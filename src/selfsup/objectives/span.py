@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from selfsup.data.vocab import Vocab
-from selfsup.objectives.base import Objective, ObjectiveBatch, ObjectiveError, check_probability
+from selfsup.objectives.base import Objective, ObjectiveBatch, ObjectiveError, check_finite, check_probability
 
 
 def span_counts(raw_length: int, mask_rate: float, mean_span_length: float) -> tuple[int, int]:
@@ -61,14 +61,17 @@ class SpanCorruption(Objective):
     architectures = ("encoder_decoder",)
 
     def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None, *,
-                 mask_rate: float = 0.15, mean_span_length: float = 3.0, raw_length: int | None = None):
-        """seq_len is the encoder input length; raw_length overrides the window (then seq_len is derived)."""
+                 mask_rate: float = 0.15, mean_span_length: float = 3.0, raw_length: int | None = None,
+                 setting: str = "objective"):
+        """seq_len is the encoder input length; raw_length overrides the window (then seq_len is derived).
+        setting: the config node named in errors (UL2: objective.denoisers[i])."""
         super().__init__(vocab, seq_len, architecture)
-        check_probability("objective.mask_rate", mask_rate, open_low=True, open_high=True,
+        check_probability(f"{setting}.mask_rate", mask_rate, open_low=True, open_high=True,
                           why_low="0% hides nothing and teaches nothing",
                           why_high="100% leaves no context to predict from")
+        check_finite(f"{setting}.mean_span_length", mean_span_length)
         if mean_span_length < 1:
-            raise ObjectiveError(f"objective.mean_span_length={mean_span_length} is below 1: "
+            raise ObjectiveError(f"{setting}.mean_span_length={mean_span_length} is below 1: "
                                  f"a span holds at least one token, use a value >= 1 (T5: 3)")
         self.mask_rate = mask_rate
         self.mean_span_length = mean_span_length
@@ -82,11 +85,17 @@ class SpanCorruption(Objective):
             raise ObjectiveError(f"data.seq_len={seq_len} is too short for span corruption: the shortest "
                                  f"window ({self._raw} tokens, one hidden) needs {self.inputs_length} encoder "
                                  f"positions (kept token, sentinel, eos): use data.seq_len >= {self.inputs_length}")
+        if self.spans > self._raw - self.noise:
+            raise ObjectiveError(
+                f"{setting}.mask_rate={mask_rate} with mean_span_length={mean_span_length} cuts a window of "
+                f"{self._raw} tokens into {self.spans} noise spans but keeps only {self._raw - self.noise} tokens "
+                f"to separate them: T5's layout needs a kept token before each span; lower {setting}.mask_rate or "
+                f"raise {setting}.mean_span_length")
         if self.spans > vocab.n_sentinels:
             raise ObjectiveError(
                 f"span corruption needs {self.spans} sentinels per sequence but the vocabulary has "
                 f"{vocab.n_sentinels}: raise data.n_sentinels to {self.spans} or more, or lower "
-                f"data.seq_len / objective.mask_rate, or raise objective.mean_span_length")
+                f"data.seq_len / {setting}.mask_rate, or raise {setting}.mean_span_length")
 
     @property
     def raw_length(self) -> int:
@@ -115,6 +124,9 @@ class SpanCorruption(Objective):
         B, L = tokens.shape
         if L != self._raw:
             raise ObjectiveError(f"span corruption was built for windows of {self._raw} tokens, got {L}")
+        if bool((tokens == self.vocab.pad_id).any()):
+            raise ObjectiveError("span corruption reads packed windows without padding (T5's layout has no room "
+                                 "for per-row lengths): pack the text into full windows, as the lab's data module does")
         keep, noise = self.span_lengths(B, generator, tokens.device)
         keep_start = (keep + noise).cumsum(dim=1) - (keep + noise)  # where non-noise span j starts
         # encoder: each non-noise span followed by the sentinel of the noise span it replaces

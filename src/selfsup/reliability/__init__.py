@@ -40,7 +40,7 @@ from selfsup.reliability.checkpoints import (
     resume_state,
     slurm_resume_checkpoint,
 )
-from selfsup.reliability.redact import redact, rss_mb
+from selfsup.reliability.redact import redact, register_secrets, rss_mb
 
 __all__ = [
     "SAFE_GLOBALS",
@@ -59,6 +59,7 @@ __all__ = [
     "check_resume_compatible",
     "load_checkpoint_safely",
     "redact",
+    "register_secrets",
     "resume_fingerprint",
     "resume_state",
     "rss_mb",

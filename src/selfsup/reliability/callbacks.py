@@ -62,8 +62,21 @@ class LastCheckpoint(Checkpoint):
             self._save(trainer)
 
     def _save(self, trainer) -> None:
+        finite = finite_weights(trainer.lightning_module)
+        if trainer.world_size > 1:  # a sharded model: every rank checked its shards; the save is collective
+            finite = bool(trainer.strategy.reduce_boolean_decision(finite, all=True))
+        if not finite:  # never a "last good" checkpoint with NaN weights
+            log.warning(f"step {trainer.global_step}: the weights are not finite; {self.path} keeps the last "
+                        f"finite ones")
+            return
         trainer.save_checkpoint(self.path, weights_only=False)
         self.saved = (trainer.global_step, _best(trainer))
+
+
+def finite_weights(module) -> bool:
+    """Every parameter of the module is finite (FSDP: this rank's shards)."""
+    params = [p.detach().to_local() if hasattr(p, "to_local") else p.detach() for p in module.parameters()]
+    return not params or bool(torch.stack([torch.isfinite(p).all() for p in params]).all())
 
 
 def _best(trainer) -> str:
@@ -92,13 +105,14 @@ class NonFiniteGuard(Callback):
     """
 
     def __init__(self, policy: str = "stop", max_skips: int = 10, *, policy_setting: str = "trainer.nonfinite",
-                 lr_setting: str = "trainer.lr"):
+                 lr_setting: str = "trainer.lr", resume_hint: str | None = None):
         if policy not in ("stop", "skip"):
             raise ValueError(f"{policy_setting} must be stop or skip, not {policy!r}")
         if max_skips < 0:
             raise ValueError(f"max_skips must be >= 0, not {max_skips}")
         self.policy, self.max_skips = policy, int(max_skips)
         self.policy_setting, self.lr_setting = policy_setting, lr_setting
+        self.resume_hint = resume_hint  # a command that continues from the last checkpoint with a lower lr
         self.consecutive = 0   # non-finite losses in a row, up to now
         self.skipped = 0       # steps skipped in this run, in total
 
@@ -107,14 +121,14 @@ class NonFiniteGuard(Callback):
         """The guard among the trainer's callbacks (for the module's on_fit_start), or None."""
         return next((cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)), None)
 
-    def check(self, loss: torch.Tensor, trainer) -> bool:
+    def check(self, values: torch.Tensor, trainer, names: Sequence[str] = ("loss", "gradient norm")) -> bool:
         """True: skip this optimizer step. Raises NonFiniteLossError when the policy says stop.
 
-        ``loss`` may hold several values (the loss and the gradient norm, say): any non-finite one
-        counts. Pass the loss reduced over devices, or every rank must see the same verdict: with
-        several devices the verdict is reduced (any rank non-finite -> all skip or stop).
+        ``values``: the loss, or the loss and the gradient norm (``names`` says which is which); any
+        non-finite one counts. Pass values reduced over devices, or every rank must see the same
+        verdict: with several devices the verdict is reduced (any rank non-finite -> all skip or stop).
         """
-        values = loss.detach().float().reshape(-1)
+        values = values.detach().float().reshape(-1)
         bad = not bool(torch.isfinite(values).all())
         if getattr(trainer, "world_size", 1) > 1:
             bad = bool(trainer.strategy.reduce_boolean_decision(bad, all=False))
@@ -123,20 +137,24 @@ class NonFiniteGuard(Callback):
             return False
         self.consecutive += 1
         finite = torch.isfinite(values)
-        value = str(values[~finite][0].item()) if (~finite).any() else "non-finite on another device"
+        if (~finite).any():
+            first = int((~finite).nonzero()[0])
+            what = f"the {names[first] if first < len(names) else 'loss'} became {values[first].item()}"
+        else:
+            what = "a loss or gradient became non-finite on another device"
         step = trainer.global_step
+        then = (f"continue from it with a lower learning rate: {self.resume_hint}" if self.resume_hint
+                else f"lower {self.lr_setting}")
         if self.policy == "stop":
             raise NonFiniteLossError(
-                f"loss became {value} at step {step}; the last good checkpoint is {_last_checkpoint(trainer)}; "
-                f"lower {self.lr_setting} or use {self.policy_setting}=skip")
+                f"{what} at step {step} (the weights were not updated); the last good checkpoint is "
+                f"{_last_checkpoint(trainer)}; {then}, or skip such steps with {self.policy_setting}=skip")
         if self.consecutive > self.max_skips:
             raise NonFiniteLossError(
-                f"loss was non-finite ({value}) {self.consecutive} times in a row at step {step}, more than the "
-                f"{self.max_skips} skips allowed; the last good checkpoint is {_last_checkpoint(trainer)}; "
-                f"lower {self.lr_setting}")
+                f"{what} at step {step}, {self.consecutive} times in a row, more than the {self.max_skips} skips "
+                f"allowed; the last good checkpoint is {_last_checkpoint(trainer)}; {then}")
         self.skipped += 1
-        log.warning(f"loss became {value} at step {step}: step skipped ({self.consecutive} in a row, "
-                    f"at most {self.max_skips})")
+        log.warning(f"{what} at step {step}: step skipped ({self.consecutive} in a row, at most {self.max_skips})")
         return True
 
     def state_dict(self) -> dict[str, Any]:
@@ -172,8 +190,9 @@ class PreemptionHandler(Callback):
     """
 
     def __init__(self, dirpath=None, filename: str = "last.ckpt",
-                 signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR1)):
+                 signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR1), resume_hint: str | None = None):
         self.dirpath, self.filename, self.signals = dirpath, filename, tuple(signals)
+        self.resume_hint = resume_hint  # the command that continues the run
         self.preempted: str | None = None        # name of the signal that stopped training
         self.checkpoint_path: str | None = None  # the checkpoint written for it
         self._received: int | None = None
@@ -242,7 +261,7 @@ class PreemptionHandler(Callback):
         self.checkpoint_path = path
         trainer.should_stop = True
         log.warning(f"{self.preempted}: saved {path} at step {trainer.global_step}; stopping. "
-                    f"Resume with ckpt_path={path}")
+                    f"Continue with: {self.resume_hint or f'selfsup-train ckpt_path={path}'}")
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._restore()

@@ -1,0 +1,158 @@
+"""The run dir: checked and claimed before Hydra writes anything into it.
+
+`RunDirGuard` is a Hydra callback (conf/train.yaml, hydra.callbacks). At the start of a single run,
+before Hydra creates the run dir and writes `.hydra/`, it
+
+- refuses a run dir that is a file, lies under a file, or already holds a run (use resume=);
+- for `resume=RUN`: refuses a path that does not exist or is no run dir, overrides of config groups or
+  of settings the checkpoint was trained with, and a run that already reached its trainer.max_steps —
+  all before anything in RUN changes;
+- claims the dir for this process with an exclusive lock on `RUN_DIR/.selfsup.lock` (released when the
+  process ends, even by kill -9): a second selfsup-train into the same dir is refused.
+
+Each refusal is one line on stderr and exit status 2. Ranks > 0 of a torchrun/srun job share rank 0's
+dir and claim nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from selfsup.checks import SelfSupError
+from selfsup.config import launched_rank
+
+LOCK = ".selfsup.lock"
+_claimed: dict[str, object] = {}  # run dir -> its open, locked lock file (held until the process ends)
+
+
+class RunDirGuard(Callback):
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        if launched_rank() != 0:
+            return
+        try:
+            overrides = list(config.hydra.overrides.task)
+            if config.resume:
+                check_resume(Path(config.resume), overrides)
+            else:
+                check_new_run_dir(Path(config.hydra.run.dir))
+            claim(Path(config.hydra.run.dir))
+        except SelfSupError as err:
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+def _file_above(path: Path) -> Path | None:
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return None
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """A fresh run: its dir is new, or empty of runs."""
+    blocker = _file_above(run_dir)
+    if blocker == run_dir:
+        raise SelfSupError(f"hydra.run.dir={run_dir} is a file: pick a folder for the run")
+    if blocker is not None:
+        raise SelfSupError(f"hydra.run.dir={run_dir} lies under {blocker}, which is a file: pick another folder")
+    if (run_dir / "summary.json").exists() or any((run_dir / "checkpoints").glob("*.ckpt")):
+        raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
+                           f"resume={run_dir}, or pick a new hydra.run.dir")
+    if (run_dir / ".hydra" / "config.yaml").is_file():
+        raise SelfSupError(f"{run_dir} holds a run that stopped before its first checkpoint: nothing was "
+                           f"overwritten; run it again from the start in that dir with resume={run_dir}, or pick "
+                           f"a new hydra.run.dir")
+
+
+def claim(run_dir: Path) -> None:
+    """Lock run_dir for this process (creating it); SelfSupError when another process holds it."""
+    key = str(run_dir.resolve())
+    if key in _claimed:
+        return
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(run_dir / LOCK, "a+")
+    except OSError as err:
+        raise SelfSupError(f"cannot create the run dir {run_dir}: {err.strerror}: pick a writable "
+                           f"hydra.run.dir") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "?"
+        lock.close()
+        raise SelfSupError(f"{run_dir} is in use by another selfsup-train (pid {holder}): nothing was written; "
+                           f"wait for it to end, or pick another hydra.run.dir") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    _claimed[key] = lock
+
+
+def resume_overrides(overrides: list[str], run_dir: Path | None = None) -> list[str]:
+    """The key=value overrides a resume applies on top of the run's config. A config group may be named
+    only with the option the run used (repeating the original command); another one is refused."""
+    kept = [o for o in overrides if not o.startswith("resume=")]
+    choices = {}
+    if run_dir is not None and (run_dir / ".hydra" / "hydra.yaml").is_file():
+        choices = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices
+    groups = [o for o in kept if "=" in o and "." not in o.split("=", 1)[0].lstrip("+~")]
+    kept = [o for o in kept if o not in groups]
+    groups = [o for o in groups if str(choices.get(o.split("=", 1)[0])) != o.split("=", 1)[1]]
+    if groups:
+        raise SelfSupError(f"resume cannot change config groups ({', '.join(groups)}): the run keeps its "
+                           f"objective, architecture and data; override single keys such as trainer.max_steps=…")
+    return kept
+
+
+def merged_config(run_dir: Path, overrides: list[str]) -> DictConfig:
+    """The run's recorded config with this command's key=value overrides on top."""
+    return OmegaConf.merge(OmegaConf.load(run_dir / ".hydra" / "config.yaml"),
+                           OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides(overrides, run_dir)]))
+
+
+def check_resume(run_dir: Path, overrides: list[str]) -> None:
+    """resume=RUN: refused, with RUN untouched, unless RUN can continue with these overrides."""
+    if not run_dir.exists():
+        raise SelfSupError(f"resume={run_dir} does not exist: pass the dir of a run, e.g. outputs/<date>/<time>")
+    if not run_dir.is_dir():
+        raise SelfSupError(f"resume={run_dir} is a file, not a run dir: pass the folder that holds the run's "
+                           f".hydra/ and checkpoints/")
+    if not (run_dir / ".hydra" / "config.yaml").is_file():
+        raise SelfSupError(f"resume={run_dir} is not a selfsup run dir (no .hydra/config.yaml): pass the dir of "
+                           f"a run, e.g. outputs/<date>/<time>")
+    merged = merged_config(run_dir, overrides)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        return  # it stopped before its first checkpoint: it starts again from step 0 (train.resumed_config)
+    from selfsup.reliability import load_checkpoint_safely, resume_fingerprint
+    checkpoint = load_checkpoint_safely(last, mmap=True)
+    step = int(checkpoint.get("global_step", 0))
+    summary = run_dir / "summary.json"
+    try:
+        finished = json.loads(summary.read_text()).get("status") == "finished"
+    except (OSError, ValueError, AttributeError):
+        finished = False
+    max_steps = merged.trainer.max_steps
+    if finished and step >= max_steps:
+        raise SelfSupError(f"resume={run_dir}: the run finished at step {step} and trainer.max_steps={max_steps}: "
+                           f"nothing to continue, the run is unchanged; to train it further raise the limit, e.g. "
+                           f"selfsup-train resume={run_dir} trainer.max_steps={2 * step}")
+    stored = (checkpoint.get("selfsup") or {}).get("config")
+    if isinstance(stored, dict):
+        plain = OmegaConf.to_container(merged, resolve=True)
+        then, now = resume_fingerprint(stored, 0, ""), resume_fingerprint(plain, 0, "")
+        changed = [key for key in now if key in then and then[key] != now[key] and not key.startswith("tokenizer.")]
+        if changed:
+            key = changed[0]
+            raise SelfSupError(f"resume={run_dir} cannot change {key} (the run trained with {then[key]}, this "
+                               f"command asks for {now[key]}): the run is unchanged; drop that override to continue "
+                               f"it (a run with other settings is a new run, without resume=)")
