@@ -433,7 +433,7 @@ def test_guard_stop_raises_at_the_first_non_finite_loss(tmp_path):
     assert guard.check(torch.tensor(3.0), fresh_trainer(tmp_path)) is False
     with pytest.raises(NonFiniteLossError) as info:
         guard.check(torch.tensor(float("-inf")), fresh_trainer(tmp_path))
-    assert one_line(info.value) == (f"the loss became -inf at step 0 (the weights were not updated); the last good "
+    assert one_line(info.value) == (f"the loss became -inf at step 0 (the weights were not updated); the last "
                                     f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower trainer.lr, or "
                                     f"skip such steps with trainer.nonfinite=skip")
     with pytest.raises(ValueError, match="stop or skip"):
@@ -471,7 +471,7 @@ def test_skip_policy_stops_after_too_many_in_a_row_without_saving_the_broken_sta
         t.fit(module, loader(8))
     message = one_line(info.value)
     assert "at step 3, 3 times in a row" in message
-    assert f"the last good checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}" in message
+    assert f"the last checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}" in message
     # nothing was written after the failure: the checkpoints are those of steps 1-3, weights finite
     assert steps_saved(tmp_path / "checkpoints") == {"last.ckpt": 3, "step1.ckpt": 1, "step2.ckpt": 2,
                                                      "step3.ckpt": 3}
@@ -485,7 +485,7 @@ def test_stop_policy_in_a_real_run(tmp_path):
     t = trainer(tmp_path, [NonFiniteGuard("stop"), every_step_checkpoints(tmp_path)], max_steps=100, max_epochs=1)
     with pytest.raises(NonFiniteLossError) as info:
         t.fit(module, loader(8))
-    assert one_line(info.value) == (f"the loss became nan at step 2 (the weights were not updated); the last good "
+    assert one_line(info.value) == (f"the loss became nan at step 2 (the weights were not updated); the last "
                                     f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower trainer.lr, or "
                                     f"skip such steps with trainer.nonfinite=skip")
     assert steps_saved(tmp_path / "checkpoints") == {"last.ckpt": 2, "step1.ckpt": 1, "step2.ckpt": 2}

@@ -95,7 +95,7 @@ class TrainerConfig:
     progress_bar: bool = True
     compile: bool = False               # torch.compile the model (lengths that vary: dynamic shapes)
     checkpoint_every_n_steps: Optional[int] = None  # last.ckpt every N steps (default: at each evaluation) and at the end
-    nonfinite: str = "stop"             # NaN/inf loss: stop (keep the last good checkpoint) | skip the batch
+    nonfinite: str = "stop"             # NaN/inf loss: stop (the checkpoints keep finite weights) | skip the batch
     nonfinite_max_skips: int = 10       # skip: at most this many non-finite batches in a row, then stop
 
 
@@ -143,7 +143,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-    eval: Optional[EvalConfig] = None   # conf/eval/: default (fixed exam + built-in probe) | none
+    eval: EvalConfig = field(default_factory=EvalConfig)  # conf/eval/: default (fixed exam + built-in probe) | none
     seed: int = 0
     optimized_metric: str = "val/loss"  # the value a sweep's job returns (Optuna's objective)
     ckpt_path: Optional[str] = None     # start from this checkpoint, in a new run dir

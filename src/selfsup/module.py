@@ -96,10 +96,11 @@ class SelfSupModule(L.LightningModule):
         self.tokens_seen = 0   # global input tokens consumed by training so far
         self.targets_seen = 0  # global scored targets so far
         self.flops_seen = 0.0  # global training FLOPs so far (the first step's measured count per step)
-        self.val_loss = MeanMetric()
-        self.val_accuracy = MeanMetric()
-        self.val_scored = SumMetric()
-        self.val_inputs = SumMetric()
+        # a NaN batch makes the validation loss NaN (torchmetrics' default would drop it, with a warning)
+        self.val_loss = MeanMetric(nan_strategy="disable")
+        self.val_accuracy = MeanMetric(nan_strategy="disable")
+        self.val_scored = SumMetric(nan_strategy="disable")
+        self.val_inputs = SumMetric(nan_strategy="disable")
         self.flops_per_batch = None  # read by ThroughputMonitor; measured by the lab when it can
         self.resume_record = None    # config/vocabulary/tokenizer fingerprint stored in checkpoints
         self.nonfinite = None        # the NonFiniteGuard callback, when the trainer has one

@@ -37,12 +37,18 @@ class RunDirGuard(Callback):
         if launched_rank() != 0:
             return
         try:
-            overrides = list(config.hydra.overrides.task)
+            overrides, run_dir = list(config.hydra.overrides.task), Path(config.hydra.run.dir)
             if config.resume:
-                check_resume(Path(config.resume), overrides)
+                if run_dir.resolve() != Path(config.resume).resolve():
+                    raise SelfSupError(f"resume={config.resume} continues the run in its own dir: drop "
+                                       f"hydra.run.dir={run_dir}")
+                check_resume_path(run_dir)
+                claim(run_dir)  # before reading it: a run still going is "in use"
+                check_resume(run_dir, overrides)
             else:
-                check_new_run_dir(Path(config.hydra.run.dir))
-            claim(Path(config.hydra.run.dir))
+                check_new_path(run_dir)
+                claim(run_dir)
+                check_new_run_dir(run_dir)
         except SelfSupError as err:
             print(f"error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -55,13 +61,17 @@ def _file_above(path: Path) -> Path | None:
     return None
 
 
-def check_new_run_dir(run_dir: Path) -> None:
-    """A fresh run: its dir is new, or empty of runs."""
+def check_new_path(run_dir: Path) -> None:
+    """A fresh run's dir can be a folder: it is no file and lies under none."""
     blocker = _file_above(run_dir)
     if blocker == run_dir:
         raise SelfSupError(f"hydra.run.dir={run_dir} is a file: pick a folder for the run")
     if blocker is not None:
         raise SelfSupError(f"hydra.run.dir={run_dir} lies under {blocker}, which is a file: pick another folder")
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """A fresh run's dir is new, or holds no run."""
     if (run_dir / "summary.json").exists() or any((run_dir / "checkpoints").glob("*.ckpt")):
         raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
                            f"resume={run_dir}, or pick a new hydra.run.dir")
@@ -100,7 +110,7 @@ def claim(run_dir: Path) -> None:
 def resume_overrides(overrides: list[str], run_dir: Path | None = None) -> list[str]:
     """The key=value overrides a resume applies on top of the run's config. A config group may be named
     only with the option the run used (repeating the original command); another one is refused."""
-    kept = [o for o in overrides if not o.startswith("resume=")]
+    kept = [o for o in overrides if not o.startswith(("resume=", "hydra."))]
     choices = {}
     if run_dir is not None and (run_dir / ".hydra" / "hydra.yaml").is_file():
         choices = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices
@@ -119,8 +129,8 @@ def merged_config(run_dir: Path, overrides: list[str]) -> DictConfig:
                            OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides(overrides, run_dir)]))
 
 
-def check_resume(run_dir: Path, overrides: list[str]) -> None:
-    """resume=RUN: refused, with RUN untouched, unless RUN can continue with these overrides."""
+def check_resume_path(run_dir: Path) -> None:
+    """resume=RUN names the folder of a run."""
     if not run_dir.exists():
         raise SelfSupError(f"resume={run_dir} does not exist: pass the dir of a run, e.g. outputs/<date>/<time>")
     if not run_dir.is_dir():
@@ -129,6 +139,10 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
     if not (run_dir / ".hydra" / "config.yaml").is_file():
         raise SelfSupError(f"resume={run_dir} is not a selfsup run dir (no .hydra/config.yaml): pass the dir of "
                            f"a run, e.g. outputs/<date>/<time>")
+
+
+def check_resume(run_dir: Path, overrides: list[str]) -> None:
+    """resume=RUN: refused, with RUN untouched, unless RUN can continue with these overrides."""
     merged = merged_config(run_dir, overrides)
     last = run_dir / "checkpoints" / "last.ckpt"
     if not last.is_file():

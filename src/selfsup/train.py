@@ -12,7 +12,9 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import traceback
 import warnings
 from pathlib import Path
@@ -62,8 +64,9 @@ def check_objective(cfg: DictConfig) -> None:
 
 
 def make_evaluation(cfg: DictConfig):
-    """The `eval` group's Evaluation (instantiated from its _target_), or None for eval=none."""
-    if cfg.get("eval") is None:
+    """The `eval` group's Evaluation (instantiated from its _target_), or None when it evaluates nothing
+    (eval=none: no fixed exam, no tasks)."""
+    if cfg.get("eval") is None or not (cfg.eval.fixed or cfg.eval.tasks):
         return None
     import inspect
 
@@ -178,6 +181,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name, "swept": swept_values(cfg),
                "run_dir": str(run_dir)}
     preemption = PreemptionHandler(dirpath=run_dir / "checkpoints", resume_hint=f"selfsup-train resume={run_dir}")
+    before_sigterm = stop_on_sigterm()
     try:
         loggers = start_wandb(loggers, run_dir)
         if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
@@ -196,8 +200,9 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         best = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best-step{step:06d}",
                                auto_insert_metric_name=False, monitor="val/loss", mode="min", save_top_k=1)
         last = LastCheckpoint(run_dir / "checkpoints" / "last.ckpt", t.checkpoint_every_n_steps or t.val_check_interval)
-        guard = NonFiniteGuard(t.nonfinite, t.nonfinite_max_skips,
-                               resume_hint=f"selfsup-train resume={run_dir} trainer.lr={t.lr / 10:g}")
+        lower = f"trainer.lr={min(t.lr / 10, 1e-3):g}"
+        guard = NonFiniteGuard(t.nonfinite, t.nonfinite_max_skips, resume_hint=f"selfsup-train resume={run_dir} {lower}",
+                               restart_hint=" ".join(["selfsup-train", *command_overrides(), lower]))
         callbacks = [best, last, guard, preemption,
                      TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps)))]
         if t.progress_bar and sys.stdout.isatty():
@@ -244,6 +249,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         error = str(err) if isinstance(err, user_errors()) else f"{type(err).__name__}: {err}"
         raise
     finally:
+        if before_sigterm is not None:
+            signal.signal(signal.SIGTERM, before_sigterm)
         summary.update(status=status, error=error,
                        wandb_dir=finish_wandb(loggers, 0 if status in ("finished", "preempted") else 1))
         if rank_zero and (not cfg.resume or progress.get("training")):
@@ -251,6 +258,19 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         if rank_zero:
             leave_distributed(env_before)
     return summary
+
+
+def stop_on_sigterm():
+    """Until training starts (then the PreemptionHandler saves a checkpoint first), SIGTERM stops the run
+    through its exit path ("interrupted", exit 143) instead of killing it unrecorded. The previous handler,
+    or None outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    def stop(signum, frame):
+        raise SIGTERMException(143)
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
@@ -271,6 +291,15 @@ def write_summary(run_dir: Path, summary: dict) -> None:
     except OSError as err:
         tmp.unlink(missing_ok=True)
         log.warning(f"could not write {run_dir / 'summary.json'}: {err.strerror}")
+
+
+def command_overrides() -> list[str]:
+    """This job's key=value overrides, less those naming its run dir, resume, checkpoint or learning rate
+    (to repeat it as a new run); empty outside Hydra (a DDP worker)."""
+    if not HydraConfig.initialized():
+        return []
+    drop = ("hydra.run.dir=", "hydra.sweep.dir=", "resume=", "ckpt_path=", "trainer.lr=")
+    return [o for o in HydraConfig.get().overrides.task if not o.startswith(drop)]
 
 
 def swept_values(cfg: DictConfig) -> dict:

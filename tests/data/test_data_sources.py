@@ -247,3 +247,11 @@ def test_hf_dataset_bad_local_files(hf_local, tmp_path, streaming):
     binary.write_bytes(b"text\x00with\x00nul\n" * 50)
     with pytest.raises(DataError, match="row 0 holds NUL bytes"):
         hf_documents("text", data_files=str(binary), streaming=streaming)
+
+
+def test_a_fifo_is_refused_instead_of_read_for_ever(tmp_path):
+    import os
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="is not a regular file"):
+        text_file_documents([fifo])

@@ -82,3 +82,27 @@ def test_vocab_size_too_small():
     assert minimum == 7 + N_SENTINELS + 256
     with pytest.raises(DataError, match=rf"data.vocab_size=300 is too small: .* at least {minimum}"):
         train_tokenizer(["some text", "more text"], vocab_size=300, n_sentinels=N_SENTINELS)
+
+
+@pytest.mark.parametrize("damage", ["overwrite", "truncate", "delete"])
+def test_a_damaged_token_cache_is_detected_and_rebuilt(tmp_path, damage, caplog):
+    import numpy as np
+
+    from selfsup.data import build_or_load_cache, builtin_documents
+    docs = builtin_documents()[:40]
+    settings = dict(cache_dir=tmp_path, val_fraction=0.1, vocab_size=600, n_sentinels=10)
+    first = build_or_load_cache(docs, **settings)
+    good = np.array(first.train_tokens)
+    path = first.path / "train.npy"
+    data = bytearray(path.read_bytes())
+    if damage == "overwrite":  # same size, other bytes: only the checksum sees it
+        data[-64:] = bytes(64)
+        path.write_bytes(bytes(data))
+    elif damage == "truncate":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        path.unlink()
+    again = build_or_load_cache(docs, **settings)
+    assert again.built and np.array_equal(np.array(again.train_tokens), good)
+    assert "is damaged" in caplog.text and "rebuilding it" in caplog.text
+    assert not build_or_load_cache(docs, **settings).built  # intact now: reused

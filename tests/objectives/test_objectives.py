@@ -318,3 +318,47 @@ def test_incompatible_pairs_are_refused_with_the_reason(objective, architecture,
 def test_vocabulary_without_ordinary_tokens_is_refused():
     with pytest.raises(ValueError, match="vocabulary size"):
         Vocab(size=50, n_sentinels=100)
+
+
+# ---------------------------------------------------------------- settings no layout can honour
+@pytest.mark.parametrize("make,message", [
+    (lambda: MaskedLM(V, 64, mask_rate=float("nan")), "objective.mask_rate=nan is not a finite number"),
+    (lambda: MaskedLM(V, 64, mask_token_prob=float("nan")), "objective.mask_token_prob=nan"),
+    (lambda: MaskedLM(V, 64, random_token_prob=float("inf")), "objective.random_token_prob=inf"),
+    (lambda: SpanCorruption(V, 64, mask_rate=float("nan")), "objective.mask_rate=nan"),
+    (lambda: SpanCorruption(V, 64, mean_span_length=float("nan")), "objective.mean_span_length=nan"),
+    # 0.6 at mean 1: 38 spans over 64 tokens need 38 kept tokens between them, 25 are left
+    (lambda: SpanCorruption(V, 64, mask_rate=0.6, mean_span_length=1), "into 38 noise spans but keeps only 25"),
+    (lambda: Mixture(V, 64, denoisers=[{"family": "R"}, {"family": "X", "mask_rate": 0.6, "mean_span_length": 1}]),
+     r"objective.denoisers\[1\].mask_rate=0.6"),
+    (lambda: Mixture(V, 512, denoisers=[{"family": "X", "mask_rate": 0.5, "mean_span_length": 2}]),
+     r"lower data.seq_len / objective.denoisers\[0\].mask_rate"),  # more sentinels than the vocabulary has
+])
+def test_settings_no_layout_can_honour_are_refused_at_construction(make, message):
+    with pytest.raises(ObjectiveError, match=message):
+        make()
+
+
+def test_span_corruption_refuses_padded_windows():
+    span = SpanCorruption(V, 30)
+    tokens = ordinary(2, span.raw_length)
+    tokens[1, -5:] = V.pad_id
+    with pytest.raises(ObjectiveError, match="packed windows without padding"):
+        span(tokens, gen())
+
+
+@pytest.mark.parametrize("architecture", ["decoder", "encoder_decoder"])
+def test_prefix_lm_keeps_its_prefix_before_the_padding(architecture):
+    prefix = PrefixLM(V, 16, architecture)
+    tokens = ordinary(64, prefix.raw_length, seed=3)
+    real = torch.randint(3, prefix.raw_length, (64,), generator=gen(4))
+    tokens = tokens.masked_fill(torch.arange(prefix.raw_length)[None] >= real[:, None], V.pad_id)
+    batch = prefix(tokens, gen(5))
+    if architecture == "decoder":
+        assert (batch.prefix_length <= real - 1).all()  # the bidirectional part holds no padding
+        assert not (batch.targets == V.pad_id).any()
+    else:
+        assert not (batch.encoder_inputs[batch.encoder_mask] == V.pad_id).any()
+        assert not (batch.targets == V.pad_id).any() and (batch.encoder_mask.sum(1) >= 1).all()
+    full = ordinary(64, prefix.raw_length, seed=3)  # no padding: the draws are those of an unpadded batch
+    assert torch.equal(prefix(full, gen(5)).targets, prefix(full, gen(5)).targets)

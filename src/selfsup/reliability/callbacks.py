@@ -23,7 +23,9 @@ log = logging.getLogger("selfsup")
 
 def _last_checkpoint(trainer) -> str:
     cb = getattr(trainer, "checkpoint_callback", None)
-    for candidate in (getattr(cb, "last_model_path", ""), getattr(cb, "best_model_path", "")):
+    last = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint) and c.saved), None)
+    for candidate in (str(last.path) if last else "", getattr(cb, "last_model_path", ""),
+                      getattr(cb, "best_model_path", "")):
         if candidate and os.path.isfile(candidate):
             return candidate
     folder = getattr(cb, "dirpath", None) or os.path.join(trainer.default_root_dir, "checkpoints")
@@ -105,14 +107,15 @@ class NonFiniteGuard(Callback):
     """
 
     def __init__(self, policy: str = "stop", max_skips: int = 10, *, policy_setting: str = "trainer.nonfinite",
-                 lr_setting: str = "trainer.lr", resume_hint: str | None = None):
+                 lr_setting: str = "trainer.lr", resume_hint: str | None = None, restart_hint: str | None = None):
         if policy not in ("stop", "skip"):
             raise ValueError(f"{policy_setting} must be stop or skip, not {policy!r}")
         if max_skips < 0:
             raise ValueError(f"max_skips must be >= 0, not {max_skips}")
         self.policy, self.max_skips = policy, int(max_skips)
         self.policy_setting, self.lr_setting = policy_setting, lr_setting
-        self.resume_hint = resume_hint  # a command that continues from the last checkpoint with a lower lr
+        self.resume_hint = resume_hint    # a command that continues from the last checkpoint with a lower lr
+        self.restart_hint = restart_hint  # one that starts the run again with a lower lr (a new run dir)
         self.consecutive = 0   # non-finite losses in a row, up to now
         self.skipped = 0       # steps skipped in this run, in total
 
@@ -143,16 +146,23 @@ class NonFiniteGuard(Callback):
         else:
             what = "a loss or gradient became non-finite on another device"
         step = trainer.global_step
-        then = (f"continue from it with a lower learning rate: {self.resume_hint}" if self.resume_hint
-                else f"lower {self.lr_setting}")
+        val = trainer.callback_metrics.get("val/loss")
+        diverged = val is not None and not bool(torch.isfinite(torch.as_tensor(val)))
+        if diverged and self.restart_hint:  # the checkpoint's weights are finite but already give NaN
+            then = (f"its weights already give a validation loss of {float(val)}: start again with a lower learning "
+                    f"rate: {self.restart_hint}")
+        elif self.resume_hint:
+            then = f"continue from it with a lower learning rate: {self.resume_hint}"
+        else:
+            then = f"lower {self.lr_setting}"
         if self.policy == "stop":
             raise NonFiniteLossError(
-                f"{what} at step {step} (the weights were not updated); the last good checkpoint is "
+                f"{what} at step {step} (the weights were not updated); the last checkpoint is "
                 f"{_last_checkpoint(trainer)}; {then}, or skip such steps with {self.policy_setting}=skip")
         if self.consecutive > self.max_skips:
             raise NonFiniteLossError(
                 f"{what} at step {step}, {self.consecutive} times in a row, more than the {self.max_skips} skips "
-                f"allowed; the last good checkpoint is {_last_checkpoint(trainer)}; {then}")
+                f"allowed; the last checkpoint is {_last_checkpoint(trainer)}; {then}")
         self.skipped += 1
         log.warning(f"{what} at step {step}: step skipped ({self.consecutive} in a row, at most {self.max_skips})")
         return True
@@ -181,7 +191,8 @@ class PreemptionHandler(Callback):
 
     Lightning on its own turns SIGTERM into SIGTERMException (a SystemExit) with no checkpoint;
     this handler replaces that during training and puts Lightning's handler back afterwards.
-    A second signal before the checkpoint is written hands over to the previous handler at once.
+    A second signal before the checkpoint is written hands over to the previous handler at once (the
+    default one: Lightning's SIGTERMException, so the run ends through its own exit path, "interrupted").
 
     Under SLURM with auto-requeue (Lightning's SLURMEnvironment, on by default in SLURM batch
     jobs), Lightning owns the requeue signal (SIGUSR1: it saves hpc_ckpt_<n>.ckpt in
@@ -237,8 +248,9 @@ class PreemptionHandler(Callback):
         self._restore()
         if callable(previous):
             previous(signum, frame)
-        elif previous == signal.SIG_DFL:
-            signal.raise_signal(signum)
+        elif previous == signal.SIG_DFL:  # stop now, through the run's own exit path (status "interrupted")
+            from lightning.pytorch.utilities.exceptions import SIGTERMException
+            raise SIGTERMException(128 + signum)
 
     # --------------------------------------------------------------- hooks
     def on_train_start(self, trainer, pl_module) -> None:

@@ -1,0 +1,178 @@
+"""Fault injection: what an attack on the lab broke (non-finite steps, resume overrides, two runs in one dir,
+damaged caches, kills before the first checkpoint, refused resumes, signals, full disks, secrets).
+Each case failed before its fix; every suggested command is run."""
+
+import csv
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import TINY
+
+QUICK = ["logger=csv", "eval.fixed=false", "eval.tasks={}"]  # eval off (TINY sizes its probe)
+
+
+def one_error_line(out) -> str:
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("error: "), out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    return lines[-1]
+
+
+def snapshot(folder: Path) -> dict:
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != ".selfsup.lock"}
+
+
+def suggested(line: str, after: str) -> list[str]:
+    """The selfsup-train command a message suggests after `after`, as arguments."""
+    command = line.split(after, 1)[1].split(", or ")[0].strip()
+    assert command.startswith("selfsup-train "), line
+    return shlex.split(command)[1:]
+
+
+def test_non_finite_gradients_never_reach_the_weights_and_the_suggested_command_trains(train, tmp_path):
+    run = tmp_path / "run"
+    out = train(*QUICK, "trainer.lr=1e6", "trainer.max_steps=12", "trainer.val_check_interval=2", run_dir=run)
+    assert out.returncode == 2
+    line = one_error_line(out)
+    assert "(the weights were not updated)" in line and f"the last checkpoint is {run / 'checkpoints' / 'last.ckpt'}" in line
+    for ckpt in (run / "checkpoints").glob("*.ckpt"):  # no checkpoint holds NaN or inf
+        weights = torch.load(ckpt, weights_only=True, map_location="cpu")["state_dict"]
+        assert all(torch.isfinite(w).all() for w in weights.values()), ckpt
+    # its weights already give NaN: the message says start again, with a lower rate; that command trains
+    args = suggested(line, "start again with a lower learning rate: ")
+    assert "trainer.lr=0.001" in args
+    again = train(*[a for a in args if not a.startswith(("data.cache_dir=", "hydra.run.dir="))], tiny=False,
+                  run_dir=tmp_path / "again")
+    assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_resume_applies_a_new_learning_rate_and_records_it(train, tmp_path):
+    run = tmp_path / "run"
+    assert train(*QUICK, run_dir=run).returncode == 0  # 6 steps, lr 1e-3
+    before = snapshot(run)
+    # finished at its max_steps: refused, and the run is exactly as it was
+    refused = train(*QUICK, f"resume={run}")
+    assert refused.returncode == 2 and "nothing to continue, the run is unchanged" in one_error_line(refused)
+    assert snapshot(run) == before
+    # resuming with other objective settings: refused, unchanged
+    other = train(*QUICK, f"resume={run}", "trainer.max_steps=9", "objective.mask_rate=0.3")
+    assert "cannot change objective.mask_rate" in one_error_line(other) and snapshot(run) == before
+    # the suggested command continues; the new learning rate is used and recorded
+    args = suggested(one_error_line(refused), "raise the limit, e.g. ")
+    out = train(*QUICK, *args, "trainer.lr=5e-3", "trainer.lr_decay_steps=1000", "trainer.warmup_steps=2")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [r for r in csv.DictReader(open(run / "csv" / "resume-1" / "metrics.csv")) if r.get("train/lr")]
+    lrs = [float(r["train/lr"]) for r in rows]
+    assert lrs and all(4e-3 < lr <= 5e-3 for lr in lrs), lrs  # 5e-3 on a long cosine, not 1e-3's schedule
+    [record] = (run / ".hydra").glob("resume-*/config.yaml")
+    assert "lr: 0.005" in record.read_text() and "mask_rate: 0.15" in record.read_text()  # what it trained with
+    assert json.loads((run / "summary.json").read_text())["steps"] == 12
+
+
+def test_two_runs_into_one_dir_one_is_refused(cache_dir, tmp_path):
+    run = tmp_path / "shared"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    args = ["selfsup-train", *TINY, *QUICK, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}",
+            "trainer.max_steps=200", "trainer.val_check_interval=100"]
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while not (run / ".hydra" / "config.yaml").is_file() and time.time() < deadline:
+        time.sleep(0.2)
+    hydra_config = (run / ".hydra" / "config.yaml").read_bytes()
+    second = subprocess.run(args[:-2] + ["trainer.max_steps=7"], capture_output=True, text=True, env=env, timeout=300)
+    assert second.returncode == 2
+    assert f"{run} is in use by another selfsup-train (pid {first.pid})" in one_error_line(second)
+    assert (run / ".hydra" / "config.yaml").read_bytes() == hydra_config  # nothing of the first overwritten
+    assert first.wait(timeout=600) == 0, first.stderr.read()[-2000:]
+    assert json.loads((run / "summary.json").read_text())["steps"] == 200
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, cache_dir, tmp_path):
+    run = tmp_path / "killed"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    proc = subprocess.Popen(["selfsup-train", *TINY, *QUICK, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}",
+                             "trainer.max_steps=100000", "trainer.val_check_interval=100000"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.time() + 120
+    while not (run / "csv" / "hparams.yaml").is_file() and time.time() < deadline:  # training has begun
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not list((run / "checkpoints").glob("*.ckpt")) if (run / "checkpoints").exists() else True
+    again = train(*QUICK, run_dir=run)  # starting it again names the command that works
+    line = one_error_line(again)
+    assert "stopped before its first checkpoint" in line and f"resume={run}" in line
+    out = train(*QUICK, f"resume={run}", "trainer.max_steps=4", run_dir=run)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 4
+
+
+@pytest.mark.parametrize("how,code,error", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+                                            ("twice", 143, "interrupted by SIGTERM")])
+def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, code, error):
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    proc = subprocess.Popen(["selfsup-train", *TINY, *QUICK, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}",
+                             "trainer.max_steps=100000", "trainer.val_check_interval=100000"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while not (run / "csv" / "hparams.yaml").is_file() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    if how == "twice":  # the first SIGTERM asks for a checkpoint at the next step, the second stops at once
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
+    else:
+        proc.send_signal(how)
+    assert proc.wait(timeout=120) == code, proc.stderr.read()[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["status"], summary["error"]) == ("interrupted", error)
+
+
+def _mount_small_disk(path: Path, size: str) -> bool:
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    return done.returncode == 0
+
+
+def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_path):
+    disk = tmp_path / "disk"
+    if os.geteuid() != 0 or not _mount_small_disk(disk, "600k"):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+        out = subprocess.run(["selfsup-train", *TINY, "eval.fixed=false", "eval.tasks={}", f"data.cache_dir={cache_dir}",
+                              f"hydra.run.dir={disk / 'run'}", "trainer.max_steps=40", "trainer.val_check_interval=2"],
+                             capture_output=True, text=True, env=env, timeout=600)
+        assert out.returncode == 2, out.stderr[-3000:]
+        line = one_error_line(out)
+        assert "disk is full" in line
+        assert len([x for x in out.stderr.splitlines() if x.strip()]) <= 3, out.stderr[-3000:]  # no tracebacks
+        summary = disk / "run" / "summary.json"
+        assert not summary.exists() or json.loads(summary.read_text())["status"] == "failed"
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_a_secret_is_redacted_in_the_wandb_run_files(train, tmp_path):
+    run = tmp_path / "run"
+    secret, token = "not-forty-hex-characters-0042", "tok-of-a-user-0099"
+    out = train("eval.fixed=false", "eval.tasks={}", f"+logger.my_token={token}", f"logger.name=run-{secret}", "logger.tags=[t-" + token + "]",
+                run_dir=run, env={"WANDB_API_KEY": secret, "WANDB_MODE": "offline"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    files = [p for p in (run / "wandb").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".wandb" for p in files)
+    for p in files:
+        data = p.read_bytes()
+        assert secret.encode() not in data and token.encode() not in data, p
