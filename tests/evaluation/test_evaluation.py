@@ -212,3 +212,21 @@ def test_evaluation_settings_are_checked():
                            ({"l2": -1.0}, "eval.probe.l2=-1.0"), ({"max_length": 0}, "eval.probe.max_length=0")]:
         with pytest.raises(EvalError, match=message):
             Evaluation(probe=probe).check()
+
+
+def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
+    import lightning as L
+    cfg = config(cache_dir, "trainer.max_steps=5", "eval.fixed=false", "eval.tasks={}")
+    dm, _, _, module = build(cfg)
+    trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path))
+    trainer.fit(module, datamodule=dm)
+    per_step = module.flops_seen / trainer.global_step
+    assert per_step == module.flops_per_batch > 0  # the first step's measured count, every step
+    cfg = config(cache_dir, "trainer.max_steps=50", f"trainer.max_flops={3.5 * per_step}", "eval.fixed=false",
+                 "eval.tasks={}")
+    dm, _, _, module = build(cfg)
+    trainer = L.Trainer(max_steps=50, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path))
+    trainer.fit(module, datamodule=dm)
+    assert trainer.global_step == 4 and module.flops_seen == pytest.approx(4 * per_step)
