@@ -49,6 +49,7 @@ class RunDirGuard(Callback):
                 check_new_path(run_dir)
                 claim(run_dir)
                 check_new_run_dir(run_dir)
+            own(run_dir)
         except SelfSupError as err:
             print(f"error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -100,11 +101,17 @@ def claim(run_dir: Path) -> None:
         lock.close()
         raise SelfSupError(f"{run_dir} is in use by another selfsup-train (pid {holder}): nothing was written; "
                            f"wait for it to end, or pick another hydra.run.dir") from None
+    _claimed[key] = lock
+
+
+def own(run_dir: Path) -> None:
+    """Write this process's pid into the claimed dir's lock (once the run goes ahead: a refused run leaves
+    the dir byte for byte as it was)."""
+    lock = _claimed[str(run_dir.resolve())]
     lock.seek(0)
     lock.truncate()
     lock.write(str(os.getpid()))
     lock.flush()
-    _claimed[key] = lock
 
 
 def resume_overrides(overrides: list[str], run_dir: Path | None = None) -> list[str]:

@@ -21,7 +21,7 @@ class SweepSummary(Callback):
         sweep is refused before Hydra writes anything into it."""
         sweep_dir = Path(config.hydra.sweep.dir)
         from selfsup.checks import SelfSupError
-        from selfsup.rundir import claim
+        from selfsup.rundir import claim, own
         try:  # one sweep at a time in a sweep dir (two launched in the same second share the default one)
             claim(sweep_dir)
         except SelfSupError as err:
@@ -31,6 +31,7 @@ class SweepSummary(Callback):
             print(f"error: hydra.sweep.dir={sweep_dir} already holds a sweep: nothing was overwritten; pick a "
                   f"new hydra.sweep.dir (or leave it out for a fresh timestamped one)", file=sys.stderr)
             raise SystemExit(2)
+        own(sweep_dir)
         from hydra.core.override_parser.overrides_parser import OverridesParser
         overrides = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
         parsed = OverridesParser.create().parse_overrides(overrides)

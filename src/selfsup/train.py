@@ -103,7 +103,7 @@ def prepare_data(cfg: DictConfig):
     corpus.set_window(objective.raw_length, cfg.trainer.accumulate)
     evaluation = make_evaluation(cfg)
     if evaluation is not None:
-        evaluation.check(corpus.training_hashes)
+        evaluation.check(corpus.training_hashes, sharded=cfg.trainer.strategy == "fsdp")
     return corpus, objective, evaluation
 
 
@@ -116,13 +116,12 @@ def build(cfg: DictConfig, prepared=None):
     dm = SelfSupDataModule.from_corpus(corpus)
     vocab = dm.vocab
     a = cfg.architecture
+    # positions for the objective's sequences and for data.seq_len ones (the fixed exam's, the probe's)
+    shape = dict(d_model=a.d_model, n_layers=a.n_layers, n_heads=a.n_heads, d_ff=a.d_ff, dropout=a.dropout,
+                 tie_embeddings=a.tie_embeddings, n_decoder_layers=a.n_decoder_layers,
+                 activation_checkpointing=a.activation_checkpointing, activation=a.activation, bias=a.bias)
     try:
-        # positions for the objective's sequences and for data.seq_len ones (the fixed exam's, the probe's)
-        model = build_model(a.name, vocab.size, max(objective.model_length, cfg.data.seq_len), d_model=a.d_model,
-                            n_layers=a.n_layers, n_heads=a.n_heads, d_ff=a.d_ff, dropout=a.dropout,
-                            tie_embeddings=a.tie_embeddings,
-                            n_decoder_layers=a.n_decoder_layers, activation_checkpointing=a.activation_checkpointing,
-                            activation=a.activation, bias=a.bias)
+        model = build_model(a.name, vocab.size, max(objective.model_length, cfg.data.seq_len), **shape)
     except ValueError as err:
         raise SelfSupError(f"architecture: {err}") from None
     if cfg.trainer.compile:
@@ -132,7 +131,8 @@ def build(cfg: DictConfig, prepared=None):
         torch._dynamo.reset()
         model.compile()  # in place: checkpoints keep plain parameter names
     if evaluation is not None:
-        evaluation.setup(a.name, vocab, dm.tokenizer, cfg.data.seq_len, dm.val_tokens, model.max_len, cfg.seed)
+        evaluation.setup(a.name, vocab, dm.tokenizer, cfg.data.seq_len, dm.val_tokens, model.max_len, cfg.seed,
+                         make_model=lambda: build_model(a.name, vocab.size, model.max_len, **shape))
     t = cfg.trainer
     module = SelfSupModule(model, objective, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
                            warmup_steps=t.warmup_steps, max_steps=t.lr_decay_steps or t.max_steps,

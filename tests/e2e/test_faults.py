@@ -123,15 +123,17 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, 
 def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, code, error):
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    proc = subprocess.Popen(["selfsup-train", *TINY, *QUICK, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}",
-                             "trainer.max_steps=100000", "trainer.val_check_interval=100000"],
+    slow = ["architecture.d_model=256", "architecture.n_layers=4", "data.seq_len=128", "data.batch_size=32"]
+    proc = subprocess.Popen(["selfsup-train", *TINY, *QUICK, *slow, f"data.cache_dir={cache_dir}",
+                             f"hydra.run.dir={run}", "trainer.max_steps=100000", "trainer.val_check_interval=100000"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 120
     while not (run / "csv" / "hparams.yaml").is_file() and time.time() < deadline:
         time.sleep(0.2)
     time.sleep(1)
-    if how == "twice":  # the first SIGTERM asks for a checkpoint at the next step, the second stops at once
+    if how == "twice":  # the first SIGTERM asks for a checkpoint after the step (~1 s), the second stops at once
         proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)  # (two pending signals of one kind are delivered once)
         proc.send_signal(signal.SIGTERM)
     else:
         proc.send_signal(how)

@@ -230,3 +230,13 @@ def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
                         enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path))
     trainer.fit(module, datamodule=dm)
     assert trainer.global_step == 4 and module.flops_seen == pytest.approx(4 * per_step)
+
+
+def test_the_finetune_protocol_trains_a_copy(cache_dir):
+    cfg = config(cache_dir, "eval.probe.protocol=finetune", "eval.probe.finetune_steps=5",
+                 "eval.tasks.probe.max_train_examples=64", "eval.tasks.probe.max_test_examples=32")
+    _, _, model, module = build(cfg)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    metrics = module.evaluation(model)
+    assert 0 <= metrics["eval/probe/accuracy"] <= 1 and "eval/probe/random_init_accuracy" in metrics
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the run's model is untouched

@@ -55,14 +55,18 @@ class Evaluation:
         self.encoded: dict[str, tuple] = {}
         self.baselines: dict[str, float] = {}
         self.validations = 0
-        self.run_seed = 0
+        self.run_seed, self.make_model = 0, None
         self.seconds = 0.0
 
     # ------------------------------------------------------------------------------ before training
-    def check(self, training_document_hashes: set[str] | None = None) -> None:
-        """Every setting and task, before training starts: EvalError (one line) for anything to fix."""
+    def check(self, training_document_hashes: set[str] | None = None, sharded: bool = False) -> None:
+        """Every setting and task, before training starts: EvalError (one line) for anything to fix.
+        sharded: the model will be sharded (FSDP), which a fine-tune cannot copy."""
         if self.protocol not in PROTOCOLS:
             raise EvalError(f"eval.probe.protocol={self.protocol} is unknown: use one of {', '.join(PROTOCOLS)}")
+        if self.protocol == "finetune" and sharded:
+            raise EvalError("eval.probe.protocol=finetune copies the model, which FSDP shards cannot be: use "
+                            "eval.probe.protocol=linear with trainer=fsdp")
         for key, value in (("eval.probe.finetune_steps", self.finetune_steps), ("eval.probe.batch_size", self.batch_size),
                            ("eval.probe.max_length", self.max_length)):
             if value < 1:
@@ -87,10 +91,11 @@ class Evaluation:
 
     # ------------------------------------------------------------------------------ once the model exists
     def setup(self, architecture: str, vocab, tokenizer, seq_len: int, val_tokens, model_length: int,
-              run_seed: int = 0) -> None:
-        """The exam's windows and the tasks' encoded examples; run_seed seeds the random-init baseline's
-        weights (with the probe's seed), so that baselines, like runs, spread over seeds."""
-        self.run_seed = run_seed
+              run_seed: int = 0, make_model=None) -> None:
+        """The exam's windows and the tasks' encoded examples. make_model() builds an untrained model of the
+        run's shape (the random-init baseline), initialised from run_seed and the probe's seed, so that
+        baselines, like runs, spread over seeds."""
+        self.run_seed, self.make_model = run_seed, make_model
         if self.fixed:
             self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_windows)
             if self.exam.model_length > model_length:
@@ -132,7 +137,7 @@ class Evaluation:
     def probe(self, model: torch.nn.Module, name: str) -> dict[str, float]:
         (train_ids, train_mask), train_y, (test_ids, test_mask), test_y, n_classes, _, _ = self.encoded[name]
         if self.protocol == "finetune":
-            predicted = finetune(model, (train_ids, train_mask, train_y), (test_ids, test_mask), n_classes,
+            predicted = finetune(self.copy(model), (train_ids, train_mask, train_y), (test_ids, test_mask), n_classes,
                                  self.finetune_steps, self.finetune_lr, self.batch_size, self.seed)
         else:
             predicted = linear_probe(features(model, train_ids, train_mask), train_y,
@@ -142,16 +147,30 @@ class Evaluation:
     def random_init_and_majority(self, model: torch.nn.Module) -> dict[str, float]:
         """The baselines of every task: the probe of a model of the same shape, freshly initialised with
         the probe's seed, and the majority class."""
-        fresh = copy.deepcopy(model)
-        fresh._compiled_call_impl = None  # a compiled model's copy would call the original's graphs
         from selfsup.module import stream_seed
         torch.manual_seed(stream_seed("random-init", self.seed, self.run_seed))
-        fresh._init_weights()
+        fresh = self.fresh_model(model)
         out = {}
         for name, (_, _, _, _, n_classes, train, test) in self.encoded.items():
             out.update({f"eval/{name}/random_init_{k}": v for k, v in self.probe(fresh, name).items()})
             out[f"eval/{name}/majority_accuracy"] = majority(train, test, n_classes)["accuracy"]
         return out
+
+
+    def fresh_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """A new model of `model`'s shape, on its device, initialised from the global RNG: unsharded and not
+        compiled (make_model from setup; else a re-initialised deep copy)."""
+        if self.make_model is None:
+            fresh = copy.deepcopy(model)
+            fresh._init_weights()
+            return fresh
+        return self.make_model().to(model_device(model))
+
+    def copy(self, model: torch.nn.Module) -> torch.nn.Module:
+        """An independent copy of `model`'s weights to fine-tune (the run's model is never changed)."""
+        fresh = self.fresh_model(model)
+        fresh.load_state_dict(model.state_dict())
+        return fresh
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -13,7 +13,6 @@ so probing leaves the training RNG (and exact resume) untouched.
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
@@ -108,10 +107,9 @@ def linear_probe(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Ten
 def finetune(model: torch.nn.Module, train: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
              test: tuple[torch.Tensor, torch.Tensor], n_classes: int, steps: int, lr: float, batch_size: int,
              seed: int, eval_batch_size: int = 256) -> torch.Tensor:
-    """Predicted test classes after `steps` AdamW steps (linear warmup over 10%, cosine decay) of a copy
-    of `model` plus a linear head on its pooled features."""
+    """Predicted test classes after `steps` AdamW steps (linear warmup over 10%, cosine decay) of `model`
+    (the caller's copy: it is trained) plus a linear head on its pooled features."""
     device = next(model.parameters()).device
-    model = copy.deepcopy(model).to(device)
     generator = torch.Generator().manual_seed(seed)
     head = torch.nn.Linear(model.d_model, n_classes).to(device)
     params = list(model.parameters()) + list(head.parameters())
