@@ -360,7 +360,7 @@ def recorded(tmp_path):
 
 def test_resume_with_the_same_run_settings_is_allowed(recorded):
     check_resume_compatible(recorded, CFG, 4000, "abc")
-    longer = lab_config(**{"trainer.max_steps": 5000, "trainer.lr": 1e-4, "trainer.warmup_steps": 7,
+    longer = lab_config(**{"trainer.max_steps": 5000, "optim.lr": 1e-4, "optim.warmup_steps": 7,
                            "data.batch_size": 64, "architecture.activation_checkpointing": True,
                            "logger.project": "other"})
     check_resume_compatible(recorded, longer, 4000, "abc")
@@ -434,7 +434,7 @@ def test_guard_stop_raises_at_the_first_non_finite_loss(tmp_path):
     with pytest.raises(NonFiniteLossError) as info:
         guard.check(torch.tensor(float("-inf")), fresh_trainer(tmp_path))
     assert one_line(info.value) == (f"the loss became -inf at step 0 (the weights were not updated); the last "
-                                    f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower trainer.lr, or "
+                                    f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower optim.lr, or "
                                     f"skip such steps with trainer.nonfinite=skip")
     with pytest.raises(ValueError, match="stop or skip"):
         NonFiniteGuard("ignore")
@@ -486,7 +486,7 @@ def test_stop_policy_in_a_real_run(tmp_path):
     with pytest.raises(NonFiniteLossError) as info:
         t.fit(module, loader(8))
     assert one_line(info.value) == (f"the loss became nan at step 2 (the weights were not updated); the last "
-                                    f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower trainer.lr, or "
+                                    f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower optim.lr, or "
                                     f"skip such steps with trainer.nonfinite=skip")
     assert steps_saved(tmp_path / "checkpoints") == {"last.ckpt": 2, "step1.ckpt": 1, "step2.ckpt": 2}
 

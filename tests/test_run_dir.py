@@ -43,7 +43,7 @@ def test_a_dir_locked_by_another_process_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("override", ["objective.mask_rate=nan", "objective.mask_token_prob=nan",
-                                      "architecture.dropout=nan", "trainer.weight_decay=nan", "trainer.lr=inf",
+                                      "architecture.dropout=nan", "optim.weight_decay=nan", "optim.lr=inf",
                                       "trainer.max_flops=inf", "data.val_fraction=nan", "eval.probe.finetune_lr=nan"])
 def test_every_non_finite_setting_is_refused(override):
     register()

@@ -198,7 +198,7 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
     from selfsup.config import per_stack
     from selfsup.models import build_model
     from selfsup.module import SelfSupModule
-    from selfsup.objectives import build_objective, default_architecture
+    from selfsup.objectives import OBJECTIVES, build_objective
     from selfsup.throughput import cpu_matmul_peak, gpu_peak_flops
 
     def sync():
@@ -230,7 +230,7 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
     vocab = Vocab(size=vocab_size)
     rows = []
     for objective in objectives:
-        arch = default_architecture(objective)
+        arch = OBJECTIVES[objective].architectures[0]
         obj = build_objective(objective, vocab, seq_len)
         gen = torch.Generator().manual_seed(0)
         data = torch.randint(vocab.first_ordinary, vocab.size, (batch * steps, obj.raw_length), generator=gen)

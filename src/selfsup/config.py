@@ -17,41 +17,6 @@ from omegaconf import MISSING
 
 
 @dataclass
-class DenoiserConfig:
-    family: str = "R"          # R (regular spans), X (extreme), S (sequential: prefix LM)
-    mask_rate: float = 0.15
-    mean_span_length: float = 3.0
-    weight: float = 1.0
-
-
-@dataclass
-class ObjectiveConfig:
-    name: str = MISSING                 # mlm | clm | span_corruption | prefix_lm | ul2
-    mask_rate: float = 0.15             # MLM rate; span-corruption noise density
-    mean_span_length: float = 3.0       # span corruption
-    mask_token_prob: float = 0.8        # MLM: chosen tokens that become <mask>
-    random_token_prob: float = 0.1      # MLM: chosen tokens that become a random token
-    whole_word: bool = False            # MLM: choose whole words
-    denoisers: List[DenoiserConfig] = field(default_factory=list)  # ul2
-    mode_tokens: bool = True            # ul2: prepend a mode token per denoiser family
-
-
-@dataclass
-class ArchitectureConfig:
-    name: str = MISSING                 # encoder | decoder | encoder_decoder
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    d_ff: Optional[int] = None          # default 4 * d_model
-    n_decoder_layers: Optional[int] = None  # encoder_decoder; default n_layers
-    dropout: float = 0.0
-    tie_embeddings: bool = True
-    activation: str = "gelu"            # feed-forward nonlinearity: gelu (BERT, GPT-2) | relu (T5)
-    bias: bool = True                   # biases in linear layers and LayerNorms (T5 has none)
-    activation_checkpointing: bool = False
-
-
-@dataclass
 class DataConfig:
     source: str = "builtin"             # builtin | text_files | hf_dataset
     paths: List[str] = field(default_factory=list)     # text_files: files or folders
@@ -85,13 +50,6 @@ class TrainerConfig:
     limit_val_batches: Any = 1.0        # fraction or number of validation batches
     log_every_n_steps: int = 10
     accumulate: int = 1                 # gradient-accumulation micro-batches per step
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.95])
-    warmup_steps: int = 20
-    lr_decay_steps: Optional[int] = None  # cosine length; default max_steps (keep it when resuming to train longer)
-    min_lr_ratio: float = 0.1
-    grad_clip: float = 1.0
     progress_bar: bool = True
     compile: bool = False               # torch.compile the model (lengths that vary: dynamic shapes)
     checkpoint_every_n_steps: Optional[int] = None  # last.ckpt every N steps (default: at each evaluation) and at the end
@@ -138,10 +96,13 @@ class EvalConfig:
 
 @dataclass
 class TrainConfig:
-    objective: ObjectiveConfig = MISSING
-    architecture: ArchitectureConfig = MISSING
+    # an objective and an architecture are each a config with a _target_ (the built-in ones: the schemas
+    # stored below; yours: any class, see docs/extending.md)
+    objective: Any = MISSING
+    architecture: Any = MISSING
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    optim: Any = MISSING                # conf/optim/: a config with a _target_ (adamw: selfsup.optim.AdamWCosine)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)  # conf/eval/: default (fixed exam + built-in probe) | none
     seed: int = 0
@@ -195,4 +156,13 @@ def register() -> None:
     for name, fn in (("per_stack", per_stack), ("selfsup_run_dir", run_dir), ("selfsup_output_subdir", output_subdir)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn, use_cache=True)
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    from selfsup.models import TransformerConfig
+    from selfsup.objectives import CONFIGS
+    from selfsup.optim import AdamWCosine
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    # the built-in options' schemas: conf/<group>/<option>.yaml starts from them (typos refused, types checked)
+    for name, node in CONFIGS.items():
+        store.store(group="schema/objective", name=name, node=node)
+    store.store(group="schema/architecture", name="transformer", node=TransformerConfig)
+    store.store(group="schema/optim", name="adamw", node=AdamWCosine)

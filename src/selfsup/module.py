@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 import time
 
 import lightning as L
@@ -26,6 +25,7 @@ from torchmetrics import MeanMetric, SumMetric
 
 from selfsup.loss import linear_cross_entropy
 from selfsup.objectives import Objective, ObjectiveBatch
+from selfsup.optim import AdamWCosine
 
 
 def stream_seed(*parts) -> int:
@@ -69,27 +69,16 @@ def accumulate_gradients(model: torch.nn.Module, micro: list[ObjectiveBatch], to
     return nll_sum, correct
 
 
-def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
-    """Learning-rate multiplier: linear warmup to 1, cosine decay to min_ratio at `total`."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
 class SelfSupModule(L.LightningModule):
-    def __init__(self, model: torch.nn.Module, objective: Objective, *, lr: float = 3e-4,
-                 weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95), warmup_steps: int = 100,
-                 max_steps: int = 1000, min_lr_ratio: float = 0.1, grad_clip: float = 1.0,
-                 accumulate: int = 1, seed: int = 0, max_tokens: int | None = None, max_flops: float | None = None,
-                 evaluation=None):
+    def __init__(self, model: torch.nn.Module, objective: Objective, optim: AdamWCosine | None = None, *,
+                 max_steps: int = 1000, accumulate: int = 1, seed: int = 0, max_tokens: int | None = None,
+                 max_flops: float | None = None, evaluation=None):
         super().__init__()
         self.automatic_optimization = False  # to normalise by scored tokens across micro-batches
         self.model = model
         self.objective = objective
-        self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
-        self.warmup_steps, self.max_steps, self.min_lr_ratio = warmup_steps, max_steps, min_lr_ratio
-        self.grad_clip, self.accumulate, self.seed = grad_clip, accumulate, seed
+        self.optim = optim or AdamWCosine()  # optimizer, schedule and clipping (selfsup.optim)
+        self.max_steps, self.accumulate, self.seed = max_steps, accumulate, seed
         self.max_tokens = max_tokens  # stop once this many input tokens were read (equal-text comparisons)
         self.max_flops = max_flops    # stop once this many training FLOPs were spent (equal-compute comparisons)
         self.evaluation = evaluation  # selfsup.evaluation.Evaluation: fixed exam and probes, at validations
@@ -185,15 +174,11 @@ class SelfSupModule(L.LightningModule):
         """Gradient clipping by global norm. Lightning calls this hook after its fp16 GradScaler has
         unscaled the gradients (clipping in training_step would clip scaled ones, Lightning #18089);
         under FSDP the parameters are sharded DTensors and the norm is over all shards."""
-        if not self.grad_clip:
-            self._grad_norm = self._grad_norm_before_step
-            return
         norm = self._grad_norm_before_step
         if norm is None:  # fp16: the gradients were unscaled just now
             norm = self.gradient_norm(optimizer)
         # the optimizer's parameter list: flat, unlike self.parameters(), which walks every submodule
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grads_with_norm_(params, self.grad_clip, norm, foreach=True)
+        self.optim.clip([p for group in optimizer.param_groups for p in group["params"]], norm)
         self._grad_norm = norm.detach()  # before clipping; logged with the other train metrics
 
     @staticmethod
@@ -232,15 +217,7 @@ class SelfSupModule(L.LightningModule):
 
     # ------------------------------------------------------------------ optimizer, state
     def configure_optimizers(self):
-        decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
-        no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=self.betas,
-                                # fused kernels (CPU and CUDA); not with fp16's GradScaler, whose
-                                # unscaling a fused optimizer does inside its step, after our clipping
-                                fused=str(self.trainer.precision) not in ("16-mixed", "16"), foreach=None)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda step: warmup_cosine(step, self.warmup_steps, self.max_steps, self.min_lr_ratio))
+        opt, sched = self.optim.build(self.model, self.max_steps, fused=not self._scaled_gradients())
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_fit_start(self) -> None:
@@ -250,18 +227,9 @@ class SelfSupModule(L.LightningModule):
     def on_train_start(self) -> None:
         self._fit_start = (time.perf_counter(), self.tokens_seen)
         self._align_log_step = True
-        self.apply_optimizer_settings()
-
-    def apply_optimizer_settings(self) -> None:
-        """This run's learning rate, weight decay and betas, also over those a resumed checkpoint restored
-        (the scheduler's base learning rates come back from it): `resume=RUN trainer.lr=...` trains at
-        the new rate, on the schedule of the new warmup/decay settings, from the restored step on."""
-        opt, sched = self.optimizers(use_pl_optimizer=False), self.lr_schedulers()
-        for group, decay in zip(opt.param_groups, (self.weight_decay, 0.0)):
-            group.update(initial_lr=self.lr, weight_decay=decay, betas=self.betas)
-        sched.base_lrs = [self.lr] * len(opt.param_groups)
-        for group, factor in zip(opt.param_groups, (f(sched.last_epoch) for f in sched.lr_lambdas)):
-            group["lr"] = self.lr * factor
+        # this run's optimizer settings, also over those a resumed checkpoint restored: `resume=RUN
+        # optim.lr=...` trains at the new rate, on the new schedule, from the restored step on
+        self.optim.apply(self.optimizers(use_pl_optimizer=False), self.lr_schedulers())
 
     def on_train_batch_start(self, tokens: torch.Tensor, batch_idx: int) -> None:
         if getattr(self, "_align_log_step", False):

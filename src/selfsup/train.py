@@ -200,7 +200,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         best = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best-step{step:06d}",
                                auto_insert_metric_name=False, monitor="val/loss", mode="min", save_top_k=1)
         last = LastCheckpoint(run_dir / "checkpoints" / "last.ckpt", t.checkpoint_every_n_steps or t.val_check_interval)
-        lower = f"trainer.lr={min(t.lr / 10, 1e-3):g}"
+        lower = f"optim.lr={min(t.lr / 10, 1e-3):g}"
         guard = NonFiniteGuard(t.nonfinite, t.nonfinite_max_skips, resume_hint=f"selfsup-train resume={run_dir} {lower}",
                                restart_hint=" ".join(["selfsup-train", *command_overrides(), lower]))
         callbacks = [best, last, guard, preemption,
@@ -298,7 +298,7 @@ def command_overrides() -> list[str]:
     (to repeat it as a new run); empty outside Hydra (a DDP worker)."""
     if not HydraConfig.initialized():
         return []
-    drop = ("hydra.run.dir=", "hydra.sweep.dir=", "resume=", "ckpt_path=", "trainer.lr=")
+    drop = ("hydra.run.dir=", "hydra.sweep.dir=", "resume=", "ckpt_path=", "optim.lr=")
     return [o for o in HydraConfig.get().overrides.task if not o.startswith(drop)]
 
 

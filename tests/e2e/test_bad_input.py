@@ -58,8 +58,8 @@ def test_config_mistakes(train, overrides, words):
     ("architecture.n_layers", 0, "architecture.n_layers=0 must be at least 1"),
     ("architecture.d_model", -4, "architecture.d_model=-4 must be at least 1"),
     ("trainer.val_check_interval", 0, "trainer.val_check_interval=0 must be at least 1"),
-    ("trainer.lr", -1.0, "trainer.lr=-1.0 must be positive"),
-    ("trainer.grad_clip", -0.5, "trainer.grad_clip=-0.5 is negative"),
+    ("optim.lr", -1.0, "optim.lr=-1.0 must be positive"),
+    ("optim.grad_clip", -0.5, "optim.grad_clip=-0.5 is negative"),
     ("trainer.accelerator", "tpu", "trainer.accelerator=tpu is not supported"),
 ])
 def test_out_of_range_settings(key, value, words):

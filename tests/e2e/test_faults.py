@@ -41,7 +41,7 @@ def suggested(line: str, after: str) -> list[str]:
 
 def test_non_finite_gradients_never_reach_the_weights_and_the_suggested_command_trains(train, tmp_path):
     run = tmp_path / "run"
-    out = train(*QUICK, "trainer.lr=1e6", "trainer.max_steps=12", "trainer.val_check_interval=2", run_dir=run)
+    out = train(*QUICK, "optim.lr=1e6", "trainer.max_steps=12", "trainer.val_check_interval=2", run_dir=run)
     assert out.returncode == 2
     line = one_error_line(out)
     assert "(the weights were not updated)" in line and f"the last checkpoint is {run / 'checkpoints' / 'last.ckpt'}" in line
@@ -50,7 +50,7 @@ def test_non_finite_gradients_never_reach_the_weights_and_the_suggested_command_
         assert all(torch.isfinite(w).all() for w in weights.values()), ckpt
     # its weights already give NaN: the message says start again, with a lower rate; that command trains
     args = suggested(line, "start again with a lower learning rate: ")
-    assert "trainer.lr=0.001" in args
+    assert "optim.lr=0.001" in args
     again = train(*[a for a in args if not a.startswith(("data.cache_dir=", "hydra.run.dir="))], tiny=False,
                   run_dir=tmp_path / "again")
     assert again.returncode == 0, again.stderr[-2000:]
@@ -69,7 +69,7 @@ def test_resume_applies_a_new_learning_rate_and_records_it(train, tmp_path):
     assert "cannot change objective.mask_rate" in one_error_line(other) and snapshot(run) == before
     # the suggested command continues; the new learning rate is used and recorded
     args = suggested(one_error_line(refused), "raise the limit, e.g. ")
-    out = train(*QUICK, *args, "trainer.lr=5e-3", "trainer.lr_decay_steps=1000", "trainer.warmup_steps=2")
+    out = train(*QUICK, *args, "optim.lr=5e-3", "optim.lr_decay_steps=1000", "optim.warmup_steps=2")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [r for r in csv.DictReader(open(run / "csv" / "resume-1" / "metrics.csv")) if r.get("train/lr")]
     lrs = [float(r["train/lr"]) for r in rows]

@@ -38,7 +38,7 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(cache_dir, tmp_path):
 @pytest.mark.parametrize("policy,words", [("stop", ["loss became", "last.ckpt"]), ("skip", ["non-finite"])])
 def test_non_finite_loss_policies(train, tmp_path, policy, words):
     # a learning rate of 1e30 makes the loss non-finite after the first update
-    out = train("objective=clm", "trainer.lr=1e30", "trainer.warmup_steps=0", "trainer.grad_clip=0",
+    out = train("objective=clm", "optim.lr=1e30", "optim.warmup_steps=0", "optim.grad_clip=0",
                 "trainer.checkpoint_every_n_steps=1",
                 f"trainer.nonfinite={policy}", "trainer.nonfinite_max_skips=2")
     text = out.stdout + out.stderr

@@ -89,7 +89,7 @@ def test_optuna_three_trials_stored_in_sqlite_in_the_sweep_dir(optuna_study):
                     for i in range(3))
     assert sorted(t.value for t in trials) == pytest.approx(logged, rel=1e-6)  # the app returns the probe accuracy
     assert study.direction.name == "MAXIMIZE"
-    assert {"objective.mask_rate", "objective.mean_span_length", "trainer.lr"} <= set(trials[0].params)
+    assert {"objective.mask_rate", "objective.mean_span_length", "optim.lr"} <= set(trials[0].params)
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from selfsup.models.transformer import (
     ACTIVATIONS,
     MODEL_NAMES,
+    MODELS,
     MLP,
     Attention,
     Block,
@@ -10,6 +11,7 @@ from selfsup.models.transformer import (
     Encoder,
     EncoderDecoder,
     Stack,
+    TransformerConfig,
     TransformerModel,
     build_model,
     pad_vocab_size,
@@ -18,6 +20,7 @@ from selfsup.models.transformer import (
 __all__ = [
     "ACTIVATIONS",
     "MODEL_NAMES",
+    "MODELS",
     "MLP",
     "Attention",
     "Block",
@@ -25,6 +28,7 @@ __all__ = [
     "Encoder",
     "EncoderDecoder",
     "Stack",
+    "TransformerConfig",
     "TransformerModel",
     "build_model",
     "pad_vocab_size",

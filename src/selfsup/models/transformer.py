@@ -4,6 +4,10 @@
     Decoder         causal (or prefix-LM) stack  forward(decoder_inputs, prefix_length)
     EncoderDecoder  encoder + causal decoder with cross-attention to the encoder output
 
+Each takes a `TransformerConfig` (its shape: conf/architecture/<name>.yaml instantiates one) and the
+vocabulary size and number of positions the data give: `TransformerConfig(name="decoder").build(vocab_size,
+max_len)`.
+
 All three accept the same keyword arguments (encoder_inputs, decoder_inputs, encoder_mask,
 prefix_length) and ignore the ones they do not use, so a caller can pass a whole batch. forward
 returns the final hidden states (after the last LayerNorm); `head(hidden)` is the output
@@ -18,13 +22,14 @@ multiplies every log-probability by a weight (label smoothing, soft targets, ent
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-MODEL_NAMES = ("encoder", "decoder", "encoder_decoder")
 VOCAB_MULTIPLE = 64
 
 
@@ -129,35 +134,59 @@ class Stack(nn.Module):
         return self.ln_f(x)
 
 
+@dataclass
+class TransformerConfig:
+    """The shape of a model: `architecture=encoder|decoder|encoder_decoder` (conf/architecture/) fill it in.
+
+    Also the structured config of the `architecture` group (its `_target_` makes Hydra's `instantiate`
+    return this object); `build(vocab_size, max_len)` makes the model."""
+    _target_: str = "selfsup.models.TransformerConfig"
+    name: str = "encoder"               # encoder | decoder | encoder_decoder
+    d_model: int = 256
+    n_layers: int = 4                   # blocks per stack (an encoder-decoder has n_layers + n_decoder_layers)
+    n_heads: int = 4
+    d_ff: Optional[int] = None          # default 4 * d_model
+    n_decoder_layers: Optional[int] = None  # encoder_decoder; default n_layers
+    dropout: float = 0.0
+    tie_embeddings: bool = True
+    activation: str = "gelu"            # feed-forward nonlinearity: gelu (BERT, GPT-2) | relu (T5)
+    bias: bool = True                   # biases in linear layers and LayerNorms (T5 has none)
+    activation_checkpointing: bool = False
+
+    def build(self, vocab_size: int, max_len: int) -> "TransformerModel":
+        if self.name not in MODELS:
+            raise ValueError(f"unknown model name {self.name!r}: use one of {', '.join(MODELS)}")
+        return MODELS[self.name](self, vocab_size, max_len)
+
+
 class TransformerModel(nn.Module):
     """Shared parts of the three assemblies: token embedding, head, init, parameter count."""
 
     arch = "?"
 
-    def __init__(self, vocab_size: int, max_len: int, d_model: int = 256, n_heads: int = 4,
-                 d_ff: int | None = None, dropout: float = 0.0, tie_embeddings: bool = True,
-                 activation_checkpointing: bool = False, bias: bool = True, activation: str = "gelu"):
+    def __init__(self, config: TransformerConfig, vocab_size: int, max_len: int):
         super().__init__()
+        c = self.config = config
         if vocab_size < 1 or max_len < 1:
             raise ValueError(f"vocab_size={vocab_size} and max_len={max_len} must both be >= 1")
-        if d_model % n_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}: choose n_heads "
-                             f"that divides d_model (e.g. n_heads={math.gcd(d_model, n_heads)}) or a d_model "
-                             f"that is a multiple of {n_heads}")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}: use one of {', '.join(ACTIVATIONS)}")
+        if c.d_model % c.n_heads != 0:
+            raise ValueError(f"d_model={c.d_model} is not divisible by n_heads={c.n_heads}: choose n_heads "
+                             f"that divides d_model (e.g. n_heads={math.gcd(c.d_model, c.n_heads)}) or a d_model "
+                             f"that is a multiple of {c.n_heads}")
+        if c.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {c.activation!r}: use one of {', '.join(ACTIVATIONS)}")
         self.vocab_size = vocab_size
-        self.bias, self.activation = bias, activation
+        self.bias, self.activation = c.bias, c.activation
         self.padded_vocab_size = pad_vocab_size(vocab_size)
         self.max_len = max_len
-        self.d_model = d_model
-        self.n_heads = n_heads
-        self.d_ff = d_ff or 4 * d_model
-        self.dropout_p = dropout
-        self.activation_checkpointing = activation_checkpointing
-        self.tok_emb = nn.Embedding(self.padded_vocab_size, d_model)
-        self.lm_head = nn.Linear(d_model, self.padded_vocab_size, bias=False)
-        if tie_embeddings:
+        self.d_model = c.d_model
+        self.n_heads = c.n_heads
+        self.d_ff = c.d_ff or 4 * c.d_model
+        self.dropout_p = c.dropout
+        self.activation_checkpointing = c.activation_checkpointing
+        self.tok_emb = nn.Embedding(self.padded_vocab_size, c.d_model)
+        self.lm_head = nn.Linear(c.d_model, self.padded_vocab_size, bias=False)
+        if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         self.register_buffer("vocab_padding", torch.arange(self.padded_vocab_size) >= vocab_size,
                              persistent=False)
@@ -213,11 +242,9 @@ class TransformerModel(nn.Module):
 class Encoder(TransformerModel):
     arch = "encoder"
 
-    def __init__(self, vocab_size, max_len, d_model=256, n_layers=4, n_heads=4, d_ff=None,
-                 dropout=0.0, tie_embeddings=True, activation_checkpointing=False, bias=True, activation="gelu"):
-        super().__init__(vocab_size, max_len, d_model, n_heads, d_ff, dropout, tie_embeddings,
-                         activation_checkpointing, bias, activation)
-        self.encoder = self._stack(n_layers)
+    def __init__(self, config: TransformerConfig, vocab_size: int, max_len: int):
+        super().__init__(config, vocab_size, max_len)
+        self.encoder = self._stack(config.n_layers)
         self._init_weights()
 
     def forward(self, encoder_inputs=None, encoder_mask=None, decoder_inputs=None, prefix_length=None):
@@ -229,11 +256,9 @@ class Encoder(TransformerModel):
 class Decoder(TransformerModel):
     arch = "decoder"
 
-    def __init__(self, vocab_size, max_len, d_model=256, n_layers=4, n_heads=4, d_ff=None,
-                 dropout=0.0, tie_embeddings=True, activation_checkpointing=False, bias=True, activation="gelu"):
-        super().__init__(vocab_size, max_len, d_model, n_heads, d_ff, dropout, tie_embeddings,
-                         activation_checkpointing, bias, activation)
-        self.decoder = self._stack(n_layers)
+    def __init__(self, config: TransformerConfig, vocab_size: int, max_len: int):
+        super().__init__(config, vocab_size, max_len)
+        self.decoder = self._stack(config.n_layers)
         self._init_weights()
 
     def forward(self, decoder_inputs=None, prefix_length=None, encoder_inputs=None, encoder_mask=None):
@@ -254,13 +279,10 @@ class Decoder(TransformerModel):
 class EncoderDecoder(TransformerModel):
     arch = "encoder_decoder"
 
-    def __init__(self, vocab_size, max_len, d_model=256, n_layers=4, n_heads=4, d_ff=None,
-                 dropout=0.0, tie_embeddings=True, n_decoder_layers=None, activation_checkpointing=False,
-                 bias=True, activation="gelu"):
-        super().__init__(vocab_size, max_len, d_model, n_heads, d_ff, dropout, tie_embeddings,
-                         activation_checkpointing, bias, activation)
-        self.encoder = self._stack(n_layers)
-        self.decoder = self._stack(n_layers if n_decoder_layers is None else n_decoder_layers,
+    def __init__(self, config: TransformerConfig, vocab_size: int, max_len: int):
+        super().__init__(config, vocab_size, max_len)
+        self.encoder = self._stack(config.n_layers)
+        self.decoder = self._stack(config.n_layers if config.n_decoder_layers is None else config.n_decoder_layers,
                                    cross_attention=True)
         self._init_weights()
 
@@ -280,19 +302,10 @@ class EncoderDecoder(TransformerModel):
                             activation_checkpointing=self.activation_checkpointing)
 
 
-def build_model(name: str, vocab_size: int, max_len: int, d_model: int = 256, n_layers: int = 4,
-                n_heads: int = 4, d_ff: int | None = None, dropout: float = 0.0,
-                tie_embeddings: bool = True, n_decoder_layers: int | None = None,
-                activation_checkpointing: bool = False, bias: bool = True, activation: str = "gelu"
-                ) -> TransformerModel:
-    """name: "encoder" | "decoder" | "encoder_decoder". n_decoder_layers is used by encoder_decoder only."""
-    kwargs = dict(vocab_size=vocab_size, max_len=max_len, d_model=d_model, n_layers=n_layers,
-                  n_heads=n_heads, d_ff=d_ff, dropout=dropout, tie_embeddings=tie_embeddings,
-                  activation_checkpointing=activation_checkpointing, bias=bias, activation=activation)
-    if name == "encoder":
-        return Encoder(**kwargs)
-    if name == "decoder":
-        return Decoder(**kwargs)
-    if name == "encoder_decoder":
-        return EncoderDecoder(**kwargs, n_decoder_layers=n_decoder_layers)
-    raise ValueError(f"unknown model name {name!r}: use one of {', '.join(MODEL_NAMES)}")
+MODELS = {"encoder": Encoder, "decoder": Decoder, "encoder_decoder": EncoderDecoder}
+MODEL_NAMES = tuple(MODELS)
+
+
+def build_model(name: str, vocab_size: int, max_len: int, **shape) -> TransformerModel:
+    """A model by name with the TransformerConfig fields in `shape` (the library's shortcut)."""
+    return TransformerConfig(name=name, **shape).build(vocab_size, max_len)

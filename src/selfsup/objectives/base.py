@@ -59,22 +59,35 @@ class ObjectiveError(ValueError):
 
 
 class Objective:
-    """Base class. Subclasses set `name` and implement `__call__`.
+    """Base class. Subclasses set `name` and `architectures` (the first is the default; `refusals` says
+    why another one cannot train) and implement `__call__`.
 
     seq_len is the length of the model input the lab asks for; `raw_length` is the length of the
     text window the objective needs from the data to produce it (e.g. 568 raw tokens give 512
-    encoder inputs for span corruption at the T5 defaults; CLM needs seq_len + 1).
+    encoder inputs for span corruption at the T5 defaults; CLM needs seq_len + 1). `name` is the
+    objective's label in configs, tables and W&B (default: the class's).
     """
 
     name = "objective"
     architectures: tuple[str, ...] = ()
+    refusals: dict[str, str] = {}  # architecture -> why this objective cannot train it
 
-    def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None):
+    @classmethod
+    def incompatibility(cls, architecture: str) -> str | None:
+        """None when this objective can train the architecture, else one line saying why not."""
+        if architecture in cls.architectures:
+            return None
+        why = cls.refusals.get(architecture, f"use architecture={' or '.join(cls.architectures)}")
+        return f"objective={cls.name} cannot train architecture={architecture}: {why}"
+
+    def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None, name: str | None = None):
         if architecture is None:
             architecture = self.architectures[0]
-        if architecture not in self.architectures:
-            raise ObjectiveError(f"objective {self.name} cannot train architecture={architecture}: "
-                                 f"use one of {', '.join(self.architectures)}")
+        problem = self.incompatibility(architecture)
+        if problem:
+            raise ObjectiveError(problem)
+        if name is not None:
+            self.name = name
         if seq_len < 2:
             raise ObjectiveError(f"data.seq_len={seq_len} is too short: {self.name} needs at least 2 tokens, "
                                  f"raise data.seq_len")

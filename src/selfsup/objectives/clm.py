@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch
+
+
+@dataclass
+class CausalLMConfig:
+    """objective=clm (conf/objective/clm.yaml)."""
+    _target_: str = "selfsup.objectives.CausalLM"
+    name: str = "clm"
 
 
 class CausalLM(Objective):
@@ -16,6 +25,8 @@ class CausalLM(Objective):
 
     name = "clm"
     architectures = ("decoder",)
+    refusals = {"encoder": "bidirectional attention lets a token see its own answer",
+                "encoder_decoder": "CLM predicts every next token from one causal stack; use architecture=decoder"}
 
     @property
     def raw_length(self) -> int:

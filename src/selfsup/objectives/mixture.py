@@ -7,7 +7,8 @@ its family (R, X or S) prepended to the encoder input, as in UL2's paradigm toke
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import List
 
 import torch
 
@@ -34,13 +35,24 @@ UL2_DENOISERS = (
 )
 
 
+@dataclass
+class MixtureConfig:
+    """objective=ul2 (conf/objective/ul2.yaml): the denoisers and their mode tokens."""
+    _target_: str = "selfsup.objectives.Mixture"
+    name: str = "ul2"
+    denoisers: List[Denoiser] = field(default_factory=list)  # each one: family R/X/S, mask_rate, span length, weight
+    mode_tokens: bool = True         # prepend a mode token per denoiser family
+
+
 class Mixture(Objective):
     name = "ul2"
     architectures = ("encoder_decoder",)
+    refusals = {"encoder": "UL2's span denoisers are written by a decoder; use architecture=encoder_decoder",
+                "decoder": "UL2 here mixes span denoisers that need an encoder; use architecture=encoder_decoder"}
 
     def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None, *,
-                 denoisers=UL2_DENOISERS, mode_tokens: bool = True):
-        super().__init__(vocab, seq_len, architecture)
+                 denoisers=UL2_DENOISERS, mode_tokens: bool = True, name: str | None = None):
+        super().__init__(vocab, seq_len, architecture, name)
         denoisers = [d if isinstance(d, Denoiser) else Denoiser(**d) for d in denoisers]
         if not denoisers:
             raise ObjectiveError("objective.denoisers is empty: configure at least one denoiser")

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from selfsup.data.vocab import Vocab
 from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch, ObjectiveError, check_probability
+
+
+@dataclass
+class MaskedLMConfig:
+    """objective=mlm (conf/objective/mlm.yaml): the settings MaskedLM takes."""
+    _target_: str = "selfsup.objectives.MaskedLM"
+    name: str = "mlm"
+    mask_rate: float = 0.15          # fraction of ordinary tokens hidden and scored
+    mask_token_prob: float = 0.8     # of those: become <mask>
+    random_token_prob: float = 0.1   # of those: become a random token (the rest stay unchanged)
+    whole_word: bool = False         # hide whole words
 
 
 class MaskedLM(Objective):
@@ -19,11 +32,13 @@ class MaskedLM(Objective):
 
     name = "mlm"
     architectures = ("encoder",)
+    refusals = {"decoder": "causal attention hides the right context MLM needs",
+                "encoder_decoder": "MLM predicts in place from an encoder; use architecture=encoder"}
 
     def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None, *,
                  mask_rate: float = 0.15, mask_token_prob: float = 0.8, random_token_prob: float = 0.1,
-                 whole_word: bool = False):
-        super().__init__(vocab, seq_len, architecture)
+                 whole_word: bool = False, name: str | None = None):
+        super().__init__(vocab, seq_len, architecture, name)
         check_probability("objective.mask_rate", mask_rate, open_low=True, open_high=True,
                           why_low="0% hides nothing and teaches nothing",
                           why_high="100% leaves no context to predict from")

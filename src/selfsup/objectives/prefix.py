@@ -7,14 +7,24 @@ encoder-decoder the prefix is the encoder input and the decoder writes the rest.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch
 
 
+@dataclass
+class PrefixLMConfig:
+    """objective=prefix_lm (conf/objective/prefix_lm.yaml)."""
+    _target_: str = "selfsup.objectives.PrefixLM"
+    name: str = "prefix_lm"
+
+
 class PrefixLM(Objective):
     name = "prefix_lm"
     architectures = ("decoder", "encoder_decoder")
+    refusals = {"encoder": "bidirectional attention over the predicted part lets a token see its own answer"}
 
     @property
     def raw_length(self) -> int:

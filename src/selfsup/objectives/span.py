@@ -9,6 +9,8 @@ shapes: inputs = non-noise + spans + 1 (eos), targets = noise + spans + 1 (eos).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from selfsup.data.vocab import Vocab
@@ -56,16 +58,28 @@ def random_compositions(total: int, parts: int, batch: int, generator: torch.Gen
     return edges.diff(dim=1)
 
 
+@dataclass
+class SpanCorruptionConfig:
+    """objective=span_corruption (conf/objective/span_corruption.yaml)."""
+    _target_: str = "selfsup.objectives.SpanCorruption"
+    name: str = "span_corruption"
+    mask_rate: float = 0.15          # noise density: fraction of the window's tokens in spans
+    mean_span_length: float = 3.0
+
+
 class SpanCorruption(Objective):
     name = "span_corruption"
     architectures = ("encoder_decoder",)
+    refusals = {"encoder": "the spans are written by a decoder; use architecture=encoder_decoder",
+                "decoder": "span corruption needs an encoder to read the corrupted input; use "
+                           "architecture=encoder_decoder"}
 
     def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None, *,
                  mask_rate: float = 0.15, mean_span_length: float = 3.0, raw_length: int | None = None,
-                 setting: str = "objective"):
+                 setting: str = "objective", name: str | None = None):
         """seq_len is the encoder input length; raw_length overrides the window (then seq_len is derived).
         setting: the config node named in errors (UL2: objective.denoisers[i])."""
-        super().__init__(vocab, seq_len, architecture)
+        super().__init__(vocab, seq_len, architecture, name)
         check_probability(f"{setting}.mask_rate", mask_rate, open_low=True, open_high=True,
                           why_low="0% hides nothing and teaches nothing",
                           why_high="100% leaves no context to predict from")

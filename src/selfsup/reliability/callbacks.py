@@ -107,7 +107,7 @@ class NonFiniteGuard(Callback):
     """
 
     def __init__(self, policy: str = "stop", max_skips: int = 10, *, policy_setting: str = "trainer.nonfinite",
-                 lr_setting: str = "trainer.lr", resume_hint: str | None = None, restart_hint: str | None = None):
+                 lr_setting: str = "optim.lr", resume_hint: str | None = None, restart_hint: str | None = None):
         if policy not in ("stop", "skip"):
             raise ValueError(f"{policy_setting} must be stop or skip, not {policy!r}")
         if max_skips < 0:
