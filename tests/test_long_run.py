@@ -9,6 +9,7 @@ from selfsup.data.vocab import Vocab
 from selfsup.models import build_model
 from selfsup.module import SelfSupModule
 from selfsup.objectives import CausalLM
+from selfsup.optim import AdamWCosine
 from selfsup.reliability import LastCheckpoint, rss_mb
 
 
@@ -28,7 +29,7 @@ def test_ten_thousand_steps_keep_resident_memory_flat(tmp_path):
     torch.manual_seed(0)
     vocab = Vocab(size=300, n_sentinels=4)
     module = SelfSupModule(build_model("decoder", vocab.size, 16, d_model=16, n_layers=1, n_heads=2),
-                           CausalLM(vocab, 16), max_steps=10_000, warmup_steps=10)
+                           CausalLM(vocab, 16), AdamWCosine(warmup_steps=10), max_steps=10_000)
     data = torch.randint(vocab.first_ordinary, vocab.size, (4096, 17))
     probe = MemoryProbe(warmup=1000)
     trainer = L.Trainer(accelerator="cpu", max_steps=10_000, logger=False, enable_checkpointing=False,

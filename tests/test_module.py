@@ -8,7 +8,8 @@ import torch
 
 from selfsup.data.vocab import Vocab
 from selfsup.models import build_model
-from selfsup.module import SelfSupModule, accumulate_gradients, cross_entropy_sums, warmup_cosine
+from selfsup.module import SelfSupModule, accumulate_gradients, cross_entropy_sums
+from selfsup.optim import AdamWCosine
 from selfsup.objectives import IGNORE, MaskedLM, ObjectiveBatch
 
 V = Vocab(size=300, n_sentinels=10)
@@ -111,10 +112,12 @@ def test_validation_uses_the_same_masks_every_time():
 
 
 def test_warmup_then_cosine():
-    assert warmup_cosine(0, 10, 100, 0.1) == pytest.approx(0.1)
-    assert warmup_cosine(9, 10, 100, 0.1) == pytest.approx(1.0)
-    assert warmup_cosine(100, 10, 100, 0.1) == pytest.approx(0.1)
-    assert 0.1 < warmup_cosine(55, 10, 100, 0.1) < 1.0
+    optim = AdamWCosine(warmup_steps=10, min_lr_ratio=0.1)
+    assert optim.factor(0, 100) == pytest.approx(0.1)
+    assert optim.factor(9, 100) == pytest.approx(1.0)
+    assert optim.factor(100, 100) == pytest.approx(0.1)
+    assert 0.1 < optim.factor(55, 100) < 1.0
+    assert AdamWCosine(warmup_steps=10, lr_decay_steps=1000).factor(100, 100) > 0.9  # its own decay length
 
 
 def test_sparse_head_equals_dense_head_loss_and_gradients():
@@ -137,13 +140,13 @@ def test_bf16_mixed_precision_trains_on_cpu():
     torch.manual_seed(0)
     model = build_model("decoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
     from selfsup.objectives import CausalLM
-    module = SelfSupModule(model, CausalLM(V, 32), max_steps=4, warmup_steps=1)
+    module = SelfSupModule(model, CausalLM(V, 32), AdamWCosine(warmup_steps=1), max_steps=4)
     data = torch.randint(V.first_ordinary, V.size, (32, 33))
     trainer = L.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=4, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
     assert trainer.global_step == 4 and torch.isfinite(torch.tensor(float(trainer.callback_metrics["train/loss"])))
-    assert module.flops_per_batch > 0  # measured on the first batch for ThroughputMonitor
+    assert module.flops_per_batch > 0  # measured on the first batch
     assert trainer.optimizers[0].defaults["fused"]  # no gradient scaler in bf16: the fused AdamW
 
 
@@ -152,7 +155,7 @@ def test_the_last_step_is_validated_off_the_interval():
     (and best checkpoint) are those of its last step (Lightning alone would stop at 5 unvalidated)."""
     torch.manual_seed(0)
     model = build_model("encoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
-    module = SelfSupModule(model, MaskedLM(V, 32), max_steps=5, warmup_steps=1)
+    module = SelfSupModule(model, MaskedLM(V, 32), AdamWCosine(warmup_steps=1), max_steps=5)
     validated = []
 
     class Record(L.Callback):
@@ -175,7 +178,7 @@ def first_step(precision_or_plugin, grad_clip: float, max_steps: int = 1):
     from selfsup.objectives import CausalLM
     torch.manual_seed(0)
     model = build_model("decoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
-    module = SelfSupModule(model, CausalLM(V, 32), max_steps=max_steps, warmup_steps=1, grad_clip=grad_clip)
+    module = SelfSupModule(model, CausalLM(V, 32), AdamWCosine(warmup_steps=1, grad_clip=grad_clip), max_steps=max_steps)
     data = torch.randint(V.first_ordinary, V.size, (8 * max_steps, 33), generator=torch.Generator().manual_seed(0))
     plugin = isinstance(precision_or_plugin, Precision)
     trainer = L.Trainer(accelerator="cpu", max_steps=max_steps, logger=False, log_every_n_steps=1,
@@ -235,7 +238,7 @@ def test_compiled_model_is_compiled_after_the_flop_count():
         model = build_model("decoder", V.size, 16, d_model=16, n_layers=1, n_heads=2)
         if compiled:  # Dynamo's eager backend: the same frame capture as inductor's, without its codegen
             model.compile(dynamic=False, backend="eager")
-        module = SelfSupModule(model, CausalLM(V, 16), max_steps=3, warmup_steps=1)
+        module = SelfSupModule(model, CausalLM(V, 16), AdamWCosine(warmup_steps=1), max_steps=3)
         data = torch.randint(V.first_ordinary, V.size, (12, 17), generator=torch.Generator().manual_seed(0))
         trainer = L.Trainer(accelerator="cpu", max_steps=3, logger=False, enable_checkpointing=False,
                             enable_progress_bar=False, enable_model_summary=False)

@@ -19,8 +19,8 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import OmegaConf
 
+from selfsup.optim import AdamWCosine
 from selfsup.reliability import checkpoints as reliability  # its private _open_new is patched
-from selfsup.config import TrainConfig
 from selfsup.data.vocab import Vocab
 from selfsup.models import build_model
 from selfsup.module import SelfSupModule
@@ -49,11 +49,15 @@ V = Vocab(size=300, n_sentinels=10)
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-def lab_config(**changes) -> dict:
-    """A resolved train config as the lab has it (OmegaConf.to_container of the schema + choices)."""
-    cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig),
-                          {"objective": {"name": "clm"}, "architecture": {"name": "decoder"},
-                           "data": {"vocab_size": 4096}})
+def lab_config(objective: str = "clm", **changes) -> dict:
+    """A resolved train config as the lab composes it (conf/, objective=<objective>), with changes."""
+    from hydra import compose, initialize_config_dir
+
+    from selfsup.config import register
+    from selfsup.train import CONF_DIR
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("train", overrides=[f"objective={objective}"])
     for key, value in changes.items():
         OmegaConf.update(cfg, key, value)
     return OmegaConf.to_container(cfg, resolve=True)
@@ -95,7 +99,7 @@ class Poisoned(torch.nn.Module):
 def tiny_module(max_steps=100, poison=()) -> LabModule:
     torch.manual_seed(0)
     model = build_model("encoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
-    return LabModule(model, MaskedLM(V, 32), warmup_steps=2, max_steps=max_steps, poison=poison)
+    return LabModule(model, MaskedLM(V, 32), AdamWCosine(warmup_steps=2), max_steps=max_steps, poison=poison)
 
 
 def loader(n_batches=8, seed=0):
@@ -339,7 +343,7 @@ def test_kill_mid_write_leaves_the_previous_checkpoint(tmp_path):
 
 
 def test_fingerprint_holds_what_defines_the_run_and_not_what_users_change_to_train_longer():
-    fp = resume_fingerprint(CFG, 4000, "abc")
+    fp = resume_fingerprint(lab_config("mlm"), 4000, "abc")
     for key in ("objective.name", "objective.mask_rate", "architecture.name", "architecture.d_model",
                 "architecture.dropout", "data.seq_len", "data.vocab_size", "data.n_sentinels", "data.source",
                 "data.paths", "data.val_fraction", "seed", "tokenizer.vocab_size", "tokenizer.hash"):
@@ -392,7 +396,8 @@ def test_checkpoint_without_a_record_warns_and_is_allowed(tmp_path):
 
 def test_resume_check_on_a_real_checkpoint(real_run):
     check_resume_compatible(real_run / "last.ckpt", CFG, V.size, "tokenizer-sha")
-    with pytest.raises(ResumeMismatch, match="architecture.n_layers is 4 in the checkpoint but 8 now"):
+    with pytest.raises(ResumeMismatch, match=f"architecture.n_layers is {CFG['architecture']['n_layers']} in the "
+                                             f"checkpoint but 8 now"):
         check_resume_compatible(real_run / "last.ckpt", lab_config(**{"architecture.n_layers": 8}), V.size,
                                 "tokenizer-sha")
 
@@ -611,6 +616,7 @@ from selfsup.data.vocab import Vocab
 from selfsup.models import build_model
 from selfsup.module import SelfSupModule
 from selfsup.objectives import MaskedLM
+from selfsup.optim import AdamWCosine
 from selfsup.reliability import AtomicCheckpointIO, PreemptionHandler
 
 run_dir, marker = sys.argv[1], sys.argv[2]
@@ -623,7 +629,7 @@ class Progress(Callback):
 V = Vocab(size=300, n_sentinels=10)
 torch.manual_seed(0)
 module = SelfSupModule(build_model("encoder", V.size, 32, d_model=32, n_layers=1, n_heads=2), MaskedLM(V, 32),
-                       warmup_steps=2, max_steps=1_000_000)
+                       AdamWCosine(warmup_steps=2), max_steps=1_000_000)
 data = torch.utils.data.DataLoader(torch.randint(V.first_ordinary, V.size, (64, 32)), batch_size=8)
 handler = PreemptionHandler()
 trainer = L.Trainer(accelerator="cpu", max_steps=1_000_000, logger=False, enable_progress_bar=False,

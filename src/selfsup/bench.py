@@ -167,16 +167,16 @@ def hf_step(model, objective: str, batch, opt) -> None:
     opt.zero_grad(set_to_none=True)
 
 
-def conf_defaults(group: str, name: str) -> dict:
-    """What the lab's conf/<group>/<name>.yaml sets, over its structured config's defaults."""
+def conf_defaults(objective: str = "mlm") -> dict:
+    """The lab's composed config for an objective (its default architecture, data=builtin), as a dict."""
+    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from selfsup.config import ArchitectureConfig, DataConfig
+    from selfsup.config import register
     from selfsup.train import CONF_DIR
-
-    schema = {"architecture": ArchitectureConfig, "data": DataConfig}[group]
-    conf = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(CONF_DIR / group / f"{name}.yaml"))
-    return OmegaConf.to_container(conf)
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        return OmegaConf.to_container(compose("train", overrides=[f"objective={objective}"]), resolve=True)
 
 
 PRESETS = {  # name: (d_model, n_layers, n_heads, seq_len, batch, vocab)
@@ -199,6 +199,7 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
     from selfsup.models import build_model
     from selfsup.module import SelfSupModule
     from selfsup.objectives import OBJECTIVES, build_objective
+    from selfsup.optim import AdamWCosine
     from selfsup.throughput import cpu_matmul_peak, gpu_peak_flops
 
     def sync():
@@ -221,7 +222,7 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
         peak = cpu_matmul_peak()
     lab_default = PRESETS[preset] is None  # sizes from conf/ (per architecture) instead of the preset's tuple
     if lab_default:
-        data_conf = conf_defaults("data", "builtin")
+        data_conf = conf_defaults()["data"]
         vocab_size = data_conf["vocab_size"]
         seq_len, batch = seq_len or data_conf["seq_len"], batch or data_conf["batch_size"]
     else:
@@ -235,7 +236,7 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
         gen = torch.Generator().manual_seed(0)
         data = torch.randint(vocab.first_ordinary, vocab.size, (batch * steps, obj.raw_length), generator=gen)
         batches = [obj(data[i * batch:(i + 1) * batch], gen).to(device) for i in range(steps)]
-        conf = conf_defaults("architecture", arch)
+        conf = conf_defaults(objective)["architecture"]
         style = {"activation": conf["activation"], "bias": conf["bias"]}
         if lab_default:  # the lab's default model: conf's sizes, its layers in each stack (T5 counts so)
             d_model, n_heads = conf["d_model"], conf["n_heads"]
@@ -251,7 +252,7 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
                                 n_decoder_layers=decoder_layers, n_heads=n_heads, **style)
             if compile:
                 model.compile(dynamic=False)
-            module = SelfSupModule(model, obj, max_steps=steps, warmup_steps=10)
+            module = SelfSupModule(model, obj, AdamWCosine(warmup_steps=10), max_steps=steps)
             clock = Clock()
             trainer = L.Trainer(accelerator=device, devices=1, precision=precision, max_steps=steps, logger=False,
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

@@ -7,7 +7,6 @@ line, exit 2, no traceback. Hydra's and OmegaConf's own config errors are folded
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -18,27 +17,24 @@ class SelfSupError(Exception):
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
+    """The errors that are the user's to fix (one line, exit 2), not bugs (a traceback)."""
     from selfsup.data import DataError
     from selfsup.objectives import ObjectiveError
-    errors = (SelfSupError, DataError, ObjectiveError)
-    reliability = sys.modules.get("selfsup.reliability")  # (importing it loads Lightning: seconds)
-    if reliability is not None:  # else none of its errors can have been raised
-        errors += (reliability.CheckpointError, reliability.NonFiniteLossError)
-    return errors
+    from selfsup.reliability.checkpoints import CheckpointError, NonFiniteLossError
+    return (SelfSupError, DataError, ObjectiveError, CheckpointError, NonFiniteLossError)
 
 
 def check_settings(cfg: DictConfig) -> None:
     """The cheap checks of the settings, before any data is read."""
-    from selfsup.objectives import compatibility_error
-    problem = compatibility_error(cfg.objective.name, cfg.architecture.name)
+    from selfsup.build import make, objective_class
+    cls = objective_class(cfg)
+    problem = cls.incompatibility(cfg.architecture.name) if hasattr(cls, "incompatibility") else None
     if problem:
         raise SelfSupError(problem)
     check_devices(cfg)
     check_values(cfg)
-    from selfsup.models import ACTIVATIONS
-    if cfg.architecture.activation not in ACTIVATIONS:
-        raise SelfSupError(f"architecture.activation={cfg.architecture.activation} is unknown: use one of "
-                           f"{', '.join(ACTIVATIONS)}")
+    make(cfg.architecture, "architecture")  # its config checks its own values
+    make(cfg.optim, "optim")
     metric = cfg.optimized_metric
     if metric not in ("val/loss", "val/perplexity", "val/accuracy") and not metric.startswith("eval/"):
         raise SelfSupError(f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
@@ -76,21 +72,17 @@ def check_values(cfg: DictConfig) -> None:
     if found:
         raise SelfSupError(f"{found[0]}={found[1]} is not a finite number: set a number (or null where the "
                            f"setting allows it)")
-    a, t = cfg.architecture, cfg.trainer
-    at_least_one = [("architecture.d_model", a.d_model), ("architecture.n_layers", a.n_layers),
-                    ("architecture.n_heads", a.n_heads), ("architecture.d_ff", a.d_ff),
-                    ("architecture.n_decoder_layers", a.n_decoder_layers), ("trainer.max_steps", t.max_steps),
-                    ("trainer.val_check_interval", t.val_check_interval),
+    t, o = cfg.trainer, cfg.optim
+    at_least_one = [("trainer.max_steps", t.max_steps), ("trainer.val_check_interval", t.val_check_interval),
                     ("trainer.log_every_n_steps", t.log_every_n_steps), ("trainer.accumulate", t.accumulate)]
     for key, value in at_least_one:
         if value is not None and value < 1:
             raise SelfSupError(f"{key}={value} must be at least 1")
-    if not t.lr > 0:
-        raise SelfSupError(f"trainer.lr={t.lr} must be positive (the lab's default is 1e-3)")
-    for key, value in [("trainer.warmup_steps", t.warmup_steps), ("trainer.weight_decay", t.weight_decay),
-                       ("trainer.grad_clip", t.grad_clip), ("trainer.min_lr_ratio", t.min_lr_ratio)]:
-        if value < 0:
-            raise SelfSupError(f"{key}={value} is negative: use 0 or more")
+    if "lr" in o and not o.lr > 0:
+        raise SelfSupError(f"optim.lr={o.lr} must be positive (the lab's default is 1e-3)")
+    for key in ("warmup_steps", "weight_decay", "grad_clip", "min_lr_ratio"):
+        if o.get(key) is not None and o[key] < 0:
+            raise SelfSupError(f"optim.{key}={o[key]} is negative: use 0 or more")
     if str(t.precision) not in PRECISIONS:
         raise SelfSupError(f"trainer.precision={t.precision} is unknown: use one of {', '.join(PRECISIONS[::2])}")
     if t.accelerator not in ACCELERATORS:

@@ -117,31 +117,13 @@ def per_stack(blocks: int, architecture: str) -> int:
     return max(1, blocks // 2) if architecture == "encoder_decoder" else blocks
 
 
-def launched_rank() -> int:
-    """This process's global rank when a cluster launcher started every rank itself (torchrun sets
-    RANK, srun SLURM_PROCID); 0 otherwise, also for selfsup's own DDP/FSDP launch (rank 0 is the app)."""
-    for var in ("RANK", "SLURM_PROCID"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 0
-
-
-def shared_job_id() -> Optional[str]:
-    """A name all ranks of an externally launched multi-process job share: SLURM's job id (srun with
-    several tasks) or torchrun's rendezvous id (`--standalone` makes a fresh one per launch)."""
-    if int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1 and os.environ.get("SLURM_JOB_ID"):
-        return f"slurm-{os.environ['SLURM_JOB_ID']}"
-    if os.environ.get("TORCHELASTIC_RUN_ID") and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        return f"torchrun-{os.environ['TORCHELASTIC_RUN_ID']}"
-    return None
-
-
 def run_dir(resume: Optional[str], fresh: str) -> str:
     """hydra.run.dir: the run being resumed; for a job whose ranks were all started by torchrun or
     srun, outputs/<date>/<job id> (every rank resolves the same dir, so there are no stray dirs);
     else a fresh timestamped dir."""
     if resume:
         return resume
+    from selfsup.distributed import shared_job_id
     job = shared_job_id()
     return str(Path(fresh).parent / job) if job else fresh
 

@@ -21,11 +21,12 @@ import sys
 from pathlib import Path
 
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
-from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
+from selfsup.upstream import SubprocessScriptLauncher
 
-class WorkerLauncher(_SubprocessScriptLauncher):
+
+class WorkerLauncher(SubprocessScriptLauncher):
     def __init__(self, cluster_environment, num_processes: int, num_nodes: int, config_path: Path, run_dir: Path):
         super().__init__(cluster_environment, num_processes, num_nodes)
         self.config_path, self.run_dir = config_path, run_dir
@@ -86,6 +87,37 @@ def shard(model, device_mesh) -> None:
     for block in [m for m in model.modules() if isinstance(m, Block)]:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
+
+
+def launched_rank() -> int:
+    """This process's global rank when a cluster launcher started every rank itself (torchrun sets
+    RANK, srun SLURM_PROCID); 0 otherwise, also for selfsup's own DDP/FSDP launch (rank 0 is the app)."""
+    for var in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def shared_job_id() -> str | None:
+    """A name all ranks of an externally launched multi-process job share: SLURM's job id (srun with
+    several tasks) or torchrun's rendezvous id (`--standalone` makes a fresh one per launch)."""
+    if int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1 and os.environ.get("SLURM_JOB_ID"):
+        return f"slurm-{os.environ['SLURM_JOB_ID']}"
+    if os.environ.get("TORCHELASTIC_RUN_ID") and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        return f"torchrun-{os.environ['TORCHELASTIC_RUN_ID']}"
+    return None
+
+
+def leave_distributed(env_before: set[str]) -> None:
+    """Undo what a DDP launch left in this process, so that the next job of a sweep starts clean:
+    the launcher's MASTER_*/LOCAL_RANK/... variables (with LOCAL_RANK set, Lightning would think
+    another launcher made the processes) and the process group."""
+    import torch.distributed as dist
+    for key in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK"):
+        if key not in env_before:
+            os.environ.pop(key, None)
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def strategy_for(cfg: DictConfig, run_dir: Path, rank_zero: bool):

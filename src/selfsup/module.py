@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import time
 
 import lightning as L
 import torch
@@ -26,6 +25,7 @@ from torchmetrics import MeanMetric, SumMetric
 from selfsup.loss import linear_cross_entropy
 from selfsup.objectives import Objective, ObjectiveBatch
 from selfsup.optim import AdamWCosine
+from selfsup.upstream import align_log_step
 
 
 def stream_seed(*parts) -> int:
@@ -90,7 +90,7 @@ class SelfSupModule(L.LightningModule):
         self.val_accuracy = MeanMetric(nan_strategy="disable")
         self.val_scored = SumMetric(nan_strategy="disable")
         self.val_inputs = SumMetric(nan_strategy="disable")
-        self.flops_per_batch = None  # read by ThroughputMonitor; measured by the lab when it can
+        self.flops_per_batch = None  # measured on the first step; read by selfsup.throughput.TokenThroughput
         self.resume_record = None    # config/vocabulary/tokenizer fingerprint stored in checkpoints
         self.nonfinite = None        # the NonFiniteGuard callback, when the trainer has one
         self._grad_norm = None       # global gradient norm of the last step, before clipping
@@ -109,8 +109,9 @@ class SelfSupModule(L.LightningModule):
                  for i, chunk in enumerate(tokens.chunk(self.accumulate))]
         local = torch.stack([torch.stack([b.n_scored, b.n_inputs]) for b in micro]).sum(0).float()
         total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
-        logging = self.trainer._logger_connector.should_update_logs  # accuracy costs an argmax: only when logged
-        # FLOPs for ThroughputMonitor: counted on the first real step (forward and backward, all micro-batches),
+        # accuracy costs an argmax: only when the loggers write (every log_every_n_steps, as Lightning decides)
+        logging = (self.global_step + 1) % self.trainer.log_every_n_steps == 0 or self.trainer.should_stop
+        # FLOPs (throughput, MFU, train/flops_seen): counted on the first real step (forward and backward, all micro-batches),
         # eagerly: Dynamo, meeting a compiled model under a dispatch mode such as FlopCounterMode, marks its
         # code to skip for good, and trainer.compile=true would silently train eagerly
         counter = FlopCounterMode(display=False) if self.flops_per_batch is None else None
@@ -225,7 +226,6 @@ class SelfSupModule(L.LightningModule):
         self.nonfinite = NonFiniteGuard.find(self.trainer)
 
     def on_train_start(self) -> None:
-        self._fit_start = (time.perf_counter(), self.tokens_seen)
         self._align_log_step = True
         # this run's optimizer settings, also over those a resumed checkpoint restored: `resume=RUN
         # optim.lr=...` trains at the new rate, on the new schedule, from the restored step on
@@ -235,13 +235,8 @@ class SelfSupModule(L.LightningModule):
         if getattr(self, "_align_log_step", False):
             # A checkpoint saved at a batch end stores Lightning's logging-step counter before that
             # batch counts, so a resumed run would log its first step under the previous number.
-            self.trainer.fit_loop.epoch_loop._batches_that_stepped = self.global_step
+            align_log_step(self.trainer)
             self._align_log_step = False
-
-    def fit_tokens_per_sec(self) -> float | None:
-        """Input tokens per second of this fit (validation included), not counting a resumed past."""
-        start, tokens = getattr(self, "_fit_start", (None, 0))
-        return (self.tokens_seen - tokens) / (time.perf_counter() - start) if start else None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["selfsup"] = {"tokens_seen": self.tokens_seen, "targets_seen": self.targets_seen,

@@ -10,6 +10,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from selfsup.report.summary import PROBE, probe_verdict, read_summaries, summary_table, value
+from selfsup.upstream import failed_job_value
 
 
 class SweepSummary(Callback):
@@ -21,7 +22,7 @@ class SweepSummary(Callback):
         sweep is refused before Hydra writes anything into it."""
         sweep_dir = Path(config.hydra.sweep.dir)
         from selfsup.checks import SelfSupError
-        from selfsup.rundir import claim, own
+        from selfsup.reliability.run_dir import claim, own
         try:  # one sweep at a time in a sweep dir (two launched in the same second share the default one)
             claim(sweep_dir)
         except SelfSupError as err:
@@ -44,7 +45,7 @@ class SweepSummary(Callback):
         job_dir = Path(config.hydra.runtime.output_dir)
         error = job_dir / "error.txt"
         if job_return.status != JobStatus.COMPLETED:
-            what = f"FAILED: {job_return._return_value}"
+            what = f"FAILED: {failed_job_value(job_return)}"
         elif error.is_file():
             what = "FAILED: " + error.read_text().strip().removeprefix("error: ")
         else:

@@ -1,4 +1,4 @@
-"""Throughput, FLOP/s, MFU and peak memory through Lightning's ThroughputMonitor, under the
+"""Throughput, FLOP/s, MFU and peak memory through Lightning's Throughput meter, under the
 names in DESIGN.md (perf/tokens_per_sec, perf/mfu, ...).
 
 FLOPs per batch are measured, not estimated: the module counts one real training step of its
@@ -15,7 +15,8 @@ import time
 import warnings
 
 import torch
-from lightning.pytorch.callbacks import ThroughputMonitor
+from lightning.fabric.utilities.throughput import Throughput
+from lightning.pytorch.callbacks import Callback
 
 NAMES = {"train/items_per_sec": "perf/tokens_per_sec", "train/device/items_per_sec": "perf/device_tokens_per_sec",
          "train/samples_per_sec": "perf/samples_per_sec", "train/flops_per_sec": "perf/flops_per_sec",
@@ -66,37 +67,64 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
 
 
-class TokenThroughput(ThroughputMonitor):
-    """Counts input tokens (all positions of each [B, L] window) and logs perf/* metrics."""
+class TokenThroughput(Callback):
+    """Training throughput as perf/* metrics, with Lightning's (public) Throughput meter: input tokens (all
+    positions of each [B, L] window), windows, FLOPs (the module's measured `flops_per_batch`) and MFU, per
+    second of training time (validation, evaluation and checkpoints excluded), over the last
+    `window_size` steps; peak memory. Logged with the train metrics (every trainer.log_every_n_steps).
+    `tokens_per_sec()`: the average over the whole fit, on the same clock."""
 
     def __init__(self, window_size: int = 20):
-        super().__init__(batch_size_fn=lambda batch: batch.size(0), length_fn=lambda batch: batch.numel(),
-                         window_size=window_size)
+        self.window_size = window_size
+        self.meter: Throughput | None = None
+        self.available_flops = None
 
     def setup(self, trainer, pl_module, stage: str) -> None:
-        with warnings.catch_warnings():  # Lightning's peak table misses some GPUs: filled in below
-            warnings.filterwarnings("ignore", message="FLOPs not found")
-            super().setup(trainer, pl_module, stage)
         device = trainer.strategy.root_device
-        if self.available_flops is None:
+        with warnings.catch_warnings():  # Lightning's peak table misses some GPUs: EXTRA_GPU_FLOPS has them
+            warnings.filterwarnings("ignore", message="FLOPs not found")
             self.available_flops = (cpu_matmul_peak() if device.type == "cpu"
                                     else gpu_peak_flops(device, str(trainer.precision)))
-            if self.available_flops is None and trainer.is_global_zero:
-                warnings.warn(f"perf/mfu is not logged: no peak FLOP/s known for {device} "
-                              f"(add it to selfsup.throughput.EXTRA_GPU_FLOPS)")
-            for throughput in self._throughputs.values():
-                throughput.available_flops = self.available_flops
+        if self.available_flops is None and trainer.is_global_zero:
+            warnings.warn(f"perf/mfu is not logged: no peak FLOP/s known for {device} "
+                          f"(add it to selfsup.throughput.EXTRA_GPU_FLOPS)")
 
-    def _compute(self, trainer, iter_num=None) -> None:
-        if not trainer._logger_connector.should_update_logs:
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.meter = Throughput(available_flops=self.available_flops, world_size=trainer.world_size,
+                                window_size=self.window_size)
+        self.start, self.paused = time.perf_counter(), 0.0
+        self.batches = self.samples = self.tokens = 0
+
+    def training_seconds(self) -> float:
+        return time.perf_counter() - self.start - self.paused
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self.pause_start = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self.meter is not None:
+            self.paused += time.perf_counter() - self.pause_start
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.synchronize()
+        self.batches += 1
+        self.samples += batch.size(0)
+        self.tokens += batch.numel()
+        self.meter.update(time=self.training_seconds(), batches=self.batches, samples=self.samples,
+                          lengths=self.tokens, flops=getattr(pl_module, "flops_per_batch", None))
+        if trainer.global_step % trainer.log_every_n_steps and not trainer.should_stop:
             return
-        stage = trainer.state.stage
-        if stage is None or stage.value != "train":
-            return
-        metrics = self._throughputs[stage].compute()
-        if trainer.world_size == 1:  # Lightning adds the global numbers only for several devices
+        metrics = self.meter.compute()
+        if trainer.world_size == 1:  # the meter adds the global numbers only for several devices
             metrics.update({k.removeprefix("device/"): v for k, v in metrics.items()
                             if k in ("device/items_per_sec", "device/samples_per_sec", "device/flops_per_sec")})
-        renamed = {NAMES[f"train/{k}"]: v for k, v in metrics.items() if f"train/{k}" in NAMES}
+        renamed = {NAMES[f"train/{k}"]: float(v) for k, v in metrics.items() if f"train/{k}" in NAMES}
         renamed["perf/peak_memory_mb"] = peak_memory_mb(trainer.strategy.root_device)
-        trainer._logger_connector.log_metrics(renamed, step=iter_num)
+        pl_module.log_dict(renamed, on_step=True, on_epoch=False, rank_zero_only=True)
+
+    def tokens_per_sec(self) -> float | None:
+        """Input tokens per second of training time over this fit (global: all ranks' tokens)."""
+        if self.meter is None or not self.batches:
+            return None
+        return self.tokens * self.meter.world_size / self.training_seconds()

@@ -1,4 +1,11 @@
-"""selfsup-train: the Hydra entry point. Compose, check compatibility, build, fit, summarise.
+"""selfsup-train: the story of a run, in order.
+
+    compose   Hydra composes conf/ and the command line (main, hydra_main); selfsup.reliability.run_dir
+              checks and claims the run dir, and a resume's settings, before Hydra writes into it
+    check     the settings (selfsup.checks) and the objective, before any data is read
+    build     data, objective, evaluation, model, optimizer, LightningModule (selfsup.build)
+    fit       Lightning's Trainer with the lab's callbacks and loggers (fit)
+    summarise summary.json, the table, the W&B run files (write_summary, hydra_main)
 
     selfsup-train objective=clm trainer.max_steps=100
     selfsup-train -m objective=mlm,clm,span_corruption
@@ -20,18 +27,27 @@ import warnings
 from pathlib import Path
 
 import hydra
+import lightning as L
 from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from selfsup.checks import SelfSupError, check_settings, config_error_line, user_errors
-from selfsup.config import launched_rank, register
-from selfsup.wandb_utils import finish_wandb, make_loggers, start_wandb
+from selfsup.build import build, check_objective, objective_name, prepare
+from selfsup.checks import check_settings, config_error_line, user_errors
+from selfsup.config import register
+from selfsup.distributed import launched_rank, leave_distributed, strategy_for
+from selfsup.reliability import (AtomicCheckpointIO, LastCheckpoint, NonFiniteGuard, PreemptionHandler,
+                                 check_resume_compatible, resume_state)
+from selfsup.reliability.run_dir import requeue_checkpoint, resumed_config
+from selfsup.throughput import TokenThroughput
+from selfsup.loggers import finish_wandb, make_loggers, start_wandb
 
 log = logging.getLogger("selfsup")
 CONF_DIR = Path(os.environ.get("SELFSUP_CONF", Path(__file__).resolve().parents[2] / "conf"))
 
 
-# ---------------------------------------------------------------------------- build and fit
+# ---------------------------------------------------------------------------- fit
 def quiet_lightning() -> None:
     """Lightning has its own console handler; without this Hydra's root logger prints each line twice."""
     for name in ("lightning.pytorch", "lightning.fabric"):
@@ -46,108 +62,9 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")
 
 
-def make_objective(cfg: DictConfig, vocab):
-    from selfsup.objectives import build_objective
-    o = cfg.objective
-    params = {"mlm": dict(mask_rate=o.mask_rate, mask_token_prob=o.mask_token_prob,
-                          random_token_prob=o.random_token_prob, whole_word=o.whole_word),
-              "span_corruption": dict(mask_rate=o.mask_rate, mean_span_length=o.mean_span_length),
-              "ul2": dict(denoisers=OmegaConf.to_container(o.denoisers), mode_tokens=o.mode_tokens)}.get(o.name, {})
-    return build_objective(o.name, vocab, cfg.data.seq_len, cfg.architecture.name, **params)
-
-
-def check_objective(cfg: DictConfig) -> None:
-    """The objective's parameters, before any data is read (whole-word MLM needs the tokenizer: at build)."""
-    if not cfg.objective.whole_word:
-        from selfsup.data.vocab import Vocab
-        make_objective(cfg, Vocab(size=max(cfg.data.vocab_size, 1_000_000), n_sentinels=cfg.data.n_sentinels))
-
-
-def make_evaluation(cfg: DictConfig):
-    """The `eval` group's Evaluation (instantiated from its _target_), or None when it evaluates nothing
-    (eval=none: no fixed exam, no tasks)."""
-    if cfg.get("eval") is None or not (cfg.eval.fixed or cfg.eval.tasks):
-        return None
-    import inspect
-
-    from hydra.utils import instantiate
-
-    from selfsup.evaluation import EvalError, Task
-    conf = OmegaConf.to_container(cfg.eval, resolve=True)
-    for name, task in (conf.get("tasks") or {}).items():
-        if not isinstance(task, dict):
-            raise EvalError(f"eval.tasks.{name} must be a mapping of task settings, e.g. "
-                            f"'+eval.tasks.{name}={{source: text_files, paths: [examples.jsonl]}}'")
-        task.setdefault("_target_", "selfsup.evaluation.Task")
-        if task["_target_"] == "selfsup.evaluation.Task":
-            known = [p for p in inspect.signature(Task).parameters if p != "name"]
-            unknown = [k for k in task if k != "_target_" and k not in known]
-            if unknown:
-                raise EvalError(f"eval.tasks.{name}.{unknown[0]} is not a task setting: use {', '.join(known)}")
-    return instantiate(conf)
-
-
-def prepare_data(cfg: DictConfig):
-    """(Corpus with its token cache built or reused and cut into windows, objective, evaluation): every
-    data check, without Lightning (a single run does this before importing it: bad data is refused in
-    seconds); the evaluation's tasks are read and checked against the pretraining documents."""
-    from selfsup.data import Corpus
-    d = cfg.data
-    corpus = Corpus(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
-                    hf_config=d.hf_config, hf_split=d.hf_split,
-                    data_files=list(d.data_files) if d.data_files else None, streaming=d.streaming,
-                    max_documents=d.max_documents, vocab_size=d.vocab_size, n_sentinels=d.n_sentinels,
-                    val_fraction=d.val_fraction, batch_size=d.batch_size, num_workers=d.num_workers,
-                    cache_dir=d.cache_dir, seed=cfg.seed)
-    objective = make_objective(cfg, corpus.prepare())
-    corpus.set_window(objective.raw_length, cfg.trainer.accumulate)
-    evaluation = make_evaluation(cfg)
-    if evaluation is not None:
-        evaluation.check(corpus.training_hashes, sharded=cfg.trainer.strategy == "fsdp")
-    return corpus, objective, evaluation
-
-
-def build(cfg: DictConfig, prepared=None):
-    """(data module, objective, model, LightningModule); prepared: prepare_data(cfg) if already done."""
-    from selfsup.data import SelfSupDataModule
-    from selfsup.models import build_model
-    from selfsup.module import SelfSupModule
-    corpus, objective, evaluation = prepared or prepare_data(cfg)
-    dm = SelfSupDataModule.from_corpus(corpus)
-    vocab = dm.vocab
-    a = cfg.architecture
-    # positions for the objective's sequences and for data.seq_len ones (the fixed exam's, the probe's)
-    shape = dict(d_model=a.d_model, n_layers=a.n_layers, n_heads=a.n_heads, d_ff=a.d_ff, dropout=a.dropout,
-                 tie_embeddings=a.tie_embeddings, n_decoder_layers=a.n_decoder_layers,
-                 activation_checkpointing=a.activation_checkpointing, activation=a.activation, bias=a.bias)
-    try:
-        model = build_model(a.name, vocab.size, max(objective.model_length, cfg.data.seq_len), **shape)
-    except ValueError as err:
-        raise SelfSupError(f"architecture: {err}") from None
-    if cfg.trainer.compile:
-        # Dynamo keeps compiled graphs per code object across models: the jobs of a multirun in one process
-        # (e.g. a d_model sweep) would add theirs to one cache until its recompile limit, then run eagerly
-        import torch._dynamo
-        torch._dynamo.reset()
-        model.compile()  # in place: checkpoints keep plain parameter names
-    if evaluation is not None:
-        evaluation.setup(a.name, vocab, dm.tokenizer, cfg.data.seq_len, dm.val_tokens, model.max_len, cfg.seed,
-                         make_model=lambda: build_model(a.name, vocab.size, model.max_len, **shape))
-    t = cfg.trainer
-    module = SelfSupModule(model, objective, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
-                           warmup_steps=t.warmup_steps, max_steps=t.lr_decay_steps or t.max_steps,
-                           min_lr_ratio=t.min_lr_ratio, grad_clip=t.grad_clip, accumulate=t.accumulate,
-                           seed=cfg.seed, max_tokens=t.max_tokens, max_flops=t.max_flops, evaluation=evaluation)
-    return dm, objective, model, module
-
-
 def plugins() -> list:
     """Atomic checkpoint writes, weights_only loads; on SLURM, Lightning's requeue on SIGUSR1."""
-    import signal
-
     from lightning.fabric.plugins.environments import SLURMEnvironment
-
-    from selfsup.reliability import AtomicCheckpointIO
     found = [AtomicCheckpointIO(dir_setting="hydra.run.dir")]
     if SLURMEnvironment.detect():
         found.append(SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1))
@@ -160,15 +77,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     (selfsup.worker) train alongside without either. progress["training"] is set once training starts:
     a resume refused before that leaves its run dir (summary.json, W&B run) as it was."""
     progress = {} if progress is None else progress
-    # a single run checks its data before Lightning is imported (a sweep job: after its W&B run starts)
-    prepared = None if loggers_first else prepare_data(cfg)
-    import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
-
-    from selfsup.distributed import strategy_for
-    from selfsup.reliability import (LastCheckpoint, NonFiniteGuard, PreemptionHandler, check_resume_compatible,
-                                     resume_state)
-    from selfsup.throughput import TokenThroughput
+    # a single run reads its data before it starts a W&B run (a sweep job after: a failed job is a failed W&B run)
+    prepared = None if loggers_first else prepare(cfg)
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     quiet_lightning()
@@ -178,7 +88,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     # a single run checks its settings and data first (a typo makes no W&B run)
     loggers = make_loggers(cfg, run_dir) if rank_zero and loggers_first else []
     status, error = "failed", None
-    summary = {"objective": cfg.objective.name, "architecture": cfg.architecture.name, "swept": swept_values(cfg),
+    summary = {"objective": objective_name(cfg), "architecture": cfg.architecture.name, "swept": swept_values(cfg),
                "run_dir": str(run_dir)}
     preemption = PreemptionHandler(dirpath=run_dir / "checkpoints", resume_hint=f"selfsup-train resume={run_dir}")
     before_sigterm = stop_on_sigterm()
@@ -187,7 +97,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
             check_settings(cfg)
             check_objective(cfg)
-        dm, objective, model, module = build(cfg, prepared)
+        run = build(cfg, prepared)
+        dm, objective, model, module = run.data, run.objective, run.model, run.module
         tokenizer_hash = hashlib.sha256(dm.tokenizer.to_str().encode()).hexdigest()
         plain = OmegaConf.to_container(cfg, resolve=True)
         module.resume_record = resume_state(plain, dm.vocab.size, tokenizer_hash)
@@ -200,11 +111,11 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         best = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best-step{step:06d}",
                                auto_insert_metric_name=False, monitor="val/loss", mode="min", save_top_k=1)
         last = LastCheckpoint(run_dir / "checkpoints" / "last.ckpt", t.checkpoint_every_n_steps or t.val_check_interval)
-        lower = f"optim.lr={min(t.lr / 10, 1e-3):g}"
+        lower = f"optim.lr={min(cfg.optim.get('lr', 1e-2) / 10, 1e-3):g}"
         guard = NonFiniteGuard(t.nonfinite, t.nonfinite_max_skips, resume_hint=f"selfsup-train resume={run_dir} {lower}",
                                restart_hint=" ".join(["selfsup-train", *command_overrides(), lower]))
-        callbacks = [best, last, guard, preemption,
-                     TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps)))]
+        throughput = TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps)))
+        callbacks = [best, last, guard, preemption, throughput]
         if t.progress_bar and sys.stdout.isatty():
             callbacks.append(RichProgressBar())
         trainer = L.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
@@ -230,7 +141,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
                        tokens_seen=module.tokens_seen, targets_seen=module.targets_seen, flops_seen=module.flops_seen,
                        eval={k: v for k, v in metrics.items() if k.startswith("eval/")},
                        eval_seconds=round(module.evaluation.seconds, 2) if module.evaluation else None,
-                       tokens_per_sec=module.fit_tokens_per_sec(),
+                       tokens_per_sec=throughput.tokens_per_sec(),
                        best_checkpoint=best.best_model_path, last_checkpoint=str(last.path))
         status = "preempted" if preemption.preempted else "finished"
         if preemption.preempted:
@@ -241,7 +152,6 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     except (KeyboardInterrupt, SystemExit) as err:
         # Lightning turns Ctrl-C into sys.exit(1), and a second SIGTERM (the first one preempts) into its
         # SIGTERMException, a SystemExit with status 0: either is an interrupted run, exit 130 / 143
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
         status = "interrupted"
         error = "interrupted by SIGTERM" if isinstance(err, SIGTERMException) else "interrupted (Ctrl-C)"
         raise SystemExit(143 if isinstance(err, SIGTERMException) else 130) from None
@@ -266,7 +176,6 @@ def stop_on_sigterm():
     or None outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     def stop(signum, frame):
         raise SIGTERMException(143)
@@ -313,48 +222,9 @@ def swept_values(cfg: DictConfig) -> dict:
     return out
 
 
-def leave_distributed(env_before: set[str]) -> None:
-    """Undo what a DDP launch left in this process, so that the next job of a sweep starts clean:
-    the launcher's MASTER_*/LOCAL_RANK/... variables (with LOCAL_RANK set, Lightning would think
-    another launcher made the processes) and the process group."""
-    import torch.distributed as dist
-    for key in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK"):
-        if key not in env_before:
-            os.environ.pop(key, None)
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
 def print_summary(rows: list[dict]) -> None:
-    from selfsup.report import summary_table
+    from selfsup.report.summary import summary_table
     print(summary_table(rows))
-
-
-def requeue_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
-    """The hpc_ckpt_<n>.ckpt Lightning saved in this run dir before SLURM requeued the job."""
-    if cfg.resume or cfg.ckpt_path or not os.environ.get("SLURM_JOB_ID"):
-        return None
-    from selfsup.reliability import slurm_resume_checkpoint
-    return slurm_resume_checkpoint(run_dir)
-
-
-def resumed_config(cfg: DictConfig, run_dir: Path) -> DictConfig:
-    """`resume=RUN_DIR`: that run's config, with this command's key=value overrides on top (checked by
-    selfsup.rundir.RunDirGuard before Hydra wrote anything), from its last checkpoint; a run that stopped
-    before its first checkpoint starts again from step 0 in its dir, as a new W&B run."""
-    from selfsup.rundir import merged_config
-    merged = merged_config(run_dir, list(HydraConfig.get().overrides.task))
-    last = run_dir / "checkpoints" / "last.ckpt"
-    merged.resume, merged.ckpt_path = str(run_dir), str(last) if last.is_file() else None
-    if not last.is_file():
-        log.warning(f"{run_dir} has no checkpoint yet (it stopped before its first one): training it from the "
-                    f"start in the same dir")
-        (run_dir / "wandb-run-id").unlink(missing_ok=True)
-    # what this resume really trains with, beside Hydra's record of the command (.hydra/resume-<time>/)
-    record = Path(HydraConfig.get().runtime.output_dir) / HydraConfig.get().output_subdir / "config.yaml"
-    if record.parent.is_dir():
-        OmegaConf.save(merged, record)
-    return merged
 
 
 JOB_STARTED = []  # set once Hydra has composed a config and started a job: later errors are not config errors
@@ -375,7 +245,9 @@ def hydra_main(cfg: DictConfig) -> float | None:
         if requeued:  # a SLURM job requeued by Lightning after SIGUSR1: same command, same run dir
             cfg.resume, cfg.ckpt_path = str(run_dir), str(requeued)
         elif cfg.resume:
-            cfg = resumed_config(cfg, run_dir)
+            hc = HydraConfig.get()
+            cfg = resumed_config(run_dir, list(hc.overrides.task),
+                                 record=Path(hc.runtime.output_dir) / hc.output_subdir / "config.yaml")
         if not multirun:  # (in a sweep, after its W&B run has started: a failed job is a failed W&B run)
             check_settings(cfg)
             check_objective(cfg)

@@ -89,7 +89,7 @@ def test_a_dead_service_stops_the_logger_once_and_the_next_run_in_the_process_st
     import wandb
     from lightning.pytorch.loggers.logger import DummyExperiment
 
-    from selfsup.wandb_utils import SafeWandbLogger
+    from selfsup.loggers import SafeWandbLogger
     monkeypatch.setenv("WANDB_SILENT", "true")
     first = SafeWandbLogger(save_dir=str(tmp_path / "first"), project="p", mode="offline", csv_dir="runs/csv")
     first.log_metrics({"loss": 3.0}, step=1)
@@ -124,7 +124,7 @@ def test_a_stuck_service_times_out_a_log_call_once_and_the_next_run_starts_afres
     import wandb
     from lightning.pytorch.loggers.logger import DummyExperiment
 
-    from selfsup.wandb_utils import SafeWandbLogger
+    from selfsup.loggers import SafeWandbLogger
     monkeypatch.setenv("WANDB_SILENT", "true")
     first = SafeWandbLogger(save_dir=str(tmp_path / "first"), project="p", mode="offline", timeout=2)
     first.log_metrics({"loss": 3.0}, step=1)

@@ -14,10 +14,10 @@ from selfsup.data.builtin import builtin_documents
 from selfsup.evaluation import EvalError, Evaluation, Task
 from selfsup.evaluation.probe import features, linear_probe, scores
 from selfsup.evaluation.tasks import builtin_examples, probe_sentences, sentences
-from selfsup.train import CONF_DIR, build, prepare_data
+from selfsup.build import build, prepare
+from selfsup.train import CONF_DIR
 
-TINY = ["architecture.d_model=32", "architecture.n_layers=1", "architecture.n_heads=2", "data.seq_len=32",
-        "data.batch_size=8", "data.vocab_size=512", "eval.fixed_max_windows=12"]
+TINY = ["debug=tiny", "eval.fixed_max_windows=12"]
 
 
 def config(cache_dir, *overrides):
@@ -42,7 +42,8 @@ def test_fixed_exam_masks_are_the_same_whatever_the_run_trained_with(cache_dir, 
     exams = []
     for overrides in runs:
         cfg = config(cache_dir, f"objective={family}", "eval.tasks={}", *overrides)
-        _, _, model, module = build(cfg)
+        run = build(cfg)
+        model, module = run.model, run.module
         exams.append(list(module.evaluation.exam.batches()))
     first = exams[0]
     assert len(first) >= 1 and first[0].n_scored > 0
@@ -56,7 +57,8 @@ def test_fixed_exam_masks_are_the_same_whatever_the_run_trained_with(cache_dir, 
 
 def test_fixed_exam_is_mlm_at_15_percent_and_its_loss_is_token_weighted(cache_dir):
     cfg = config(cache_dir, "objective.mask_rate=0.4", "eval.tasks={}")
-    _, _, model, module = build(cfg)
+    run = build(cfg)
+    model, module = run.model, run.module
     exam = module.evaluation.exam
     assert (exam.objective.name, exam.objective.mask_rate, exam.objective.mask_token_prob,
             exam.objective.random_token_prob) == ("mlm", 0.15, 0.8, 0.1)
@@ -73,7 +75,8 @@ def test_fixed_exam_is_mlm_at_15_percent_and_its_loss_is_token_weighted(cache_di
 
 def test_decoder_exam_is_next_token_loss(cache_dir):
     cfg = config(cache_dir, "objective=prefix_lm", "eval.tasks={}")
-    _, _, model, module = build(cfg)
+    run = build(cfg)
+    model, module = run.model, run.module
     exam = module.evaluation.exam
     assert exam.objective.name == "clm" and exam.architecture == "decoder"
 
@@ -193,7 +196,7 @@ def test_bad_tasks_are_refused_in_one_line_before_training(cache_dir, tmp_path, 
     settings = ", ".join(f"{k}: {json.dumps(v)}" for k, v in task.items())
     cfg = config(cache_dir, "eval.tasks={}", f"+eval.tasks.t={{{settings}}}")
     with pytest.raises(EvalError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
-        prepare_data(cfg)
+        prepare(cfg)
     assert "\n" not in str(err.value)
 
 
@@ -203,7 +206,7 @@ def test_a_probe_task_that_holds_pretraining_documents_is_refused(cache_dir, tmp
     cfg = config(cache_dir, "data=text_files", f"data.paths=[{tmp_path / 'corpus.jsonl'}]", "data.batch_size=2",
                  "data.seq_len=16", "eval.tasks={}", f"+eval.tasks.t={{source: text_files, paths: [{tmp_path / 'corpus.jsonl'}]}}")
     with pytest.raises(EvalError, match="documents of the pretraining data"):
-        prepare_data(cfg)
+        prepare(cfg)
 
 
 def test_evaluation_settings_are_checked():
@@ -217,7 +220,8 @@ def test_evaluation_settings_are_checked():
 def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
     import lightning as L
     cfg = config(cache_dir, "trainer.max_steps=5", "eval.fixed=false", "eval.tasks={}")
-    dm, _, _, module = build(cfg)
+    run = build(cfg)
+    dm, module = run.data, run.module
     trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path))
     trainer.fit(module, datamodule=dm)
@@ -225,7 +229,8 @@ def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
     assert per_step == module.flops_per_batch > 0  # the first step's measured count, every step
     cfg = config(cache_dir, "trainer.max_steps=50", f"trainer.max_flops={3.5 * per_step}", "eval.fixed=false",
                  "eval.tasks={}")
-    dm, _, _, module = build(cfg)
+    run = build(cfg)
+    dm, module = run.data, run.module
     trainer = L.Trainer(max_steps=50, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path))
     trainer.fit(module, datamodule=dm)
@@ -235,7 +240,8 @@ def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
 def test_the_finetune_protocol_trains_a_copy(cache_dir):
     cfg = config(cache_dir, "eval.probe.protocol=finetune", "eval.probe.finetune_steps=5",
                  "eval.tasks.probe.max_train_examples=64", "eval.tasks.probe.max_test_examples=32")
-    _, _, model, module = build(cfg)
+    run = build(cfg)
+    model, module = run.model, run.module
     before = {k: v.clone() for k, v in model.state_dict().items()}
     metrics = module.evaluation(model)
     assert 0 <= metrics["eval/probe/accuracy"] <= 1 and "eval/probe/random_init_accuracy" in metrics

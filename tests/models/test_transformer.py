@@ -196,8 +196,12 @@ def test_init_scales_residual_projections():
 # --- errors -------------------------------------------------------------------------------
 
 def test_bad_arguments_raise_helpful_errors():
-    with pytest.raises(ValueError, match="unknown model name 'gpt'.*encoder, decoder, encoder_decoder"):
+    with pytest.raises(ValueError, match="architecture.name=gpt is unknown: use one of encoder, decoder, encoder_decoder"):
         build_model("gpt", vocab_size=V, max_len=16)
+    with pytest.raises(ValueError, match="architecture.activation=swish is unknown: use one of gelu, relu"):
+        build_model("encoder", vocab_size=V, max_len=16, activation="swish")
+    with pytest.raises(ValueError, match="architecture.n_layers=0 must be at least 1"):
+        build_model("encoder", vocab_size=V, max_len=16, n_layers=0)
     with pytest.raises(ValueError, match="d_model=30 is not divisible by n_heads=4"):
         build_model("encoder", vocab_size=V, max_len=16, d_model=30, n_heads=4)
     for name in MODEL_NAMES:
@@ -268,5 +272,5 @@ def test_t5_style_blocks_relu_and_no_biases():
     b = m(encoder_inputs=enc, decoder_inputs=later)
     torch.testing.assert_close(a[:, :3], b[:, :3], atol=ATOL, rtol=0)
     assert not torch.allclose(a[:, 3:], b[:, 3:])
-    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+    with pytest.raises(ValueError, match="architecture.activation=swish is unknown"):
         make("encoder", activation="swish")

@@ -2,6 +2,7 @@
 
 from selfsup.data.builtin import builtin_documents
 from selfsup.data.corpus import SOURCES, Corpus, TokenWindows
+from selfsup.data.datamodule import SelfSupDataModule, ShardedSampler
 from selfsup.data.sources import (
     DataError,
     document_bucket,
@@ -22,15 +23,6 @@ from selfsup.data.tokenizer import (
 from selfsup.data.vocab import WORD_START_MARKER, Vocab, special_tokens
 
 
-def __getattr__(name: str):
-    """The data module imports Lightning (seconds); load it only when asked for, so that the
-    config and data checks (selfsup.data.corpus) run before it and stay fast."""
-    if name in ("SelfSupDataModule", "ShardedSampler"):
-        from selfsup.data import datamodule
-        return getattr(datamodule, name)
-    raise AttributeError(f"module 'selfsup.data' has no attribute {name!r}")
-
-
 __all__ = [
     "FORMAT_VERSION",
     "Corpus",
@@ -38,6 +30,7 @@ __all__ = [
     "WORD_START_MARKER",
     "DataError",
     "SelfSupDataModule",
+    "ShardedSampler",
     "TokenCache",
     "TokenWindows",
     "Vocab",

@@ -61,9 +61,9 @@ class TokenWindows(Dataset):
 
 
 class Corpus:
-    """The data without Lightning: settings → documents → tokenizer + token cache → windows.
-    Its checks (paths, file contents, corpus size) run before Lightning is imported, so bad data is
-    refused in seconds; SelfSupDataModule adds the Lightning hooks and data loaders."""
+    """The data without Lightning: settings → documents → tokenizer + token cache → windows, and every
+    check of them (paths, file contents, corpus size); SelfSupDataModule adds the Lightning hooks and
+    data loaders."""
 
     def __init__(
         self,

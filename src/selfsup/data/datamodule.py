@@ -1,13 +1,9 @@
 """The LightningDataModule: a Corpus (selfsup.data.corpus) with Lightning's hooks and data loaders.
 
-Usage by the lab:
-
     dm = SelfSupDataModule(source="builtin", vocab_size=8192)
     vocab = dm.prepare()              # build or reuse the cache; the model needs vocab.size
     dm.set_window(raw_length=568, batches_per_step=accumulate)
     trainer.fit(module, datamodule=dm)
-
-or SelfSupDataModule.from_corpus(corpus) for a Corpus prepared before Lightning was imported.
 """
 
 from __future__ import annotations
@@ -25,14 +21,6 @@ class SelfSupDataModule(Corpus, L.LightningDataModule):
     def __init__(self, *args, **kwargs):
         L.LightningDataModule.__init__(self)
         Corpus.__init__(self, *args, **kwargs)
-
-    @classmethod
-    def from_corpus(cls, corpus: Corpus) -> "SelfSupDataModule":
-        """A data module over a Corpus already prepared (and windowed): nothing is read again."""
-        dm = cls.__new__(cls)
-        L.LightningDataModule.__init__(dm)
-        dm.__dict__.update(vars(corpus))
-        return dm
 
     # ---- Lightning -------------------------------------------------------------------------
 

@@ -153,9 +153,25 @@ class TransformerConfig:
     bias: bool = True                   # biases in linear layers and LayerNorms (T5 has none)
     activation_checkpointing: bool = False
 
-    def build(self, vocab_size: int, max_len: int) -> "TransformerModel":
+    def __post_init__(self):
+        """Every check of a shape lives here: a config that exists can be built."""
         if self.name not in MODELS:
-            raise ValueError(f"unknown model name {self.name!r}: use one of {', '.join(MODELS)}")
+            raise ValueError(f"architecture.name={self.name} is unknown: use one of {', '.join(MODELS)}")
+        for key in ("d_model", "n_layers", "n_heads", "d_ff", "n_decoder_layers"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ValueError(f"architecture.{key}={value} must be at least 1")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"architecture.d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
+                             f"choose n_heads that divides d_model (e.g. n_heads={math.gcd(self.d_model, self.n_heads)})"
+                             f" or a d_model that is a multiple of {self.n_heads}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"architecture.activation={self.activation} is unknown: use one of "
+                             f"{', '.join(ACTIVATIONS)}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"architecture.dropout={self.dropout} must be in [0, 1)")
+
+    def build(self, vocab_size: int, max_len: int) -> "TransformerModel":
         return MODELS[self.name](self, vocab_size, max_len)
 
 
@@ -169,12 +185,6 @@ class TransformerModel(nn.Module):
         c = self.config = config
         if vocab_size < 1 or max_len < 1:
             raise ValueError(f"vocab_size={vocab_size} and max_len={max_len} must both be >= 1")
-        if c.d_model % c.n_heads != 0:
-            raise ValueError(f"d_model={c.d_model} is not divisible by n_heads={c.n_heads}: choose n_heads "
-                             f"that divides d_model (e.g. n_heads={math.gcd(c.d_model, c.n_heads)}) or a d_model "
-                             f"that is a multiple of {c.n_heads}")
-        if c.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {c.activation!r}: use one of {', '.join(ACTIVATIONS)}")
         self.vocab_size = vocab_size
         self.bias, self.activation = c.bias, c.activation
         self.padded_vocab_size = pad_vocab_size(vocab_size)

@@ -15,6 +15,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import Checkpoint
 
 from selfsup.reliability.checkpoints import NonFiniteLossError
+from selfsup.upstream import cluster_environment
 
 log = logging.getLogger("selfsup")
 
@@ -210,11 +211,6 @@ class PreemptionHandler(Callback):
         self._previous: dict[int, Any] = {}
 
     # --------------------------------------------------------------- signals
-    @staticmethod
-    def cluster_environment(trainer):
-        """The Trainer's cluster environment (LightningEnvironment, SLURMEnvironment, ...), or None."""
-        return getattr(getattr(trainer, "_accelerator_connector", None), "cluster_environment", None)
-
     def _handled_signals(self, environment) -> list[int]:
         """Our signals, less the one Lightning requeues on when the environment is SLURM with auto-requeue."""
         from lightning.fabric.plugins.environments import SLURMEnvironment
@@ -255,7 +251,7 @@ class PreemptionHandler(Callback):
     # --------------------------------------------------------------- hooks
     def on_train_start(self, trainer, pl_module) -> None:
         self.preempted, self.checkpoint_path, self._received = None, None, None
-        self._install(self._handled_signals(self.cluster_environment(trainer)))
+        self._install(self._handled_signals(cluster_environment(trainer)))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.preempted is not None:

@@ -1,4 +1,4 @@
-"""The run dir: checked and claimed before Hydra writes anything into it.
+"""The run dir: checked and claimed before Hydra writes anything into it; resume and SLURM requeue.
 
 `RunDirGuard` is a Hydra callback (conf/train.yaml, hydra.callbacks). At the start of a single run,
 before Hydra creates the run dir and writes `.hydra/`, it
@@ -11,13 +11,15 @@ before Hydra creates the run dir and writes `.hydra/`, it
   process ends, even by kill -9): a second selfsup-train into the same dir is refused.
 
 Each refusal is one line on stderr and exit status 2. Ranks > 0 of a torchrun/srun job share rank 0's
-dir and claim nothing.
+dir and claim nothing. `resumed_config` then gives the config a resumed run trains with, and
+`requeue_checkpoint` the checkpoint a requeued SLURM job continues from.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -26,8 +28,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.checks import SelfSupError
-from selfsup.config import launched_rank
+from selfsup.distributed import launched_rank
 
+log = logging.getLogger("selfsup")
 LOCK = ".selfsup.lock"
 _claimed: dict[str, object] = {}  # run dir -> its open, locked lock file (held until the process ends)
 
@@ -154,7 +157,7 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
     last = run_dir / "checkpoints" / "last.ckpt"
     if not last.is_file():
         return  # it stopped before its first checkpoint: it starts again from step 0 (train.resumed_config)
-    from selfsup.reliability import load_checkpoint_safely, resume_fingerprint
+    from selfsup.reliability.checkpoints import load_checkpoint_safely, resume_fingerprint
     checkpoint = load_checkpoint_safely(last, mmap=True)
     step = int(checkpoint.get("global_step", 0))
     summary = run_dir / "summary.json"
@@ -177,3 +180,29 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
             raise SelfSupError(f"resume={run_dir} cannot change {key} (the run trained with {then[key]}, this "
                                f"command asks for {now[key]}): the run is unchanged; drop that override to continue "
                                f"it (a run with other settings is a new run, without resume=)")
+
+
+def resumed_config(run_dir: Path, overrides: list[str], record: Path | None = None) -> DictConfig:
+    """`resume=RUN_DIR`: that run's config, with this command's key=value overrides on top (checked by
+    RunDirGuard before Hydra wrote anything), from its last checkpoint; a run that stopped before its
+    first checkpoint starts again from step 0 in its dir, as a new W&B run. record: where to save the
+    config this resume trains with (beside Hydra's record of the command, .hydra/resume-<time>/)."""
+    merged = merged_config(run_dir, overrides)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    merged.resume, merged.ckpt_path = str(run_dir), str(last) if last.is_file() else None
+    if not last.is_file():
+        log.warning(f"{run_dir} has no checkpoint yet (it stopped before its first one): training it from the "
+                    f"start in the same dir")
+        (run_dir / "wandb-run-id").unlink(missing_ok=True)
+    if record is not None and record.parent.is_dir():
+        OmegaConf.save(merged, record)
+    return merged
+
+
+def requeue_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
+    """The hpc_ckpt_<n>.ckpt Lightning saved in this run dir before SLURM requeued the job (same command,
+    same run dir), or None."""
+    if cfg.resume or cfg.ckpt_path or not os.environ.get("SLURM_JOB_ID"):
+        return None
+    from selfsup.reliability.checkpoints import slurm_resume_checkpoint
+    return slurm_resume_checkpoint(run_dir)

@@ -1,0 +1,157 @@
+"""From a composed config to the objects of a run, each group's `_target_` built with Hydra's `instantiate`:
+
+    corpus, objective, evaluation = prepare(cfg)      data read, tokenized, cut into windows; every data check
+    run = build(cfg)                                  + the model, the optimizer, the LightningModule
+
+objective (conf/objective/)        an `Objective` subclass: instantiate(cfg.objective, vocab=, seq_len=, architecture=)
+architecture (conf/architecture/)  a config with `build(vocab_size, max_len)`: the built-in TransformerConfig
+optim (conf/optim/)                selfsup.optim.AdamWCosine or a class with its methods
+eval (conf/eval/)                  selfsup.evaluation.Evaluation (its tasks: selfsup.evaluation.Task)
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from selfsup.checks import SelfSupError, user_errors
+from selfsup.data import SelfSupDataModule
+from selfsup.data.vocab import Vocab
+from selfsup.evaluation import EvalError, Evaluation, Task
+from selfsup.module import SelfSupModule
+from selfsup.objectives import Objective
+
+
+def make(node: DictConfig, group: str, **runtime):
+    """instantiate(node, **runtime) with one-line errors: a target that cannot be imported, a setting its
+    class does not take, or the class's own refusal of a value."""
+    target = node.get("_target_")
+    if not target:
+        raise SelfSupError(f"{group} has no _target_: name the class that builds it (e.g. _target_: "
+                           f"mypackage.MyObjective)")
+    cls = target_class(node, group)
+    unknown = [k for k in node if not str(k).startswith("_") and not accepts(cls, str(k))]
+    if unknown:
+        taken = [p for p in inspect.signature(cls).parameters if p not in runtime and p not in ("self", "kwargs")]
+        raise SelfSupError(f"{group}.{unknown[0]} is not a setting of {target}: use {', '.join(taken) or 'none'}")
+    try:  # the run's objects (a vocabulary, say) go to the class as they are, not through the config
+        made = instantiate(node, _convert_="all", _partial_=bool(runtime))
+        return made(**runtime) if runtime else made
+    except (InstantiationException, ValueError, TypeError) as err:
+        cause = err.__cause__ if isinstance(err, InstantiationException) else err
+        if isinstance(cause, user_errors()):
+            raise cause from None
+        if isinstance(cause, (ValueError, TypeError)):
+            raise SelfSupError(str(cause) if str(cause).startswith(f"{group}.") else f"{group}: {cause}") from None
+        raise
+
+
+def target_class(node: DictConfig, group: str) -> type:
+    try:
+        return get_class(node._target_)
+    except Exception as err:  # noqa: BLE001 - ImportError, AttributeError, ValueError
+        raise SelfSupError(f"{group}._target_={node._target_} cannot be imported ({type(err).__name__}): check the "
+                           f"name, and that its package is installed or on PYTHONPATH") from None
+
+
+def accepts(cls: type, key: str) -> bool:
+    parameters = inspect.signature(cls).parameters
+    return key in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def objective_class(cfg: DictConfig) -> type[Objective]:
+    return target_class(cfg.objective, "objective")
+
+
+def objective_name(cfg: DictConfig) -> str:
+    """The objective's label: its config's name, else its class's."""
+    return cfg.objective.get("name") or objective_class(cfg).name
+
+
+def make_objective(cfg: DictConfig, vocab: Vocab) -> Objective:
+    return make(cfg.objective, "objective", vocab=vocab, seq_len=cfg.data.seq_len, architecture=cfg.architecture.name)
+
+
+def check_objective(cfg: DictConfig) -> None:
+    """The objective's settings, before any data is read: built once over a stand-in vocabulary."""
+    size = max(cfg.data.vocab_size, 1_000_000)
+    make_objective(cfg, Vocab(size=size, n_sentinels=cfg.data.n_sentinels, word_start=torch.ones(size, dtype=torch.bool)))
+
+
+def make_evaluation(cfg: DictConfig) -> Evaluation | None:
+    """The `eval` group's Evaluation, or None when it evaluates nothing (eval=none: no exam, no tasks)."""
+    if not (cfg.eval.fixed or cfg.eval.tasks):
+        return None
+    conf = OmegaConf.to_container(cfg.eval, resolve=True)
+    for name, task in (conf.get("tasks") or {}).items():
+        if not isinstance(task, dict):
+            raise EvalError(f"eval.tasks.{name} must be a mapping of task settings, e.g. "
+                            f"'+eval.tasks.{name}={{source: text_files, paths: [examples.jsonl]}}'")
+        task.setdefault("_target_", "selfsup.evaluation.Task")
+        if task["_target_"] == "selfsup.evaluation.Task":
+            known = [p for p in inspect.signature(Task).parameters if p != "name"]
+            unknown = [k for k in task if k != "_target_" and k not in known]
+            if unknown:
+                raise EvalError(f"eval.tasks.{name}.{unknown[0]} is not a task setting: use {', '.join(known)}")
+    return make(OmegaConf.create(conf), "eval")
+
+
+def make_data(cfg: DictConfig) -> SelfSupDataModule:
+    d = cfg.data
+    return SelfSupDataModule(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
+                  hf_config=d.hf_config, hf_split=d.hf_split, data_files=list(d.data_files) if d.data_files else None,
+                  streaming=d.streaming, max_documents=d.max_documents, vocab_size=d.vocab_size,
+                  n_sentinels=d.n_sentinels, val_fraction=d.val_fraction, batch_size=d.batch_size,
+                  num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed)
+
+
+def prepare(cfg: DictConfig) -> tuple[SelfSupDataModule, Objective, Evaluation | None]:
+    """The data (token cache built or reused, cut into the objective's windows), the objective and the
+    evaluation, whose tasks are read and checked against the pretraining documents."""
+    corpus = make_data(cfg)
+    objective = make_objective(cfg, corpus.prepare())
+    corpus.set_window(objective.raw_length, cfg.trainer.accumulate)
+    evaluation = make_evaluation(cfg)
+    if evaluation is not None:
+        evaluation.check(corpus.training_hashes, sharded=cfg.trainer.strategy == "fsdp")
+    return corpus, objective, evaluation
+
+
+@dataclass
+class Run:
+    """What `build` makes: the data module, the objective, the model and the LightningModule."""
+    data: SelfSupDataModule
+    objective: Objective
+    model: torch.nn.Module
+    module: SelfSupModule
+
+
+def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
+    """Everything a run trains; prepared: prepare(cfg) if already done."""
+    corpus, objective, evaluation = prepared or prepare(cfg)
+    vocab = corpus.vocab
+    shape = make(cfg.architecture, "architecture")
+    # positions for the objective's sequences and for data.seq_len ones (the fixed exam's, the probe's)
+    max_len = max(objective.model_length, cfg.data.seq_len)
+    try:
+        model = shape.build(vocab.size, max_len)
+    except ValueError as err:
+        raise SelfSupError(f"architecture: {err}") from None
+    if cfg.trainer.compile:
+        # Dynamo keeps compiled graphs per code object across models: the jobs of a multirun in one process
+        # (e.g. a d_model sweep) would add theirs to one cache until its recompile limit, then run eagerly
+        torch.compiler.reset()
+        model.compile()  # in place: checkpoints keep plain parameter names
+    if evaluation is not None:
+        evaluation.setup(cfg.architecture.name, vocab, corpus.tokenizer, cfg.data.seq_len, corpus.val_tokens,
+                         max_len, cfg.seed, make_model=lambda: shape.build(vocab.size, max_len))
+    t = cfg.trainer
+    module = SelfSupModule(model, objective, make(cfg.optim, "optim"), max_steps=t.max_steps,
+                           accumulate=t.accumulate, seed=cfg.seed, max_tokens=t.max_tokens, max_flops=t.max_flops,
+                           evaluation=evaluation)
+    return Run(corpus, objective, model, module)

@@ -1,0 +1,53 @@
+"""The private internals of Lightning, Hydra and W&B the lab relies on, where no public API exists.
+
+Each is one small function here, and tests/test_upstream.py fails when the upstream changes them, so that a
+new release breaks a test, not a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+
+# Lightning's launcher for ranks > 0 (selfsup.distributed starts them as `python -m selfsup.worker`)
+SubprocessScriptLauncher = _SubprocessScriptLauncher
+
+
+def align_log_step(trainer) -> None:
+    """Lightning logs each step under its fit loop's `_batches_that_stepped`, which a checkpoint saved at a
+    batch end stores before that batch counts: a resumed run would log its first step under the previous
+    number. Set it to the global step."""
+    trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
+
+
+def cluster_environment(trainer):
+    """The Trainer's cluster environment (LightningEnvironment, SLURMEnvironment, ...), single-device
+    strategies included (public only on parallel strategies), or None."""
+    return getattr(getattr(trainer, "_accelerator_connector", None), "cluster_environment", None)
+
+
+def failed_job_value(job_return):
+    """What a Hydra job that failed raised (JobReturn.return_value re-raises it)."""
+    return job_return._return_value
+
+
+def wandb_run(logger):
+    """The W&B run a Lightning WandbLogger has started, or None (its `experiment` property would start one)."""
+    return logger._experiment
+
+
+def kill_wandb_service() -> None:
+    """Kill the wandb-core service process this process started (wandb 0.31's handle on it)."""
+    with contextlib.suppress(Exception):
+        from wandb.sdk import wandb_setup
+        wandb_setup.singleton()._connection._proc._process.kill()
+
+
+def forget_wandb_run(run) -> None:
+    """Let go of a W&B run whose service is gone, so that the next run in this process starts afresh."""
+    import wandb
+    with contextlib.suppress(Exception):
+        if wandb.run is run:
+            from wandb.sdk.lib import module
+            module.unset_globals()

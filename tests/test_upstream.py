@@ -1,0 +1,46 @@
+"""The private upstream internals selfsup.upstream reaches for: each test fails when a release moves one."""
+
+import inspect
+
+import lightning as L
+import pytest
+
+from selfsup import upstream
+
+
+def test_lightning_log_step_counter_and_cluster_environment(tmp_path):
+    from lightning.fabric.plugins.environments import ClusterEnvironment
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=str(tmp_path))
+    trainer.fit_loop.epoch_loop._batches_that_stepped = 5
+    upstream.align_log_step(trainer)
+    assert trainer.fit_loop.epoch_loop._batches_that_stepped == trainer.global_step == 0
+    assert isinstance(upstream.cluster_environment(trainer), ClusterEnvironment)
+
+
+def test_lightning_subprocess_launcher_has_the_hooks_the_worker_launcher_overrides():
+    launcher = upstream.SubprocessScriptLauncher
+    for name in ("_call_children_scripts", "_check_can_spawn_children", "launch"):
+        assert callable(getattr(launcher, name)), name
+    assert list(inspect.signature(launcher.__init__).parameters)[1:4] == ["cluster_environment", "num_processes",
+                                                                           "num_nodes"]
+
+
+def test_hydra_job_return_keeps_what_a_failed_job_raised():
+    from hydra.core.utils import JobReturn, JobStatus
+    failed = JobReturn(status=JobStatus.FAILED, _return_value=ValueError("boom"))
+    assert str(upstream.failed_job_value(failed)) == "boom"
+
+
+def test_wandb_run_and_service_handles(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    from lightning.pytorch.loggers import WandbLogger
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = WandbLogger(save_dir=str(tmp_path), project="selfsup-upstream-test")
+    assert upstream.wandb_run(logger) is None  # not started yet
+    run = logger.experiment
+    assert upstream.wandb_run(logger) is run
+    from wandb.sdk import wandb_setup
+    assert wandb_setup.singleton()._connection._proc._process.pid > 0  # what kill_wandb_service kills
+    run.finish()
+    upstream.forget_wandb_run(run)
