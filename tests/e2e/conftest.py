@@ -8,11 +8,7 @@ from pathlib import Path
 
 import pytest
 
-TINY = ["architecture.d_model=32", "architecture.n_layers=1", "architecture.n_heads=2", "data.seq_len=32",
-        "data.batch_size=8", "data.vocab_size=512", "trainer.max_steps=6", "trainer.val_check_interval=3",
-        "trainer.limit_val_batches=2", "optim.warmup_steps=2", "trainer.log_every_n_steps=1",
-        "trainer.progress_bar=false", "eval.fixed_max_windows=8", "eval.tasks.probe.max_train_examples=400",
-        "eval.tasks.probe.max_test_examples=200"]
+TINY = ["debug=tiny", "eval.tasks.probe.max_train_examples=400", "eval.tasks.probe.max_test_examples=200"]
 
 
 @pytest.fixture(scope="session")

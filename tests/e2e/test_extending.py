@@ -1,0 +1,28 @@
+"""An objective defined outside the package (docs/examples/replaced_token): one class, one yaml, one command."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import TINY
+
+EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "replaced_token"
+
+
+def test_an_objective_from_outside_the_package_trains_and_declares_its_architectures(cache_dir, tmp_path):
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "PYTHONPATH": str(EXAMPLE)}
+    command = ["selfsup-train", f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]", "objective=replaced_token",
+               *TINY, "logger=csv", "eval.tasks={}", f"data.cache_dir={cache_dir}"]
+    out = subprocess.run([*command, f"hydra.run.dir={tmp_path / 'run'}", "objective.replace_rate=0.3"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["objective"], summary["architecture"], summary["status"]) == ("replaced_token", "encoder", "finished")
+    assert 0.2 < summary["signal_per_token"] < 0.4  # its replace_rate, a setting the lab's schemas never heard of
+    assert summary["eval"]["eval/fixed/loss"] > 0  # the encoder family's fixed exam scores it like any encoder
+    refused = subprocess.run([*command, f"hydra.run.dir={tmp_path / 'refused'}", "architecture=decoder"],
+                             capture_output=True, text=True, env=env, timeout=600)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == ("error: objective=replaced_token cannot train architecture=decoder: a causal "
+                                      "decoder cannot see the right context of a swapped token")
