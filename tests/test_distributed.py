@@ -7,7 +7,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from selfsup.config import register
-from selfsup.distributed import HydraSafeDDPStrategy, HydraSafeFSDPStrategy, WorkerLauncher, strategy_for
+from selfsup.distributed import strategy_for
+from selfsup.strategies import HydraSafeDDPStrategy, HydraSafeFSDPStrategy, WorkerLauncher
 from selfsup.checks import SelfSupError, check_devices
 from selfsup.train import CONF_DIR
 

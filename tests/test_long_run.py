@@ -10,7 +10,8 @@ from selfsup.models import build_model
 from selfsup.module import SelfSupModule
 from selfsup.objectives import CausalLM
 from selfsup.optim import AdamWCosine
-from selfsup.reliability import LastCheckpoint, rss_mb
+from selfsup.reliability.callbacks import LastCheckpoint
+from selfsup.reliability.redact import rss_mb
 
 
 class MemoryProbe(L.Callback):

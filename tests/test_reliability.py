@@ -19,31 +19,29 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import OmegaConf
 
-from selfsup.optim import AdamWCosine
-from selfsup.reliability import checkpoints as reliability  # its private _open_new is patched
 from selfsup.data.vocab import Vocab
 from selfsup.models import build_model
 from selfsup.module import SelfSupModule
 from selfsup.objectives import MaskedLM
-from selfsup.reliability import (
+from selfsup.optim import AdamWCosine
+from selfsup.reliability import checkpoints as reliability  # its private _open_new is patched
+from selfsup.reliability.callbacks import NonFiniteGuard, PreemptionHandler
+from selfsup.reliability.checkpoints import (
     AtomicCheckpointIO,
     CheckpointCorrupt,
     CheckpointDiskFull,
     CheckpointError,
     CheckpointNotFound,
     CheckpointWriteError,
-    NonFiniteGuard,
     NonFiniteLossError,
-    PreemptionHandler,
     ResumeMismatch,
     UnsafeCheckpoint,
     check_resume_compatible,
     load_checkpoint_safely,
-    redact,
     resume_fingerprint,
     resume_state,
-    rss_mb,
 )
+from selfsup.reliability.redact import redact, rss_mb
 
 V = Vocab(size=300, n_sentinels=10)
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -550,8 +548,9 @@ def test_slurm_auto_requeue_keeps_its_requeue_signal(tmp_path):
     assert handler._handled_signals(LightningEnvironment()) == [signal.SIGTERM, signal.SIGUSR1]
     # on_train_start finds the environment in the Trainer
     on_slurm = L.Trainer(accelerator="cpu", logger=False, plugins=[requeue], default_root_dir=str(tmp_path))
-    assert PreemptionHandler.cluster_environment(on_slurm) is requeue
-    assert isinstance(PreemptionHandler.cluster_environment(trainer(tmp_path)), LightningEnvironment)
+    from selfsup.upstream import cluster_environment
+    assert cluster_environment(on_slurm) is requeue
+    assert isinstance(cluster_environment(trainer(tmp_path)), LightningEnvironment)
 
 
 # ============================================================================ secrets, memory
@@ -587,7 +586,7 @@ def test_redact_secret_keys_and_secret_looking_strings():
 def test_secret_values_are_redacted_wherever_they_appear(monkeypatch):
     """A key that is not 40 hex characters, and any secret setting's value, also inside names, tags and a
     command line."""
-    from selfsup.reliability import register_secrets
+    from selfsup.reliability.redact import register_secrets
     monkeypatch.setenv("WANDB_API_KEY", "local-server-key-1234")
     register_secrets({"logger": {"my_token": "tok-5678-abcd"}, "data": {"random_token_prob": 0.1}})
     assert redact(["mlm-encoder-local-server-key-1234", "tag=tok-5678-abcd", "selfsup-train", "0.1"]) == \
@@ -617,7 +616,8 @@ from selfsup.models import build_model
 from selfsup.module import SelfSupModule
 from selfsup.objectives import MaskedLM
 from selfsup.optim import AdamWCosine
-from selfsup.reliability import AtomicCheckpointIO, PreemptionHandler
+from selfsup.reliability.callbacks import PreemptionHandler
+from selfsup.reliability.checkpoints import AtomicCheckpointIO
 
 run_dir, marker = sys.argv[1], sys.argv[2]
 

@@ -36,7 +36,9 @@ def test_wandb_run_and_service_handles(tmp_path, monkeypatch):
     from lightning.pytorch.loggers import WandbLogger
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    logger = WandbLogger(save_dir=str(tmp_path), project="selfsup-upstream-test")
+    logger = WandbLogger(save_dir=str(tmp_path), project="selfsup-upstream-test", offline=True)
+    upstream.drop_anonymous(logger)
+    assert "anonymous" not in logger._wandb_init
     assert upstream.wandb_run(logger) is None  # not started yet
     run = logger.experiment
     assert upstream.wandb_run(logger) is run

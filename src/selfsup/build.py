@@ -20,10 +20,9 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.checks import SelfSupError, user_errors
-from selfsup.data import SelfSupDataModule
+from selfsup.data import Corpus
 from selfsup.data.vocab import Vocab
 from selfsup.evaluation import EvalError, Evaluation, Task
-from selfsup.module import SelfSupModule
 from selfsup.objectives import Objective
 
 
@@ -101,19 +100,20 @@ def make_evaluation(cfg: DictConfig) -> Evaluation | None:
     return make(OmegaConf.create(conf), "eval")
 
 
-def make_data(cfg: DictConfig) -> SelfSupDataModule:
+def make_corpus(cfg: DictConfig) -> Corpus:
     d = cfg.data
-    return SelfSupDataModule(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
+    return Corpus(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
                   hf_config=d.hf_config, hf_split=d.hf_split, data_files=list(d.data_files) if d.data_files else None,
                   streaming=d.streaming, max_documents=d.max_documents, vocab_size=d.vocab_size,
                   n_sentinels=d.n_sentinels, val_fraction=d.val_fraction, batch_size=d.batch_size,
                   num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed)
 
 
-def prepare(cfg: DictConfig) -> tuple[SelfSupDataModule, Objective, Evaluation | None]:
+def prepare(cfg: DictConfig) -> tuple[Corpus, Objective, Evaluation | None]:
     """The data (token cache built or reused, cut into the objective's windows), the objective and the
-    evaluation, whose tasks are read and checked against the pretraining documents."""
-    corpus = make_data(cfg)
+    evaluation, whose tasks are read and checked against the pretraining documents. Without Lightning:
+    bad data is refused before it is imported."""
+    corpus = make_corpus(cfg)
     objective = make_objective(cfg, corpus.prepare())
     corpus.set_window(objective.raw_length, cfg.trainer.accumulate)
     evaluation = make_evaluation(cfg)
@@ -124,15 +124,18 @@ def prepare(cfg: DictConfig) -> tuple[SelfSupDataModule, Objective, Evaluation |
 
 @dataclass
 class Run:
-    """What `build` makes: the data module, the objective, the model and the LightningModule."""
-    data: SelfSupDataModule
+    """What `build` makes: the data module (its corpus: `.data.corpus`), the objective, the model and the
+    LightningModule."""
+    data: "SelfSupDataModule"  # noqa: F821 - Lightning's, imported by build
     objective: Objective
     model: torch.nn.Module
-    module: SelfSupModule
+    module: "SelfSupModule"  # noqa: F821
 
 
 def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
     """Everything a run trains; prepared: prepare(cfg) if already done."""
+    from selfsup.data.datamodule import SelfSupDataModule
+    from selfsup.module import SelfSupModule
     corpus, objective, evaluation = prepared or prepare(cfg)
     vocab = corpus.vocab
     shape = make(cfg.architecture, "architecture")
@@ -154,4 +157,4 @@ def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
     module = SelfSupModule(model, objective, make(cfg.optim, "optim"), max_steps=t.max_steps,
                            accumulate=t.accumulate, seed=cfg.seed, max_tokens=t.max_tokens, max_flops=t.max_flops,
                            evaluation=evaluation)
-    return Run(corpus, objective, model, module)
+    return Run(SelfSupDataModule(corpus), objective, model, module)

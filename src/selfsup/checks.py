@@ -20,7 +20,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """The errors that are the user's to fix (one line, exit 2), not bugs (a traceback)."""
     from selfsup.data import DataError
     from selfsup.objectives import ObjectiveError
-    from selfsup.reliability.checkpoints import CheckpointError, NonFiniteLossError
+    from selfsup.reliability.errors import CheckpointError, NonFiniteLossError
     return (SelfSupError, DataError, ObjectiveError, CheckpointError, NonFiniteLossError)
 
 

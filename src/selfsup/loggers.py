@@ -17,7 +17,7 @@ from lightning.pytorch.loggers.logger import DummyExperiment
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.reliability.redact import redact, register_secrets
-from selfsup.upstream import forget_wandb_run, kill_wandb_service, wandb_run
+from selfsup.upstream import drop_anonymous, forget_wandb_run, kill_wandb_service, wandb_run
 from selfsup.wandb_utils import api_key_configured, wandb_mode
 
 log = logging.getLogger("selfsup")
@@ -115,6 +115,7 @@ class SafeWandbLogger(WandbLogger):
 
     def __init__(self, *args, csv_dir: str | None = None, timeout: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        drop_anonymous(self)
         self.csv_dir, self.timeout, self.stopped, self.last_step = csv_dir, timeout, None, 0
 
     @property

@@ -166,9 +166,9 @@ class SelfSupModule(L.LightningModule):
         return loss
 
     def configure_model(self) -> None:
-        mesh = self.device_mesh  # set by the FSDP strategy (selfsup.distributed), else None
+        mesh = self.device_mesh  # set by the FSDP strategy (selfsup.strategies), else None
         if mesh is not None:
-            from selfsup.distributed import shard
+            from selfsup.strategies import shard
             shard(self.model, mesh)
 
     def on_before_optimizer_step(self, optimizer) -> None:
@@ -222,7 +222,7 @@ class SelfSupModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_fit_start(self) -> None:
-        from selfsup.reliability import NonFiniteGuard
+        from selfsup.reliability.callbacks import NonFiniteGuard
         self.nonfinite = NonFiniteGuard.find(self.trainer)
 
     def on_train_start(self) -> None:

@@ -27,21 +27,14 @@ import warnings
 from pathlib import Path
 
 import hydra
-import lightning as L
 from hydra.core.hydra_config import HydraConfig
-from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from selfsup.build import build, check_objective, objective_name, prepare
+from selfsup.build import check_objective, objective_name, prepare
 from selfsup.checks import check_settings, config_error_line, user_errors
 from selfsup.config import register
-from selfsup.distributed import launched_rank, leave_distributed, strategy_for
-from selfsup.reliability import (AtomicCheckpointIO, LastCheckpoint, NonFiniteGuard, PreemptionHandler,
-                                 check_resume_compatible, resume_state)
+from selfsup.distributed import launched_rank, leave_distributed
 from selfsup.reliability.run_dir import requeue_checkpoint, resumed_config
-from selfsup.throughput import TokenThroughput
-from selfsup.loggers import finish_wandb, make_loggers, start_wandb
 
 log = logging.getLogger("selfsup")
 CONF_DIR = Path(os.environ.get("SELFSUP_CONF", Path(__file__).resolve().parents[2] / "conf"))
@@ -65,6 +58,8 @@ def quiet_lightning() -> None:
 def plugins() -> list:
     """Atomic checkpoint writes, weights_only loads; on SLURM, Lightning's requeue on SIGUSR1."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    from selfsup.reliability.checkpoints import AtomicCheckpointIO
     found = [AtomicCheckpointIO(dir_setting="hydra.run.dir")]
     if SLURMEnvironment.detect():
         found.append(SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1))
@@ -77,8 +72,19 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     (selfsup.worker) train alongside without either. progress["training"] is set once training starts:
     a resume refused before that leaves its run dir (summary.json, W&B run) as it was."""
     progress = {} if progress is None else progress
-    # a single run reads its data before it starts a W&B run (a sweep job after: a failed job is a failed W&B run)
+    # a single run reads its data before it starts a W&B run (a sweep job after: a failed job is a failed W&B
+    # run), and before Lightning is imported: bad data is refused in seconds
     prepared = None if loggers_first else prepare(cfg)
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from selfsup.build import build
+    from selfsup.distributed import strategy_for
+    from selfsup.loggers import finish_wandb, make_loggers, start_wandb
+    from selfsup.reliability.callbacks import LastCheckpoint, NonFiniteGuard, PreemptionHandler
+    from selfsup.reliability.checkpoints import check_resume_compatible, resume_state
+    from selfsup.throughput import TokenThroughput
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     quiet_lightning()
@@ -91,7 +97,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     summary = {"objective": objective_name(cfg), "architecture": cfg.architecture.name, "swept": swept_values(cfg),
                "run_dir": str(run_dir)}
     preemption = PreemptionHandler(dirpath=run_dir / "checkpoints", resume_hint=f"selfsup-train resume={run_dir}")
-    before_sigterm = stop_on_sigterm()
+    before_sigterm = stop_on_sigterm(SIGTERMException)
     try:
         loggers = start_wandb(loggers, run_dir)
         if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
@@ -99,11 +105,12 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
             check_objective(cfg)
         run = build(cfg, prepared)
         dm, objective, model, module = run.data, run.objective, run.model, run.module
-        tokenizer_hash = hashlib.sha256(dm.tokenizer.to_str().encode()).hexdigest()
+        corpus = dm.corpus
+        tokenizer_hash = hashlib.sha256(corpus.tokenizer.to_str().encode()).hexdigest()
         plain = OmegaConf.to_container(cfg, resolve=True)
-        module.resume_record = resume_state(plain, dm.vocab.size, tokenizer_hash)
+        module.resume_record = resume_state(plain, corpus.vocab.size, tokenizer_hash)
         if cfg.ckpt_path:  # refuse a checkpoint of another objective, architecture, data or tokenizer
-            check_resume_compatible(cfg.ckpt_path, plain, dm.vocab.size, tokenizer_hash)
+            check_resume_compatible(cfg.ckpt_path, plain, corpus.vocab.size, tokenizer_hash)
         if rank_zero and not loggers_first:
             loggers = make_loggers(cfg, run_dir)
             loggers = start_wandb(loggers, run_dir)
@@ -128,7 +135,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         summary.update(world_size=trainer.world_size, batch_size_per_device=cfg.data.batch_size,
                        global_batch_size=cfg.data.batch_size * t.accumulate * trainer.world_size)
         for lg in loggers:
-            lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": dm.vocab.size,
+            lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": corpus.vocab.size,
                                 "raw_length": objective.raw_length, "world_size": trainer.world_size,
                                 "batch_size_per_device": cfg.data.batch_size,
                                 "global_batch_size": summary["global_batch_size"]})
@@ -170,10 +177,10 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     return summary
 
 
-def stop_on_sigterm():
+def stop_on_sigterm(SIGTERMException):
     """Until training starts (then the PreemptionHandler saves a checkpoint first), SIGTERM stops the run
-    through its exit path ("interrupted", exit 143) instead of killing it unrecorded. The previous handler,
-    or None outside the main thread."""
+    through its exit path ("interrupted", exit 143: Lightning's SIGTERMException) instead of killing it
+    unrecorded. The previous handler, or None outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
         return None
 

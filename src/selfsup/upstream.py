@@ -10,7 +10,7 @@ import contextlib
 
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 
-# Lightning's launcher for ranks > 0 (selfsup.distributed starts them as `python -m selfsup.worker`)
+# Lightning's launcher for ranks > 0 (selfsup.strategies starts them as `python -m selfsup.worker`)
 SubprocessScriptLauncher = _SubprocessScriptLauncher
 
 
@@ -30,6 +30,12 @@ def cluster_environment(trainer):
 def failed_job_value(job_return):
     """What a Hydra job that failed raised (JobReturn.return_value re-raises it)."""
     return job_return._return_value
+
+
+def drop_anonymous(logger) -> None:
+    """Lightning's WandbLogger passes `anonymous` to wandb.init, which W&B 0.31 answers with a warning on
+    stderr that it has no effect: take it out of the logger's init arguments."""
+    logger._wandb_init.pop("anonymous", None)
 
 
 def wandb_run(logger):

@@ -1,6 +1,6 @@
 """A DDP rank > 0 of a selfsup-train job: `python -m selfsup.worker RESOLVED_CONFIG RUN_DIR`.
 
-Started by selfsup.distributed.WorkerLauncher, never by hand. Trains from the job's resolved
+Started by selfsup.strategies.WorkerLauncher, never by hand. Trains from the job's resolved
 config in the job's run dir; rank 0 (the Hydra job) owns the outputs, loggers and summary.
 """
 

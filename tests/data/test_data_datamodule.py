@@ -1,4 +1,4 @@
-"""SelfSupDataModule: token cache, windows, loaders, errors."""
+"""Corpus and SelfSupDataModule: token cache, windows, loaders, errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import selfsup.data.tokenizer as tokenizer_module
-from selfsup.data import DataError, SelfSupDataModule, Vocab, build_or_load_cache
+from selfsup.data import Corpus, DataError, Vocab, build_or_load_cache
+from selfsup.data.datamodule import SelfSupDataModule
 
 VOCAB_SIZE = 512
 
@@ -22,7 +23,7 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def builtin(cache_dir):
-    dm = SelfSupDataModule(vocab_size=VOCAB_SIZE, cache_dir=cache_dir, batch_size=4)
+    dm = Corpus(vocab_size=VOCAB_SIZE, cache_dir=cache_dir, batch_size=4)
     dm.prepare()
     return dm
 
@@ -54,7 +55,7 @@ def test_cache_is_reused_without_training(builtin, cache_dir, monkeypatch):
         raise AssertionError("the tokenizer was trained again")
 
     monkeypatch.setattr(tokenizer_module, "train_tokenizer", no_training)
-    again = SelfSupDataModule(vocab_size=VOCAB_SIZE, cache_dir=cache_dir)
+    again = Corpus(vocab_size=VOCAB_SIZE, cache_dir=cache_dir)
     again.prepare()
     assert again.cache_path == builtin.cache_path
     assert tokenizer_file.stat().st_mtime_ns == mtime
@@ -66,13 +67,13 @@ def test_other_settings_give_another_key(tmp_path):
     paths = [tmp_path / "a.txt", tmp_path / "b.txt"]
     paths[0].write_text("alpha beta gamma delta. " * 50)
     paths[1].write_text("one two three four five. " * 50)
-    first = SelfSupDataModule(source="text_files", paths=paths, vocab_size=400, cache_dir=tmp_path / "c")
+    first = Corpus(source="text_files", paths=paths, vocab_size=400, cache_dir=tmp_path / "c")
     first.prepare()
-    second = SelfSupDataModule(source="text_files", paths=paths, vocab_size=420, cache_dir=tmp_path / "c")
+    second = Corpus(source="text_files", paths=paths, vocab_size=420, cache_dir=tmp_path / "c")
     second.prepare()
     assert first.cache_path != second.cache_path
     paths[1].write_text("one two three four six. " * 50)  # changed content: new key
-    third = SelfSupDataModule(source="text_files", paths=paths, vocab_size=400, cache_dir=tmp_path / "c")
+    third = Corpus(source="text_files", paths=paths, vocab_size=400, cache_dir=tmp_path / "c")
     third.prepare()
     assert third.cache_path not in (first.cache_path, second.cache_path)
 
@@ -99,7 +100,7 @@ def test_windows(builtin):
     length = 128
     builtin.set_window(length)
     for split, tokens in (("train", builtin.train_tokens), ("val", builtin.val_tokens)):
-        windows = builtin._windows(split)
+        windows = SelfSupDataModule(builtin)._windows(split)
         assert len(windows) == len(tokens) // length
         for i in (0, 1, len(windows) - 1):
             window = windows[i]
@@ -113,7 +114,7 @@ def test_windows(builtin):
 
 def test_windows_pickle_without_the_array(builtin):
     builtin.set_window(64)
-    windows = builtin._windows("train")
+    windows = SelfSupDataModule(builtin)._windows("train")
     clone = pickle.loads(pickle.dumps(windows))
     assert len(pickle.dumps(windows)) < 1000
     assert len(clone) == len(windows) and torch.equal(clone[5], windows[5])
@@ -121,22 +122,22 @@ def test_windows_pickle_without_the_array(builtin):
 
 def test_loaders(builtin):
     builtin.set_window(96, batches_per_step=3)
-    train = builtin.train_dataloader()
+    train = SelfSupDataModule(builtin).train_dataloader()
     batch = next(iter(train))
     assert batch.shape == (4 * 3, 96) and batch.dtype == torch.int64
     assert len(train) == (len(builtin.train_tokens) // 96) // 12  # drop_last
-    assert torch.equal(next(iter(builtin.train_dataloader())), batch)  # seeded shuffle
-    val = builtin.val_dataloader()
+    assert torch.equal(next(iter(SelfSupDataModule(builtin).train_dataloader())), batch)  # seeded shuffle
+    val = SelfSupDataModule(builtin).val_dataloader()
     val_batches = list(val)
     assert all(b.shape[0] <= 4 for b in val_batches) and val_batches[0].shape == (4, 96)
     assert sum(b.shape[0] for b in val_batches) == len(builtin.val_tokens) // 96
-    assert torch.equal(val_batches[0][0], builtin._windows("val")[0])  # no shuffle
+    assert torch.equal(val_batches[0][0], SelfSupDataModule(builtin)._windows("val")[0])  # no shuffle
 
 
 def test_loader_needs_a_window(cache_dir):
-    dm = SelfSupDataModule(vocab_size=VOCAB_SIZE, cache_dir=cache_dir)
+    dm = Corpus(vocab_size=VOCAB_SIZE, cache_dir=cache_dir)
     with pytest.raises(RuntimeError, match="set_window"):
-        dm.train_dataloader()
+        SelfSupDataModule(dm).train_dataloader()
 
 
 def test_corpus_too_small_for_one_batch(builtin):
@@ -155,7 +156,7 @@ def test_corpus_too_small_for_one_batch(builtin):
 def test_small_text_corpus_errors(tmp_path):
     (tmp_path / "a.txt").write_text("A short document. " * 20)
     (tmp_path / "b.txt").write_text("Another short one. " * 20)
-    dm = SelfSupDataModule(
+    dm = Corpus(
         source="text_files", paths=[tmp_path], vocab_size=400, batch_size=2, cache_dir=tmp_path / "c"
     )
     dm.prepare()
@@ -163,7 +164,7 @@ def test_small_text_corpus_errors(tmp_path):
         dm.set_window(64)
     dm.batch_size = 1
     dm.set_window(16)
-    assert next(iter(dm.train_dataloader())).shape == (1, 16)
+    assert next(iter(SelfSupDataModule(dm).train_dataloader())).shape == (1, 16)
 
 
 def test_one_token_documents_are_refused_and_nothing_is_cached(tmp_path):
@@ -171,7 +172,7 @@ def test_one_token_documents_are_refused_and_nothing_is_cached(tmp_path):
     words.write_text("".join(json.dumps({"text": w}) + "\n" for w in ["cat", "dog", "sun"] * 200))
     settings = dict(source="text_files", paths=[words], vocab_size=400, n_sentinels=4, cache_dir=tmp_path / "c")
     with pytest.raises(DataError) as e:
-        SelfSupDataModule(**settings).prepare()
+        Corpus(**settings).prepare()
     assert str(e.value) == (
         f"text_files: {words}: each of its 400 training documents is a single token (such as 'cat'), so no "
         f"objective has context to learn from: put several words in each document (one document is a .txt file, "
@@ -181,23 +182,23 @@ def test_one_token_documents_are_refused_and_nothing_is_cached(tmp_path):
     # a few documents with context are enough
     with words.open("a") as f:
         f.writelines(json.dumps({"text": f"the cat sat on mat {i}"}) + "\n" for i in range(5))
-    dm = SelfSupDataModule(**settings)
+    dm = Corpus(**settings)
     dm.prepare()
     assert tokenizer_module.longest_document(dm.train_tokens, dm.vocab.eos_id) > 1
 
 
 def test_setting_errors(tmp_path):
     with pytest.raises(DataError, match="builtin, text_files, hf_dataset"):
-        SelfSupDataModule(source="wiki", cache_dir=tmp_path).prepare()
+        Corpus(source="wiki", cache_dir=tmp_path).prepare()
     with pytest.raises(DataError, match=r"data.vocab_size=200 is too small"):
-        SelfSupDataModule(vocab_size=200, cache_dir=tmp_path).prepare()
+        Corpus(vocab_size=200, cache_dir=tmp_path).prepare()
     with pytest.raises(DataError, match="data.val_fraction"):
-        SelfSupDataModule(val_fraction=0.0, cache_dir=tmp_path).prepare()
+        Corpus(val_fraction=0.0, cache_dir=tmp_path).prepare()
     with pytest.raises(DataError, match="does not exist"):
-        SelfSupDataModule(source="text_files", paths=[tmp_path / "nope"], cache_dir=tmp_path).prepare()
+        Corpus(source="text_files", paths=[tmp_path / "nope"], cache_dir=tmp_path).prepare()
     (tmp_path / "one.txt").write_text("Just one document.")
     with pytest.raises(DataError, match="at least 2"):
-        SelfSupDataModule(source="text_files", paths=[tmp_path / "one.txt"], cache_dir=tmp_path / "c").prepare()
+        Corpus(source="text_files", paths=[tmp_path / "one.txt"], cache_dir=tmp_path / "c").prepare()
 
 
 def test_hf_dataset_source(tmp_path, monkeypatch):
@@ -208,7 +209,7 @@ def test_hf_dataset_source(tmp_path, monkeypatch):
         "".join(json.dumps({"text": f"Document {i} is about topic {i % 7}. " * 5}) + "\n" for i in range(60))
     )
     for streaming in (False, True):
-        dm = SelfSupDataModule(
+        dm = Corpus(
             source="hf_dataset", hf_name="json", data_files=str(path), streaming=streaming, max_documents=40,
             vocab_size=400, n_sentinels=10, val_fraction=0.2, batch_size=2, cache_dir=tmp_path / "c",
         )  # fmt: skip
@@ -216,15 +217,15 @@ def test_hf_dataset_source(tmp_path, monkeypatch):
         assert sum(dm.meta["documents"].values()) == 40
         assert dm.meta["source"] == "hf_dataset: json [train]"
         dm.set_window(32)
-        assert next(iter(dm.train_dataloader())).shape == (2, 32)
+        assert next(iter(SelfSupDataModule(dm).train_dataloader())).shape == (2, 32)
 
 
 def test_lightning_hooks(cache_dir):
-    dm = SelfSupDataModule(vocab_size=VOCAB_SIZE, cache_dir=cache_dir, batch_size=2)
-    dm.prepare_data()
-    dm.setup("fit")
+    dm = Corpus(vocab_size=VOCAB_SIZE, cache_dir=cache_dir, batch_size=2)
+    SelfSupDataModule(dm).prepare_data()
+    SelfSupDataModule(dm).setup("fit")
     dm.set_window(256)
-    assert next(iter(dm.train_dataloader())).shape == (2, 256)
+    assert next(iter(SelfSupDataModule(dm).train_dataloader())).shape == (2, 256)
 
 
 def test_sharded_sampler_ranks_are_disjoint_and_cover_the_split():

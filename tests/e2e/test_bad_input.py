@@ -36,7 +36,7 @@ def refusal(cache_dir, *overrides) -> str | None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from selfsup.build import check_objective, make_data
+    from selfsup.build import check_objective, make_corpus
     from selfsup.checks import check_settings, config_error_line, user_errors
     from selfsup.config import register
     from selfsup.train import CONF_DIR
@@ -46,7 +46,7 @@ def refusal(cache_dir, *overrides) -> str | None:
             cfg = compose("train", overrides=[f"data.cache_dir={cache_dir}", *overrides])
         check_settings(cfg)
         check_objective(cfg)
-        make_data(cfg)._check_settings()
+        make_corpus(cfg)._check_settings()
     except (HydraException, OmegaConfBaseException) as err:
         return config_error_line(err)
     except user_errors() as err:

@@ -1,8 +1,8 @@
-"""Data layer: text sources → byte-level BPE tokenizer + token cache → fixed-length windows."""
+"""Data layer: text sources → byte-level BPE tokenizer + token cache → fixed-length windows (Corpus);
+selfsup.data.datamodule adds Lightning's data module around a Corpus."""
 
 from selfsup.data.builtin import builtin_documents
 from selfsup.data.corpus import SOURCES, Corpus, TokenWindows
-from selfsup.data.datamodule import SelfSupDataModule, ShardedSampler
 from selfsup.data.sources import (
     DataError,
     document_bucket,
@@ -29,8 +29,6 @@ __all__ = [
     "SOURCES",
     "WORD_START_MARKER",
     "DataError",
-    "SelfSupDataModule",
-    "ShardedSampler",
     "TokenCache",
     "TokenWindows",
     "Vocab",

@@ -4,7 +4,7 @@
     vocab = corpus.prepare()          # build or reuse the cache; the model needs vocab.size
     corpus.set_window(raw_length=568, batches_per_step=accumulate)
 
-selfsup.data.datamodule.SelfSupDataModule is this plus Lightning's hooks and the data loaders.
+selfsup.data.datamodule.SelfSupDataModule(corpus) adds Lightning's hooks and the data loaders.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The LightningDataModule: a Corpus (selfsup.data.corpus) with Lightning's hooks and data loaders.
+"""The LightningDataModule: a prepared Corpus (selfsup.data.corpus) with Lightning's hooks and data loaders.
 
-    dm = SelfSupDataModule(source="builtin", vocab_size=8192)
-    vocab = dm.prepare()              # build or reuse the cache; the model needs vocab.size
-    dm.set_window(raw_length=568, batches_per_step=accumulate)
-    trainer.fit(module, datamodule=dm)
+    corpus = Corpus(source="builtin", vocab_size=8192)
+    vocab = corpus.prepare()          # build or reuse the cache; the model needs vocab.size
+    corpus.set_window(raw_length=568, batches_per_step=accumulate)
+    trainer.fit(module, datamodule=SelfSupDataModule(corpus))
 """
 
 from __future__ import annotations
@@ -12,30 +12,31 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from selfsup.data.corpus import SOURCES, Corpus, TokenWindows
+from selfsup.data.corpus import Corpus, TokenWindows
 
-__all__ = ["SOURCES", "SelfSupDataModule", "ShardedSampler", "TokenWindows"]
+__all__ = ["SelfSupDataModule", "ShardedSampler"]
 
 
-class SelfSupDataModule(Corpus, L.LightningDataModule):
-    def __init__(self, *args, **kwargs):
-        L.LightningDataModule.__init__(self)
-        Corpus.__init__(self, *args, **kwargs)
+class SelfSupDataModule(L.LightningDataModule):
+    def __init__(self, corpus: Corpus):
+        super().__init__()
+        self.corpus = corpus
 
     # ---- Lightning -------------------------------------------------------------------------
 
     def prepare_data(self) -> None:
-        self.prepare()  # builds the cache once per node; other ranks then reuse it in setup()
+        self.corpus.prepare()  # builds the cache once per node; other ranks then reuse it in setup()
 
     def setup(self, stage: str | None = None) -> None:
-        self.prepare()
+        self.corpus.prepare()
 
     def _windows(self, split: str) -> TokenWindows:
-        if self.raw_length is None:
-            raise RuntimeError("call set_window(raw_length) on the data module before asking for data loaders")
-        self.prepare()
-        tokens = self.train_tokens if split == "train" else self.val_tokens
-        return TokenWindows(self.cache_path / f"{split}.npy", self.raw_length, tokens)
+        c = self.corpus
+        if c.raw_length is None:
+            raise RuntimeError("call set_window(raw_length) on the corpus before asking for data loaders")
+        c.prepare()
+        tokens = c.train_tokens if split == "train" else c.val_tokens
+        return TokenWindows(c.cache_path / f"{split}.npy", c.raw_length, tokens)
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = getattr(self, "trainer", None)
@@ -44,8 +45,8 @@ class SelfSupDataModule(Corpus, L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
         windows = self._windows("train")
-        batch = self.batch_size * self.batches_per_step
-        sampler = ShardedSampler(len(windows), rank, world, seed=self.seed, shuffle=True)
+        batch = self.corpus.batch_size * self.corpus.batches_per_step
+        sampler = ShardedSampler(len(windows), rank, world, seed=self.corpus.seed, shuffle=True)
         trainer = getattr(self, "trainer", None)
         if trainer is not None and trainer.global_step:  # resumed mid-epoch: continue where that epoch was
             sampler.skip = (trainer.global_step % (len(sampler) // batch)) * batch
@@ -54,8 +55,8 @@ class SelfSupDataModule(Corpus, L.LightningDataModule):
             batch_size=batch,
             sampler=sampler,
             drop_last=True,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            num_workers=self.corpus.num_workers,
+            persistent_workers=self.corpus.num_workers > 0,
         )
 
     def val_dataloader(self) -> DataLoader:
@@ -63,11 +64,11 @@ class SelfSupDataModule(Corpus, L.LightningDataModule):
         windows = self._windows("val")
         return DataLoader(
             windows,
-            batch_size=self.batch_size,
+            batch_size=self.corpus.batch_size,
             sampler=ShardedSampler(len(windows), rank, world, shuffle=False, even=False),
             drop_last=False,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            num_workers=self.corpus.num_workers,
+            persistent_workers=self.corpus.num_workers > 0,
         )
 
 

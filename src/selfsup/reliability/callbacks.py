@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import Checkpoint
 
-from selfsup.reliability.checkpoints import NonFiniteLossError
+from selfsup.reliability.errors import NonFiniteLossError
 from selfsup.upstream import cluster_environment
 
 log = logging.getLogger("selfsup")
