@@ -18,7 +18,7 @@ def test_lightning_log_step_counter_and_cluster_environment(tmp_path):
 
 
 def test_lightning_subprocess_launcher_has_the_hooks_the_worker_launcher_overrides():
-    launcher = upstream.SubprocessScriptLauncher
+    launcher = upstream.subprocess_script_launcher()
     for name in ("_call_children_scripts", "_check_can_spawn_children", "launch"):
         assert callable(getattr(launcher, name)), name
     assert list(inspect.signature(launcher.__init__).parameters)[1:4] == ["cluster_environment", "num_processes",

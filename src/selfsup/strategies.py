@@ -10,10 +10,10 @@ from pathlib import Path
 
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
-from selfsup.upstream import SubprocessScriptLauncher
+from selfsup.upstream import subprocess_script_launcher
 
 
-class WorkerLauncher(SubprocessScriptLauncher):
+class WorkerLauncher(subprocess_script_launcher()):
     def __init__(self, cluster_environment, num_processes: int, num_nodes: int, config_path: Path, run_dir: Path):
         super().__init__(cluster_environment, num_processes, num_nodes)
         self.config_path, self.run_dir = config_path, run_dir

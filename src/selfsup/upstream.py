@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 
-from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 
-# Lightning's launcher for ranks > 0 (selfsup.strategies starts them as `python -m selfsup.worker`)
-SubprocessScriptLauncher = _SubprocessScriptLauncher
+def subprocess_script_launcher() -> type:
+    """Lightning's launcher for ranks > 0, which selfsup.strategies.WorkerLauncher extends (it starts them as
+    `python -m selfsup.worker` instead of the script again)."""
+    from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+    return _SubprocessScriptLauncher
 
 
 def align_log_step(trainer) -> None:

@@ -82,7 +82,6 @@ def test_config_mistakes_in_one_line(cache_dir, overrides, words):
 @pytest.mark.parametrize("overrides,words", [
     (["objective=clm", "architecture=encoder"], ["see its own answer"]),  # the lab's own refusal
     (["objective=nope"], ["objective/nope", "mlm"]),                      # Hydra's, folded into one line
-    (["-m", "--cfg=job"], ["Only one of --run, --multirun, --cfg"]),      # Hydra's command line
 ])
 def test_config_mistakes_on_the_command_line(train, overrides, words):
     out = train(*overrides)
@@ -115,9 +114,20 @@ def test_out_of_range_settings(cache_dir, key, value, words):
     ("nofield.jsonl", ["nofield.jsonl", "text"]),
     ("small", ["too small"]),
 ])
-def test_data_mistakes(train, files, path, words):
-    assert_refused(train("data=text_files", f"data.paths=[{files / path}]", "data.vocab_size=300",
-                         "data.n_sentinels=4"), *words)
+def test_data_mistakes(cache_dir, files, path, words):
+    """Refused in one line before anything is cached (in-process; the command line: the next test)."""
+    from selfsup.build import prepare
+    from selfsup.data import DataError
+    from selfsup.train import CONF_DIR
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("train", overrides=["data=text_files", f"data.paths=[{files / path}]", "data.vocab_size=300",
+                                          "data.n_sentinels=4", f"data.cache_dir={cache_dir}"])
+    with pytest.raises(DataError) as err:
+        prepare(cfg)
+    assert "\n" not in str(err.value)
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
 
 
 def test_one_token_documents_are_refused_in_one_line(train, files, cache_dir):

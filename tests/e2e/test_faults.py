@@ -60,15 +60,17 @@ def test_resume_applies_a_new_learning_rate_and_records_it(train, tmp_path):
     run = tmp_path / "run"
     assert train(*QUICK, run_dir=run).returncode == 0  # 6 steps, lr 1e-3
     before = snapshot(run)
-    # finished at its max_steps: refused, and the run is exactly as it was
-    refused = train(*QUICK, f"resume={run}")
-    assert refused.returncode == 2 and "nothing to continue, the run is unchanged" in one_error_line(refused)
+    # finished at its max_steps: refused, and the run is exactly as it was (what RunDirGuard checks, in-process)
+    from selfsup.checks import SelfSupError
+    from selfsup.reliability.run_dir import check_resume
+    with pytest.raises(SelfSupError, match="nothing to continue, the run is unchanged") as finished:
+        check_resume(run, [f"resume={run}"])
+    # resuming with other objective settings: refused
+    with pytest.raises(SelfSupError, match="cannot change objective.mask_rate"):
+        check_resume(run, [f"resume={run}", "trainer.max_steps=9", "objective.mask_rate=0.3"])
     assert snapshot(run) == before
-    # resuming with other objective settings: refused, unchanged
-    other = train(*QUICK, f"resume={run}", "trainer.max_steps=9", "objective.mask_rate=0.3")
-    assert "cannot change objective.mask_rate" in one_error_line(other) and snapshot(run) == before
     # the suggested command continues; the new learning rate is used and recorded
-    args = suggested(one_error_line(refused), "raise the limit, e.g. ")
+    args = suggested(str(finished.value), "raise the limit, e.g. ")
     out = train(*QUICK, *args, "optim.lr=5e-3", "optim.lr_decay_steps=1000", "optim.warmup_steps=2")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [r for r in csv.DictReader(open(run / "csv" / "resume-1" / "metrics.csv")) if r.get("train/lr")]
@@ -109,9 +111,10 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, 
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not list((run / "checkpoints").glob("*.ckpt")) if (run / "checkpoints").exists() else True
-    again = train(*QUICK, run_dir=run)  # starting it again names the command that works
-    line = one_error_line(again)
-    assert "stopped before its first checkpoint" in line and f"resume={run}" in line
+    from selfsup.checks import SelfSupError
+    from selfsup.reliability.run_dir import check_new_run_dir
+    with pytest.raises(SelfSupError, match=f"stopped before its first checkpoint.*resume={run}"):
+        check_new_run_dir(run)  # starting it again names the command that works
     out = train(*QUICK, f"resume={run}", "trainer.max_steps=4", run_dir=run)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((run / "summary.json").read_text())

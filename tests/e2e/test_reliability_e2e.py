@@ -11,6 +11,7 @@ import pytest
 from conftest import TINY, wandb_summary
 
 
+@pytest.mark.slow  # in-process in tests/test_reliability.py; the exit path: tests/e2e/test_faults.py
 def test_sigterm_saves_a_checkpoint_and_the_run_resumes(cache_dir, tmp_path):
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}

@@ -7,7 +7,7 @@ it is also run as a script, in a clean interpreter, to gather the standard-libra
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -106,11 +106,39 @@ def _stdlib_docstrings() -> dict:
     return {"modules": out, "held_out": [t for t in held_out if t not in seen]}
 
 
-@functools.lru_cache(maxsize=1)
-def stdlib_docstrings() -> dict:
-    """`_stdlib_docstrings()`, gathered once per process in a fresh, isolated interpreter (`-I -S`: no
-    environment variables, current directory or site-packages, so neither installed packages nor
-    anything the caller imported can change them)."""
+_GATHERED: dict = {}
+
+
+def stdlib_docstrings(cache_dir: str | os.PathLike | None = None) -> dict:
+    """`_stdlib_docstrings()`, gathered once per Python installation in a fresh, isolated interpreter (`-I -S`:
+    no environment variables, current directory or site-packages, so neither installed packages nor anything
+    the caller imported can change them); kept for the process, and in cache_dir when given (a JSON file
+    named after the interpreter), so that later runs read it instead of importing the standard library."""
+    if _GATHERED:
+        return _GATHERED
+    kept = None
+    if cache_dir is not None:
+        identity = f"{sys.version}|{sys.executable}|{Path(os.__file__).resolve()}"
+        kept = Path(cache_dir).expanduser() / f"stdlib-docstrings-{hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()}.json"
+        if kept.is_file():
+            try:
+                _GATHERED.update(json.loads(kept.read_text()))
+                return _GATHERED
+            except (OSError, ValueError):
+                pass  # damaged: gathered again below
+    _GATHERED.update(_gather())
+    if kept is not None:
+        try:  # atomically: a concurrent run reads a whole file or none
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(_GATHERED))
+            os.replace(tmp, kept)
+        except OSError:
+            pass  # an unwritable cache dir: gathered again next time
+    return _GATHERED
+
+
+def _gather() -> dict:
     from selfsup.data.sources import DataError, _one_line
 
     if sys.executable:
@@ -126,7 +154,7 @@ def stdlib_docstrings() -> dict:
     return _stdlib_docstrings()  # embedded interpreter with no executable to start: gather here
 
 
-def builtin_documents(max_chars: int = BUILTIN_MAX_CHARS) -> list[str]:
+def builtin_documents(max_chars: int = BUILTIN_MAX_CHARS, cache_dir: str | os.PathLike | None = None) -> list[str]:
     """Every `pydoc_data.topics` topic, then standard-library docstrings (one document per module).
 
     Deterministic for a given Python installation (see `stdlib_docstrings`), in sorted order.
@@ -137,7 +165,7 @@ def builtin_documents(max_chars: int = BUILTIN_MAX_CHARS) -> list[str]:
     from selfsup.data.sources import drop_empty
 
     documents = [topics[name] for name in sorted(topics)]
-    documents += [text for _, text in stdlib_docstrings()["modules"]]
+    documents += [text for _, text in stdlib_docstrings(cache_dir)["modules"]]
 
     kept, total = [], 0
     for doc in dict.fromkeys(drop_empty(documents)):  # some pydoc topics are the same text

@@ -131,7 +131,7 @@ class Corpus:
     def documents(self) -> tuple[list[str], str]:
         """(documents, a one-line description of where they came from)."""
         if self.source == "builtin":
-            docs, where = builtin_documents(), "builtin: pydoc topics + standard-library docstrings"
+            docs, where = builtin_documents(cache_dir=self.cache_dir), "builtin: pydoc topics + standard-library docstrings"
         elif self.source == "text_files":
             paths = [self.paths] if isinstance(self.paths, (str, os.PathLike)) else list(self.paths or ())
             docs, where = text_file_documents(paths, self.text_field), "text_files: " + ", ".join(map(str, paths))
