@@ -36,6 +36,7 @@ def test_wandb_run_and_service_handles(tmp_path, monkeypatch):
     from lightning.pytorch.loggers import WandbLogger
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
+    wandb.teardown()  # settings another test of this process left in W&B's singleton
     logger = WandbLogger(save_dir=str(tmp_path), project="selfsup-upstream-test", offline=True)
     upstream.drop_anonymous(logger)
     assert "anonymous" not in logger._wandb_init

@@ -140,6 +140,7 @@ def test_one_token_documents_are_refused_in_one_line(train, files, cache_dir):
     assert sorted(cache_dir.iterdir()) == cached  # the token cache: nothing added, nothing lost
 
 
+@pytest.mark.slow  # the same guard as tests/e2e/test_faults.py::test_two_runs_into_one_dir_one_is_refused
 def test_a_finished_run_is_never_overwritten(train, tmp_path):
     run = tmp_path / "keep"
     assert train("objective=clm", run_dir=run).returncode == 0

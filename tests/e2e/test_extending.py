@@ -21,8 +21,23 @@ def test_an_objective_from_outside_the_package_trains_and_declares_its_architect
     assert (summary["objective"], summary["architecture"], summary["status"]) == ("replaced_token", "encoder", "finished")
     assert 0.2 < summary["signal_per_token"] < 0.4  # its replace_rate, a setting the lab's schemas never heard of
     assert summary["eval"]["eval/fixed/loss"] > 0  # the encoder family's fixed exam scores it like any encoder
-    refused = subprocess.run([*command, f"hydra.run.dir={tmp_path / 'refused'}", "architecture=decoder"],
-                             capture_output=True, text=True, env=env, timeout=600)
-    assert refused.returncode == 2
-    assert refused.stderr.strip() == ("error: objective=replaced_token cannot train architecture=decoder: a causal "
-                                      "decoder cannot see the right context of a swapped token")
+    # the pairing it declares is checked like the lab's own (in-process: the same check the command runs)
+    import sys
+
+    import pytest
+    from hydra import compose, initialize_config_dir
+
+    from selfsup.checks import SelfSupError, check_settings
+    from selfsup.config import register
+    from selfsup.train import CONF_DIR
+    register()
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            cfg = compose("train", overrides=[f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]",
+                                              "objective=replaced_token", "architecture=decoder"])
+        with pytest.raises(SelfSupError, match="^objective=replaced_token cannot train architecture=decoder: a causal "
+                                               "decoder cannot see the right context of a swapped token$"):
+            check_settings(cfg)
+    finally:
+        sys.path.remove(str(EXAMPLE))
