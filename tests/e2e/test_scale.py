@@ -55,8 +55,8 @@ def test_ddp_other_objectives(train, objective, tmp_path):
 
 def test_ddp_tokens_seen_counts_every_rank(ddp_sweep):
     root, _, _ = ddp_sweep
-    summary = json.loads((root / "1" / "summary.json").read_text())  # clm: windows of 33 tokens
-    assert summary["tokens_seen"] == 6 * 2 * 8 * 33
+    summary = json.loads((root / "0" / "summary.json").read_text())  # mlm: windows of 32 tokens
+    assert summary["tokens_seen"] == 6 * 2 * 8 * 32
 
 
 @pytest.mark.slow

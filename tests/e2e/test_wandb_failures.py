@@ -73,7 +73,8 @@ def test_wandb_service_killed_or_frozen_mid_run_training_goes_on(fault, cache_di
     assert reason in warning and "training goes on" in warning, warning
     assert f"metrics go to the CSV log in {run / 'csv'}" in warning and f"wandb sync {folder}" in warning, warning
     stopped_at = int(warning.split("W&B stopped at step ")[1].split(":")[0])
-    assert 5 <= stopped_at < steps - 1 if fault == "killed" else stopped_at == steps - 1, warning  # frozen: at finish
+    # killed after last.ckpt of step 5 was written (a log call of the step before may still be in flight)
+    assert 4 <= stopped_at < steps - 1 if fault == "killed" else stopped_at == steps - 1, warning  # frozen: at finish
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == steps, summary
     assert summary["wandb_dir"] == str(folder)
