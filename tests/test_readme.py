@@ -1,0 +1,51 @@
+"""Every `selfsup-train` command the README and docs/ show composes, and passes the settings checks where it
+can run here (in-process: the composition and the checks the command runs before reading data)."""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from selfsup.checks import check_settings
+from selfsup.config import register
+from selfsup.train import CONF_DIR
+
+ROOT = Path(__file__).parents[1]
+
+
+def commands() -> list[tuple[str, list[str]]]:
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split(" # ")[0].split("&&")[-1].strip()
+                if "selfsup-train" not in line:
+                    continue
+                line = line.replace("<date>", "2026-01-01").replace("<time>", "00-00-00")  # what a user fills in
+                args = shlex.split(line[line.index("selfsup-train") + len("selfsup-train"):])
+                if "-m" in args:  # a multirun: its first job
+                    args = [re.sub(r"^([^=\[]+)=([^\[\]]*?),.*$", r"\1=\2", a) for a in args]
+                found.append((f"{doc.name}: {line[:60]}", [a for a in args if a not in ("-m", "--cfg", "job")]))
+    return found
+
+
+COMMANDS = commands()
+
+
+def test_the_docs_show_commands():
+    assert len(COMMANDS) >= 15
+
+
+@pytest.mark.parametrize("where,args", COMMANDS, ids=[w for w, _ in COMMANDS])
+def test_a_documented_command_composes(where, args, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the docs' relative paths (docs/examples/...) are from the repository root
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("train", overrides=[f"hydra.searchpath=[file://{ROOT}]", *args] if not any(
+            a.startswith("hydra.searchpath=") for a in args) else args)
+    runnable_here = not any(a.startswith(("trainer=gpu", "trainer=ddp", "trainer=fsdp", "ckpt_path=", "resume=",
+                                          "objective=replaced_token")) for a in args)
+    if runnable_here:
+        check_settings(cfg)
