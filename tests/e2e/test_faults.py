@@ -129,18 +129,21 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
     slow = ["architecture.d_model=256", "architecture.n_layers=4", "data.seq_len=128", "data.batch_size=32"]
     proc = subprocess.Popen(["selfsup-train", *TINY, *QUICK, *slow, f"data.cache_dir={cache_dir}",
                              f"hydra.run.dir={run}", "trainer.max_steps=100000", "trainer.val_check_interval=100000"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.time() + 120
     while not (run / "csv" / "hparams.yaml").is_file() and time.time() < deadline:
         time.sleep(0.2)
     time.sleep(1)
     if how == "twice":  # the first SIGTERM asks for a checkpoint after the step (~1 s), the second stops at once
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.2)  # (two pending signals of one kind are delivered once)
+        for line in proc.stdout:  # sent once the first is handled (two pending signals of a kind are one)
+            if "received SIGTERM" in line or "Traceback" in line:
+                break
         proc.send_signal(signal.SIGTERM)
     else:
         proc.send_signal(how)
-    assert proc.wait(timeout=120) == code, proc.stderr.read()[-2000:]
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == code, output[-2000:]
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["status"], summary["error"]) == ("interrupted", error)
 
