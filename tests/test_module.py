@@ -225,7 +225,7 @@ def test_grad_norm_is_logged_before_clipping_and_the_update_is_clipped():
 def test_compiled_model_is_compiled_after_the_flop_count():
     """trainer.compile=true: the first step counts FLOPs under FlopCounterMode, a dispatch mode under
     which Dynamo marks the model's code to skip for good; the count must run eagerly so the next steps
-    run the compiled graph (before the fix every 'compiled' run trained eagerly)."""
+    run the compiled graph (under FlopCounterMode, a dispatch mode, Dynamo would skip it for good)."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 

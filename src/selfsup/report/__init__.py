@@ -23,7 +23,6 @@ from selfsup.report.model import (
     IGNORED_KEYS,
     IGNORED_PREFIXES,
     MASK_RATE,
-    OBJECTIVE_KEYS,
     SEED,
     SPAN_LENGTH,
     ReportError,
@@ -50,7 +49,7 @@ from selfsup.report.runs import (
 )
 from selfsup.report.summary import COLUMNS, read_summaries, summary_table
 
-__all__ = ["COLUMNS", "IGNORED_KEYS", "IGNORED_PREFIXES", "MASK_RATE", "OBJECTIVE_KEYS", "COMPARISON_NOTE", "SEED",
+__all__ = ["COLUMNS", "IGNORED_KEYS", "IGNORED_PREFIXES", "MASK_RATE", "COMPARISON_NOTE", "SEED",
            "SPAN_LENGTH", "VALUES_NOTE", "ReportError", "Run", "api_history", "build_wandb_report", "csv_history",
            "fill_tokens_seen", "find_runs", "inspect_wandb", "load_run", "load_runs", "main", "make_plots",
            "parse_args", "plot_curves", "plot_loss_vs_tokens", "plot_metric_vs_knob", "publish_wandb", "read_summaries",

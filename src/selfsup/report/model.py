@@ -13,15 +13,6 @@ class ReportError(Exception):
     """A problem the user can fix; printed as one line `error: ...`, exit status 2."""
 
 
-# Objective knobs each objective actually uses: the others are shown as n/a and never group plots.
-OBJECTIVE_KEYS = {
-    "mlm": {"objective.mask_rate", "objective.mask_token_prob", "objective.random_token_prob",
-            "objective.whole_word"},
-    "span_corruption": {"objective.mask_rate", "objective.mean_span_length"},
-    "ul2": {"objective.denoisers", "objective.mode_tokens"},
-    "clm": set(),
-    "prefix_lm": set(),
-}
 # Config keys that differ between runs without changing what was trained.
 IGNORED_KEYS = {"objective.name", "architecture.name", "data.cache_dir", "data.num_workers", "trainer.progress_bar",
                 "trainer.checkpoint_every_n_steps"}
@@ -88,8 +79,8 @@ class Run:
                                                    PROBE.replace("/accuracy", "/majority_accuracy"), FIXED)}}
 
     def value(self, key: str):
-        """A config value; n/a for an objective knob this run's objective does not use."""
-        if key.startswith("objective.") and self.objective in OBJECTIVE_KEYS and key not in OBJECTIVE_KEYS[self.objective]:
+        """A config value; n/a for an objective setting this run's objective does not have."""
+        if key.startswith("objective.") and self.config and key not in self.config:
             return "n/a"
         return self.config.get(key)
 

@@ -237,5 +237,6 @@ def _key_value(value) -> str:
 def swept_keys(runs: list[Run]) -> list[str]:
     """Config keys whose values differ between runs, in config order."""
     keys = list(dict.fromkeys(k for r in runs for k in r.config))
-    keys = [k for k in keys if k not in IGNORED_KEYS and not k.startswith(IGNORED_PREFIXES)]
+    keys = [k for k in keys if k not in IGNORED_KEYS and not k.startswith(IGNORED_PREFIXES)
+            and not k.endswith(("._target_", "._convert_"))]  # which class builds a group: named by its name
     return [k for k in keys if len({_key_value(r.config.get(k)) for r in runs}) > 1]
