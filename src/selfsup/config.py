@@ -107,6 +107,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)  # conf/eval/: default (fixed exam + built-in probe) | none
     seed: int = 0
     optimized_metric: str = "val/loss"  # the value a sweep's job returns (Optuna's objective)
+    trial: Optional[Any] = None         # set by the selfsup_optuna sweeper: {storage, study, id} of this job's trial
     ckpt_path: Optional[str] = None     # start from this checkpoint, in a new run dir
     resume: Optional[str] = None        # a run dir: continue that run (its config, last checkpoint, W&B run)
 

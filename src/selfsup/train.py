@@ -123,6 +123,11 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
                                restart_hint=" ".join(["selfsup-train", *command_overrides(), lower]))
         throughput = TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps)))
         callbacks = [best, last, guard, preemption, throughput]
+        pruning = None
+        if cfg.get("trial"):  # a trial of the selfsup_optuna sweeper: reported at validations, maybe pruned
+            from selfsup.tune import TrialPruning
+            pruning = TrialPruning(cfg.trial, cfg.optimized_metric)
+            callbacks.append(pruning)
         if t.progress_bar and sys.stdout.isatty():
             callbacks.append(RichProgressBar())
         trainer = L.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
@@ -150,7 +155,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
                        eval_seconds=round(module.evaluation.seconds, 2) if module.evaluation else None,
                        tokens_per_sec=throughput.tokens_per_sec(),
                        best_checkpoint=best.best_model_path, last_checkpoint=str(last.path))
-        status = "preempted" if preemption.preempted else "finished"
+        status = ("preempted" if preemption.preempted else "pruned" if pruning is not None and pruning.pruned
+                  else "finished")
         if preemption.preempted:
             summary["preempted_by"] = preemption.preempted
             for lg in loggers:

@@ -40,6 +40,12 @@ def drop_anonymous(logger) -> None:
     logger._wandb_init.pop("anonymous", None)
 
 
+def optuna_trial_id(trial) -> int:
+    """The storage id of an Optuna trial (what `optuna.trial.Trial(study, trial_id)` takes in the job that runs
+    it; the trial's `number` counts within its study)."""
+    return trial._trial_id
+
+
 def wandb_run(logger):
     """The W&B run a Lightning WandbLogger has started, or None (its `experiment` property would start one)."""
     return logger._experiment

@@ -1,0 +1,168 @@
+"""`hydra/sweeper=selfsup_optuna`: an Optuna (>= 4) study through Optuna's ask-and-tell interface.
+
+    selfsup-train sweeps=tune                                    a new study in <sweep dir>/optuna.db
+    selfsup-train sweeps=tune hydra.sweeper.storage=sqlite:///outputs/multirun/<date>/<time>/optuna.db
+                                                                 the same study, n_trials more
+    optuna-dashboard sqlite:///outputs/multirun/<date>/<time>/optuna.db
+
+Each trial is one job of the sweep: its parameters are asked from the study, the job runs through Hydra's
+launcher like any sweep job, and its value (the job's `optimized_metric`) is told back; a job that
+failed is a failed trial, one the pruner stopped (`selfsup.tune.TrialPruning`, at validations) a pruned
+one. Trials keep their run dir, W&B run id and status as user attributes. A continued study samples new
+points: the sampler's seed is offset by the number of trials already in the study. All trials of a study
+share one W&B group, across continuations. `params` take Hydra's sweep syntax: `interval(a, b)`,
+`tag(log, interval(a, b))`, `choice(x, y)`, `range(a, b)`.
+"""
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("selfsup")
+
+
+@dataclass
+class SelfSupOptunaSweeperConfig:
+    _target_: str = "hydra_plugins.selfsup_sweeper.optuna_sweeper.SelfSupOptunaSweeper"
+    _recursive_: bool = False              # the sampler and pruner are built per study (a continuation's seed)
+    direction: str = "maximize"            # of the jobs' optimized_metric
+    study_name: str = "selfsup"
+    storage: Optional[str] = None          # an RDB URL; default sqlite:///<sweep dir>/optuna.db
+    n_trials: int = 20                     # trials this command adds to the study
+    n_jobs: int = 1                        # trials launched together (a batch)
+    max_failure_rate: float = 0.0          # stop the study once more than this share of its trials failed
+    sampler: Dict[str, Any] = field(default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": 0})
+    pruner: Optional[Dict[str, Any]] = field(default_factory=lambda: {
+        "_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 3, "n_warmup_steps": 0})
+    params: Dict[str, str] = field(default_factory=dict)
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="selfsup_optuna", node=SelfSupOptunaSweeperConfig,
+                             provider="selfsup")
+
+
+def distributions(params: Dict[str, str]) -> Dict[str, Any]:
+    """Optuna distributions of Hydra sweep expressions (`interval`, `tag(log, ...)`, `choice`, `range`)."""
+    import optuna.distributions as od
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    out = {}
+    for override in parsed:
+        key, value = override.get_key_element(), override.value()
+        if isinstance(value, IntervalSweep):
+            log_scale = "log" in value.tags
+            if isinstance(value.start, int) and isinstance(value.end, int):
+                out[key] = od.IntDistribution(value.start, value.end, log=log_scale)
+            else:
+                out[key] = od.FloatDistribution(float(value.start), float(value.end), log=log_scale)
+        elif isinstance(value, ChoiceSweep):
+            out[key] = od.CategoricalDistribution(list(override.sweep_iterator()))
+        elif isinstance(value, RangeSweep):
+            out[key] = od.CategoricalDistribution(list(override.sweep_iterator()))
+        else:
+            raise ValueError(f"hydra.sweeper.params.{key}={params[key]}: use interval(a, b), tag(log, interval(a, b)), "
+                             f"choice(a, b, ...) or range(a, b)")
+    return out
+
+
+def study_group(study_name: str, storage: str) -> str:
+    """The W&B group of every trial of a study: its name and, for SQLite, the sweep dir that holds it."""
+    if storage.startswith("sqlite:///"):
+        folder = Path(storage.removeprefix("sqlite:///")).parent
+        return f"{study_name}-{folder.parent.name}-{folder.name}"
+    return study_name
+
+
+class SelfSupOptunaSweeper(Sweeper):
+    def __init__(self, direction: str, study_name: str, storage: Optional[str], n_trials: int, n_jobs: int,
+                 max_failure_rate: float, sampler: Dict[str, Any], pruner: Optional[Dict[str, Any]],
+                 params: Dict[str, str]):
+        self.direction, self.study_name, self.storage = direction, study_name, storage
+        self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, max(1, n_jobs), max_failure_rate
+        self.sampler_config = OmegaConf.to_container(sampler, resolve=True) if isinstance(sampler, DictConfig) else sampler
+        self.pruner_config = OmegaConf.to_container(pruner, resolve=True) if isinstance(pruner, DictConfig) else pruner
+        self.params = dict(params or {})
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                task_function=task_function, config=config)
+        self.sweep_dir = Path(config.hydra.sweep.dir)
+
+    def study(self):
+        import optuna
+        storage = self.storage or f"sqlite:///{self.sweep_dir / 'optuna.db'}"
+        study = optuna.create_study(study_name=self.study_name, storage=storage, direction=self.direction,
+                                    load_if_exists=True)
+        sampler = dict(self.sampler_config or {})
+        if "seed" in sampler and sampler["seed"] is not None:  # a continuation: new points, not the first ones again
+            sampler["seed"] = int(sampler["seed"]) + len(study.trials)
+        return optuna.load_study(study_name=self.study_name, storage=storage, sampler=instantiate(sampler),
+                                 pruner=instantiate(self.pruner_config) if self.pruner_config else
+                                 optuna.pruners.NopPruner()), storage
+
+    def sweep(self, arguments: List[str]) -> None:
+        from optuna.trial import TrialState
+
+        from selfsup.upstream import optuna_trial_id
+        study, storage = self.study()
+        space = distributions(self.params)
+        group = study_group(self.study_name, storage)
+        log.info(f"Optuna study {self.study_name} in {storage}: {len(study.trials)} trials so far, {self.n_trials} more")
+        fixed = [a for a in arguments if a.split("=", 1)[0] not in space]
+        done, failed, job = 0, 0, 0
+        while done < self.n_trials:
+            batch = [study.ask(space) for _ in range(min(self.n_jobs, self.n_trials - done))]
+            overrides = [tuple(fixed + [f"{k}={v}" for k, v in trial.params.items()]
+                               + [f"logger.group={group}",
+                                  f"trial={{storage: '{storage}', study: {self.study_name}, "
+                                  f"id: {optuna_trial_id(trial)}}}"])
+                         for trial in batch]
+            returns = self.launcher.launch(overrides, initial_job_idx=job)
+            job += len(batch)
+            for trial, ret in zip(batch, returns):
+                run_dir = Path(ret.hydra_cfg.hydra.runtime.output_dir) if ret.hydra_cfg else None
+                summary = _summary(run_dir)
+                trial.set_user_attr("run_dir", str(run_dir) if run_dir else None)
+                if run_dir and (run_dir / "wandb-run-id").is_file():
+                    trial.set_user_attr("wandb_run_id", (run_dir / "wandb-run-id").read_text().strip())
+                status = summary.get("status", "failed")
+                trial.set_user_attr("status", status)
+                value = ret.return_value if ret.status.name == "COMPLETED" else None
+                if status == "pruned":
+                    study.tell(trial, state=TrialState.PRUNED)
+                elif isinstance(value, (int, float)) and value == value:
+                    study.tell(trial, float(value))
+                else:
+                    failed += 1
+                    study.tell(trial, state=TrialState.FAIL)
+            done += len(batch)
+            if failed / done > self.max_failure_rate:
+                log.error(f"{failed} of {done} trials failed, more than hydra.sweeper.max_failure_rate="
+                          f"{self.max_failure_rate}: the study stops here")
+                break
+        complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+        if complete:
+            best = study.best_trial
+            log.info(f"best trial {best.number}: {best.value:.4f} with {best.params} ({best.user_attrs.get('run_dir')})")
+        (self.sweep_dir / "optimization_results.yaml").write_text(OmegaConf.to_yaml({
+            "study": self.study_name, "storage": storage, "trials": len(study.trials),
+            "best_value": study.best_value if complete else None,
+            "best_params": study.best_params if complete else None}))
+
+
+def _summary(run_dir: Optional[Path]) -> dict:
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return {}
