@@ -67,7 +67,7 @@ class SweepSummary(Callback):
         verdict = probe_verdict(rows)
         if verdict:
             print(verdict)
-        failed = [r for r in rows if r.get("status") != "finished"]
+        failed = [r for r in rows if r.get("status") not in ("finished", "pruned")]  # pruned: Optuna stopped it
         wandb_dirs = [r["wandb_dir"] for r in rows if r.get("wandb_dir")]
         print(f"Sweep outputs: {sweep_dir}   (report: selfsup-report {sweep_dir})")
         if wandb_dirs:

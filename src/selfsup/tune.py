@@ -14,8 +14,13 @@ log = logging.getLogger("selfsup")
 
 class TrialPruning(Callback):
     def __init__(self, trial: dict, metric: str):
+        """trial: {storage, study, id, pruner (median | none), startup, warmup}, as the sweeper passes it (a
+        study's pruner lives in the sweeper's process, not in its storage)."""
         import optuna
-        study = optuna.load_study(study_name=trial["study"], storage=trial["storage"])
+        pruner = (optuna.pruners.MedianPruner(n_startup_trials=int(trial.get("startup", 3)),
+                                              n_warmup_steps=int(trial.get("warmup", 0)))
+                  if trial.get("pruner", "median") == "median" else optuna.pruners.NopPruner())
+        study = optuna.load_study(study_name=trial["study"], storage=trial["storage"], pruner=pruner)
         self.trial = optuna.trial.Trial(study, int(trial["id"]))
         self.metric, self.pruned = metric, False
 

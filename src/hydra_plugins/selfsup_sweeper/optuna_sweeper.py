@@ -25,7 +25,6 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("selfsup")
@@ -34,16 +33,17 @@ log = logging.getLogger("selfsup")
 @dataclass
 class SelfSupOptunaSweeperConfig:
     _target_: str = "hydra_plugins.selfsup_sweeper.optuna_sweeper.SelfSupOptunaSweeper"
-    _recursive_: bool = False              # the sampler and pruner are built per study (a continuation's seed)
     direction: str = "maximize"            # of the jobs' optimized_metric
     study_name: str = "selfsup"
     storage: Optional[str] = None          # an RDB URL; default sqlite:///<sweep dir>/optuna.db
     n_trials: int = 20                     # trials this command adds to the study
     n_jobs: int = 1                        # trials launched together (a batch)
     max_failure_rate: float = 0.0          # stop the study once more than this share of its trials failed
-    sampler: Dict[str, Any] = field(default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": 0})
-    pruner: Optional[Dict[str, Any]] = field(default_factory=lambda: {
-        "_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 3, "n_warmup_steps": 0})
+    sampler: str = "tpe"                   # tpe | random
+    seed: Optional[int] = 0                # the sampler's (offset by the trials already in the study)
+    pruner: str = "median"                 # median (stop a trial below the median of earlier ones) | none
+    pruner_startup_trials: int = 3         # trials that run to the end before any is pruned
+    pruner_warmup_steps: int = 0           # steps of a trial before it can be pruned
     params: Dict[str, str] = field(default_factory=dict)
 
 
@@ -85,12 +85,15 @@ def study_group(study_name: str, storage: str) -> str:
 
 class SelfSupOptunaSweeper(Sweeper):
     def __init__(self, direction: str, study_name: str, storage: Optional[str], n_trials: int, n_jobs: int,
-                 max_failure_rate: float, sampler: Dict[str, Any], pruner: Optional[Dict[str, Any]],
-                 params: Dict[str, str]):
+                 max_failure_rate: float, sampler: str, seed: Optional[int], pruner: str,
+                 pruner_startup_trials: int, pruner_warmup_steps: int, params: Dict[str, str]):
+        if sampler not in ("tpe", "random") or pruner not in ("median", "none"):
+            raise ValueError(f"hydra.sweeper.sampler={sampler} / pruner={pruner}: use sampler tpe or random, "
+                             f"pruner median or none")
         self.direction, self.study_name, self.storage = direction, study_name, storage
         self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, max(1, n_jobs), max_failure_rate
-        self.sampler_config = OmegaConf.to_container(sampler, resolve=True) if isinstance(sampler, DictConfig) else sampler
-        self.pruner_config = OmegaConf.to_container(pruner, resolve=True) if isinstance(pruner, DictConfig) else pruner
+        self.sampler, self.seed, self.pruner = sampler, seed, pruner
+        self.pruner_startup_trials, self.pruner_warmup_steps = pruner_startup_trials, pruner_warmup_steps
         self.params = dict(params or {})
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -104,12 +107,14 @@ class SelfSupOptunaSweeper(Sweeper):
         storage = self.storage or f"sqlite:///{self.sweep_dir / 'optuna.db'}"
         study = optuna.create_study(study_name=self.study_name, storage=storage, direction=self.direction,
                                     load_if_exists=True)
-        sampler = dict(self.sampler_config or {})
-        if "seed" in sampler and sampler["seed"] is not None:  # a continuation: new points, not the first ones again
-            sampler["seed"] = int(sampler["seed"]) + len(study.trials)
-        return optuna.load_study(study_name=self.study_name, storage=storage, sampler=instantiate(sampler),
-                                 pruner=instantiate(self.pruner_config) if self.pruner_config else
-                                 optuna.pruners.NopPruner()), storage
+        # a continuation samples new points, not the first ones again: the seed is offset by the trials so far
+        seed = None if self.seed is None else self.seed + len(study.trials)
+        sampler = (optuna.samplers.TPESampler(seed=seed) if self.sampler == "tpe"
+                   else optuna.samplers.RandomSampler(seed=seed))
+        pruner = (optuna.pruners.MedianPruner(n_startup_trials=self.pruner_startup_trials,
+                                              n_warmup_steps=self.pruner_warmup_steps)
+                  if self.pruner == "median" else optuna.pruners.NopPruner())
+        return optuna.load_study(study_name=self.study_name, storage=storage, sampler=sampler, pruner=pruner), storage
 
     def sweep(self, arguments: List[str]) -> None:
         from optuna.trial import TrialState
@@ -126,7 +131,8 @@ class SelfSupOptunaSweeper(Sweeper):
             overrides = [tuple(fixed + [f"{k}={v}" for k, v in trial.params.items()]
                                + [f"logger.group={group}",
                                   f"trial={{storage: '{storage}', study: {self.study_name}, "
-                                  f"id: {optuna_trial_id(trial)}}}"])
+                                  f"id: {optuna_trial_id(trial)}, pruner: {self.pruner}, "
+                                  f"startup: {self.pruner_startup_trials}, warmup: {self.pruner_warmup_steps}}}"])
                          for trial in batch]
             returns = self.launcher.launch(overrides, initial_job_idx=job)
             job += len(batch)
