@@ -43,8 +43,7 @@ def test_a_documented_command_composes(where, args, monkeypatch):
     monkeypatch.chdir(ROOT)  # the docs' relative paths (docs/examples/...) are from the repository root
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose("train", overrides=[f"hydra.searchpath=[file://{ROOT}]", *args] if not any(
-            a.startswith("hydra.searchpath=") for a in args) else args)
+        cfg = compose("train", overrides=args)
     runnable_here = not any(a.startswith(("trainer=gpu", "trainer=ddp", "trainer=fsdp", "ckpt_path=", "resume=",
                                           "objective=replaced_token")) for a in args)
     if runnable_here:

@@ -4,8 +4,10 @@ that never stops training (SafeWandbLogger)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -24,20 +26,42 @@ log = logging.getLogger("selfsup")
 
 
 # ---------------------------------------------------------------------------- selfsup-train's loggers
-def run_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
-    """W&B name, group and tags: the objective, the architecture and the values this sweep varies."""
+def shown(value) -> str:
+    """A setting's value as names, tags and job lines show it: numbers to 4 significant digits."""
+    text = str(value)
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return text if re.fullmatch(r"-?\d+", text) else f"{number:.4g}"
+
+
+def run_identity(cfg: DictConfig, run_dir: Path) -> tuple[str, str | None, list[str]]:
+    """W&B name, group and tags: the objective, the architecture and the values this sweep varies; the group
+    of a sweep is `<sweep or experiment name>-<date>-<time>` (of an Optuna study: passed by its sweeper).
+    Kept in the run dir (wandb-identity.json): a resumed run keeps them."""
+    kept = run_dir / "wandb-identity.json"
+    if cfg.resume and kept.is_file():
+        name, group, tags = json.loads(kept.read_text())
+        return name, group, tags
     hc = HydraConfig.get()
     swept_keys = set(filter(None, os.environ.get("SELFSUP_SWEPT", "").split(",")))
     swept = [o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept_keys]
-    values = [f"{o.split('=', 1)[0].split('.')[-1]}={o.split('=', 1)[1]}" for o in swept
-              if not o.startswith(("objective=", "architecture="))]
-    name = cfg.logger.name or "-".join([cfg.objective.name, cfg.architecture.name, *values])
+    values = [(o.split("=", 1)[0], shown(o.split("=", 1)[1])) for o in swept]
+    objective = cfg.objective.get("name") or "objective"
+    name = cfg.logger.name or "-".join([objective, cfg.architecture.name,
+                                        *(f"{k.split('.')[-1]}={v}" for k, v in values
+                                          if k not in ("objective", "architecture"))])
     group = cfg.logger.group
     if group is None and hc.mode.name == "MULTIRUN":
         sweep = Path(hc.sweep.dir)
-        group = f"sweep-{sweep.parent.name}-{sweep.name}"
-    tags = list(cfg.logger.tags) + [f"objective={cfg.objective.name}", f"architecture={cfg.architecture.name}"] + swept
-    return redact(name), group, [t[:64] for t in dict.fromkeys(redact(tags))]
+        label = hc.runtime.choices.get("sweeps") or hc.runtime.choices.get("experiment") or "sweep"
+        group = f"{label}-{sweep.parent.name}-{sweep.name}"
+    tags = list(cfg.logger.tags) + [f"objective={objective}", f"architecture={cfg.architecture.name}"] + \
+        [f"{k}={v}" for k, v in values]
+    identity = (redact(name), group, [t[:64] for t in dict.fromkeys(redact(tags))])
+    kept.write_text(json.dumps(identity))
+    return identity
 
 
 def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
@@ -57,7 +81,7 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
             mode = "offline"
         if mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
-            name, group, tags = run_identity(cfg)
+            name, group, tags = run_identity(cfg, run_dir)
             id_file = run_dir / "wandb-run-id"  # a resumed run continues the same W&B run
             if not id_file.exists():
                 import secrets
@@ -74,7 +98,9 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
 
 
 def define_wandb_axes(loggers: list) -> None:
-    """tokens seen and targets seen are x-axes, so objectives compare on the same compute."""
+    """tokens seen and targets seen are x-axes, so objectives compare on the same compute; the code version
+    a W&B run file (code-version.json, beside W&B's own requirements.txt: the environment's pip freeze)."""
+    from selfsup.version import code_version
     for lg in loggers:
         if isinstance(lg, WandbLogger):
             run = lg.experiment
@@ -82,6 +108,8 @@ def define_wandb_axes(loggers: list) -> None:
             run.define_metric("train/targets_seen")
             for prefix in ("train", "val", "perf", "eval"):
                 run.define_metric(f"{prefix}/*", step_metric="train/tokens_seen")
+            if getattr(run, "dir", None):
+                (Path(run.dir) / "code-version.json").write_text(json.dumps(code_version()))
 
 
 def start_wandb(loggers: list, run_dir: Path) -> list:

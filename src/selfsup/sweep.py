@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from selfsup.report.summary import PROBE, probe_verdict, read_summaries, summary_table, value
+from selfsup.report.summary import DEFINITIONS, PROBE, probe_verdict, read_summaries, summary_table, value
 from selfsup.upstream import failed_job_value
 
 
@@ -21,6 +21,13 @@ class SweepSummary(Callback):
         (Optuna's SQLite study is created there before any job runs). A dir that already holds a
         sweep is refused before Hydra writes anything into it."""
         sweep_dir = Path(config.hydra.sweep.dir)
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        params = {k: v for k, v in (config.hydra.sweeper.get("params") or {}).items()}
+        overrides = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in params.items()]
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        os.environ["SELFSUP_SWEPT"] = ",".join(sorted({o.get_key_element() for o in parsed if o.is_sweep_override()}))
+        if "selfsup_optuna" not in str(config.hydra.sweeper.get("_target_", "")):  # (a study checks its own)
+            check_jobs(job_overrides(parsed))  # before anything is written
         from selfsup.checks import SelfSupError
         from selfsup.reliability.run_dir import claim, own
         try:  # one sweep at a time in a sweep dir (two launched in the same second share the default one)
@@ -33,13 +40,11 @@ class SweepSummary(Callback):
                   f"new hydra.sweep.dir (or leave it out for a fresh timestamped one)", file=sys.stderr)
             raise SystemExit(2)
         own(sweep_dir)
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        overrides = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-        parsed = OverridesParser.create().parse_overrides(overrides)
-        os.environ["SELFSUP_SWEPT"] = ",".join(sorted({o.get_key_element() for o in parsed if o.is_sweep_override()}))
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
         from hydra.core.utils import JobStatus
+
+        from selfsup.loggers import shown
         if config.hydra.mode.name != "MULTIRUN":
             return
         job_dir = Path(config.hydra.runtime.output_dir)
@@ -55,7 +60,8 @@ class SweepSummary(Callback):
                                                        ("probe acc", value(summary, PROBE))) if v is not None]
             what = ", ".join(parts) or "finished"
         swept = set(os.environ.get("SELFSUP_SWEPT", "").split(","))
-        label = " ".join(o for o in config.hydra.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
+        label = " ".join(f"{o.split('=', 1)[0]}={shown(o.split('=', 1)[1])}" for o in config.hydra.overrides.task
+                         if o.split("=", 1)[0].lstrip("+~") in swept)
         print(f"[job {config.hydra.job.num}] {label}: {what}  ({job_dir})", flush=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:
@@ -64,6 +70,7 @@ class SweepSummary(Callback):
         if not rows:
             return
         print(summary_table(rows))
+        print(DEFINITIONS)
         verdict = probe_verdict(rows)
         if verdict:
             print(verdict)
@@ -77,3 +84,38 @@ class SweepSummary(Callback):
                 print(f"failed: {r['run_dir']}: {r.get('error')}")
             print(f"{len(failed)} of {len(rows)} jobs failed", file=sys.stderr)
             raise SystemExit(1)
+
+
+def job_overrides(parsed) -> list[list[str]]:
+    """Every job's overrides of a grid sweep (the cartesian product of its sweep overrides, as Hydra's basic
+    sweeper runs them)."""
+    import itertools
+    choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
+               else [o.input_line] for o in parsed]
+    return [list(job) for job in itertools.product(*choices)]
+
+
+def check_jobs(jobs: list[list[str]], label: str = "job") -> None:
+    """Every job's settings, composed and checked before the first job starts: one bad value refuses the
+    sweep in one line (exit 2), naming the job, instead of failing after the jobs before it ran."""
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from selfsup.build import check_objective
+    from selfsup.checks import check_settings, config_error_line, user_errors
+    for number, overrides in enumerate(jobs):
+        try:
+            cfg = compose(config_name="train", overrides=overrides)
+            check_settings(cfg)
+            check_objective(cfg)
+        except (HydraException, OmegaConfBaseException) as err:
+            problem = config_error_line(err)
+        except user_errors() as err:
+            problem = str(err)
+        else:
+            continue
+        swept = " ".join(overrides)
+        print(f"error: {label} {number} of {len(jobs)} ({swept}): {problem}: no job was run; fix the sweep's values",
+              file=sys.stderr)
+        raise SystemExit(2)

@@ -37,7 +37,16 @@ from selfsup.distributed import launched_rank, leave_distributed
 from selfsup.reliability.run_dir import requeue_checkpoint, resumed_config
 
 log = logging.getLogger("selfsup")
-CONF_DIR = Path(os.environ.get("SELFSUP_CONF", Path(__file__).resolve().parents[2] / "conf"))
+def config_dir() -> Path:
+    """The config tree: SELFSUP_CONF, else selfsup/conf of an installed package (pyproject.toml ships conf/ there),
+    else the checkout's conf/ (an editable install). Its sweeps/ group is the repository's sweeps/ (a link)."""
+    if os.environ.get("SELFSUP_CONF"):
+        return Path(os.environ["SELFSUP_CONF"])
+    installed = Path(__file__).resolve().parent / "conf"
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "conf"
+
+
+CONF_DIR = config_dir()
 
 
 # ---------------------------------------------------------------------------- fit
@@ -94,8 +103,9 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     # a single run checks its settings and data first (a typo makes no W&B run)
     loggers = make_loggers(cfg, run_dir) if rank_zero and loggers_first else []
     status, error = "failed", None
+    from selfsup.version import code_version
     summary = {"objective": objective_name(cfg), "architecture": cfg.architecture.name, "swept": swept_values(cfg),
-               "run_dir": str(run_dir)}
+               "run_dir": str(run_dir), "code": code_version()}
     preemption = PreemptionHandler(dirpath=run_dir / "checkpoints", resume_hint=f"selfsup-train resume={run_dir}")
     before_sigterm = stop_on_sigterm(SIGTERMException)
     try:
@@ -140,7 +150,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         summary.update(world_size=trainer.world_size, batch_size_per_device=cfg.data.batch_size,
                        global_batch_size=cfg.data.batch_size * t.accumulate * trainer.world_size)
         for lg in loggers:
-            lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": corpus.vocab.size,
+            lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": corpus.vocab.size, "code": summary["code"],
                                 "raw_length": objective.raw_length, "world_size": trainer.world_size,
                                 "batch_size_per_device": cfg.data.batch_size,
                                 "global_batch_size": summary["global_batch_size"]})
@@ -149,7 +159,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         summary.update(steps=trainer.global_step, val_loss=metrics.get("val/loss"),
                        val_perplexity=metrics.get("val/perplexity"), val_accuracy=metrics.get("val/accuracy"),
-                       signal_per_token=metrics.get("train/signal_per_token"),
+                       signal_per_token=metrics.get("val/signal_per_token", metrics.get("train/signal_per_token")),
                        tokens_seen=module.tokens_seen, targets_seen=module.targets_seen, flops_seen=module.flops_seen,
                        eval={k: v for k, v in metrics.items() if k.startswith("eval/")},
                        eval_seconds=round(module.evaluation.seconds, 2) if module.evaluation else None,
@@ -305,10 +315,8 @@ def main() -> None:
     register()
     logging.raiseExceptions = False  # a log file that cannot be written (a full disk): no traceback per line
     if not CONF_DIR.is_dir():
-        sys.exit(f"error: config folder {CONF_DIR} not found: install selfsup with `pip install -e .` "
-                 f"from its checkout, or set SELFSUP_CONF to the conf/ folder")
-    if not any(arg.startswith(("--config-dir", "-cd")) for arg in sys.argv[1:]):
-        sys.argv[1:1] = ["--config-dir", str(CONF_DIR.parent)]  # finds the sweeps/ folder beside conf/
+        sys.exit(f"error: config folder {CONF_DIR} not found: reinstall selfsup (pip install .), or set "
+                 f"SELFSUP_CONF to the conf/ folder")
     # Hydra prints a config error over several lines (and exits 1) unless HYDRA_FULL_ERROR is set,
     # in which case it raises: catch it here and give one line, as for every other bad input
     wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"

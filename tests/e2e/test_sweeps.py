@@ -21,9 +21,8 @@ def compose(*overrides):
     from selfsup.config import register
     from selfsup.train import CONF_DIR
     register()
-    with initialize_config_dir(str(CONF_DIR), version_base=None):  # and sweeps/ beside it, as the app finds it
-        return hydra_compose("train", overrides=[f"hydra.searchpath=[file://{CONF_DIR.parent}]", *overrides],
-                             return_hydra_config=True)
+    with initialize_config_dir(str(CONF_DIR), version_base=None):  # its sweeps/ group: the repository's sweeps/
+        return hydra_compose("train", overrides=list(overrides), return_hydra_config=True)
 
 
 @pytest.mark.parametrize("sweep", SWEEPS)

@@ -75,6 +75,19 @@ def distributions(params: Dict[str, str]) -> Dict[str, Any]:
     return out
 
 
+def corners(fixed: List[str], space: Dict[str, Any]) -> List[List[str]]:
+    """Jobs at the edges of the search space: each parameter at each end (each choice), the others at their
+    low end: what the sweep checks before its first trial."""
+    def ends(distribution) -> list:
+        return list(distribution.choices) if hasattr(distribution, "choices") else [distribution.low, distribution.high]
+    low = {k: ends(d)[0] for k, d in space.items()}
+    jobs = []
+    for key, distribution in space.items():
+        for value in ends(distribution):
+            jobs.append(fixed + [f"{k}={value if k == key else v}" for k, v in low.items()])
+    return jobs or [fixed]
+
+
 def study_group(study_name: str, storage: str) -> str:
     """The W&B group of every trial of a study: its name and, for SQLite, the sweep dir that holds it."""
     if storage.startswith("sqlite:///"):
@@ -119,12 +132,14 @@ class SelfSupOptunaSweeper(Sweeper):
     def sweep(self, arguments: List[str]) -> None:
         from optuna.trial import TrialState
 
+        from selfsup.sweep import check_jobs
         from selfsup.upstream import optuna_trial_id
         study, storage = self.study()
         space = distributions(self.params)
         group = study_group(self.study_name, storage)
         log.info(f"Optuna study {self.study_name} in {storage}: {len(study.trials)} trials so far, {self.n_trials} more")
         fixed = [a for a in arguments if a.split("=", 1)[0] not in space]
+        check_jobs(corners(fixed, space), label="corner of the search space")  # before the first trial
         done, failed, job = 0, 0, 0
         while done < self.n_trials:
             batch = [study.ask(space) for _ in range(min(self.n_jobs, self.n_trials - done))]

@@ -36,6 +36,7 @@ class Run:
     wandb_dir: Path | None = None
     wandb_online: bool = False                       # an online run, or an offline one already synced
     wandb_record: dict = field(default_factory=dict)  # the run record: run_id, run_group, project, entity, ...
+    summary: dict = field(default_factory=dict)       # its summary.json
     note: str | None = None
 
     def last(self, *keys: str) -> float | None:
@@ -57,7 +58,8 @@ class Run:
                 "random_init": self.last(PROBE.replace("/accuracy", "/random_init_accuracy")),
                 "signal_per_token": self.last("val/signal_per_token", "train/signal_per_token"),
                 "tokens_seen": self.last("train/tokens_seen"), "flops_seen": self.last("train/flops_seen"),
-                "tokens_per_sec": self.last("perf/tokens_per_sec")}
+                # the run's own (summary.json: training time over the run), else the last logging window's
+                "tokens_per_sec": self.summary.get("tokens_per_sec") or self.last("perf/tokens_per_sec")}
 
     def curve(self, y_key: str = "val/loss", x_key: str = "train/tokens_seen") -> list[tuple[float, float]]:
         """(x, y) of every logged row that has both."""

@@ -48,37 +48,92 @@ def _pyplot():
     return plt
 
 
-def plot_curves(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: str, title: str) -> bytes | None:
-    """One line per run of y against x, colored by objective (dashed: a run that did not finish)."""
+def setting_of(run: Run, keys: list[str]) -> str:
+    """A run's setting, seed aside: its objective and the swept values (one colour and legend entry each)."""
+    return _group_label(run, [k for k in keys if k != SEED])
+
+
+def plot_curves(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: str, title: str,
+                keys: list[str] | None = None) -> bytes | None:
+    """y against x, one colour per setting (objective and swept values); several seeds of a setting: their
+    mean as a line and their min-max as a band (dashed: a run that did not finish)."""
+    import numpy as np
+    keys = keys or []
     curves = [(run, run.curve(y_key, x_key)) for run in runs]
     curves = [(run, points) for run, points in curves if points]
     if not curves:
         return None
     plt = _pyplot()
-    colors = _colors(runs)
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    labelled = set()
+    settings: dict[str, list] = {}
     for run, points in curves:
-        xs, ys = zip(*points)
-        objective = run.objective or "?"
-        ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.4, color=colors[objective],
-                linestyle="-" if run.finished else "--", alpha=0.85,
-                label=None if objective in labelled else objective)
-        labelled.add(objective)
-        if len(curves) <= 12:
-            ax.annotate(run.label, (xs[-1], ys[-1]), xytext=(4, 0), textcoords="offset points", fontsize=7,
-                        color=colors[objective], va="center")
+        settings.setdefault(setting_of(run, keys), []).append((run, points))
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, (label, members) in enumerate(settings.items()):
+        color = plt.cm.tab10(i % 10)
+        finished = [m for m in members if m[0].finished]
+        for run, points in members:
+            if not run.finished or len(members) == 1:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.4, color=color,
+                        linestyle="-" if run.finished else "--", alpha=0.85,
+                        label=label if len(members) == 1 else None)
+        if len(finished) > 1:  # seeds: the mean over the x values they share, and the min-max band
+            grid = sorted(set.intersection(*(set(x for x, _ in p) for _, p in finished)))
+            if grid:
+                values = np.array([[dict(p)[x] for x in grid] for _, p in finished])
+                ax.plot(grid, values.mean(0), marker="o", markersize=3, linewidth=1.6, color=color,
+                        label=f"{label} (mean of {len(finished)} seeds)")
+                ax.fill_between(grid, values.min(0), values.max(0), color=color, alpha=0.2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(title="objective", fontsize=8)
+    ax.legend(fontsize=7)
     return _png(fig)
 
 
-def plot_loss_vs_tokens(runs: list[Run]) -> bytes | None:
-    return plot_curves(runs, "val/loss", "train/tokens_seen", "val loss", "tokens seen (train/tokens_seen)",
-                       "Validation loss against tokens seen (one line per run)")
+def plot_loss_vs_tokens(runs: list[Run], keys: list[str] | None = None, key: str = "val/loss") -> bytes | None:
+    what = "Validation" if key.startswith("val/") else "Training"
+    return plot_curves(runs, key, "train/tokens_seen", key.replace("/", " ").replace("_", " "),
+                       "tokens seen (train/tokens_seen)", f"{what} loss against tokens seen", keys)
+
+
+def plot_study(study) -> list[tuple[str, str, bytes]]:
+    """An Optuna study: its optimisation history (each trial's value and the best so far) and, with two
+    complete trials or more, the parameters' importances (fANOVA)."""
+    from optuna.trial import TrialState
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    if not complete:
+        return []
+    plt = _pyplot()
+    maximize = study.direction.name == "MAXIMIZE"
+    fig, ax = plt.subplots(figsize=(7.5, 4.0))
+    numbers, values = [t.number for t in complete], [t.value for t in complete]
+    best = [max(values[:i + 1]) if maximize else min(values[:i + 1]) for i in range(len(values))]
+    ax.scatter(numbers, values, s=18, color="#1f77b4", label="trial value")
+    ax.step(numbers, best, where="post", color="#d62728", label="best so far")
+    pruned = [t.number for t in study.trials if t.state == TrialState.PRUNED]
+    if pruned:
+        ax.scatter(pruned, [min(values)] * len(pruned), marker="x", color="#7f7f7f", label="pruned")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("objective value")
+    ax.set_title(f"Optuna study {study.study_name}: optimisation history")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    plots = [("optuna_history", f"Optuna study {study.study_name}: each complete trial's value (the jobs' "
+              f"optimized metric), the best so far, and the pruned trials.", _png(fig))]
+    if len(complete) >= 2:
+        import optuna
+        importances = optuna.importance.get_param_importances(study)
+        if importances:
+            fig, ax = plt.subplots(figsize=(7.5, 0.5 + 0.45 * len(importances)))
+            names = list(importances)[::-1]
+            ax.barh(names, [importances[n] for n in names], color="#2ca02c")
+            ax.set_xlabel("importance (fANOVA)")
+            ax.set_title("Which parameters the value depends on")
+            plots.append(("optuna_importances", "Parameter importances of the study (Optuna's fANOVA evaluator).",
+                          _png(fig)))
+    return plots
 
 
 def _group_label(run: Run, keys: list[str]) -> str:
@@ -146,15 +201,16 @@ COMPARABLE = [("fixed_loss", "fixed_loss", "fixed-exam loss (eval/fixed/loss)",
 def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]:
     """[(name, caption, png bytes)]"""
     plots = []
-    png = plot_loss_vs_tokens(runs)
-    if png:
-        plots.append(("val_loss_vs_tokens", ("Each run's own validation loss against tokens seen, colored by objective "
-                                             "(dashed: a run that did not finish): how it trained on its own exam, "
-                                             "not a comparison across settings."), png))
+    for key, name in (("val/loss", "val_loss_vs_tokens"), ("train/loss", "train_loss_vs_tokens")):
+        png = plot_loss_vs_tokens(runs, keys, key)
+        if png:
+            plots.append((name, (f"Each run's own {key.split('/')[0]} loss against tokens seen, a colour per setting "
+                                 f"(seeds: mean and min-max band; dashed: a run that did not finish): how it trained "
+                                 f"on its own exam, not a comparison across settings."), png))
     for axis, name, label in (("train/tokens_seen", "tokens", "tokens seen (train/tokens_seen)"),
                               ("train/flops_seen", "flops", "training FLOPs (train/flops_seen)")):
         png = plot_curves(runs, PROBE, axis, "probe accuracy (eval/probe/accuracy)", label,
-                          f"Probe accuracy against {label.split(' (')[0]}")
+                          f"Probe accuracy against {label.split(' (')[0]}", keys)
         if png:
             plots.append((f"probe_vs_{name}", (f"Downstream probe accuracy against {label}, one line per run (a point "
                                                f"per evaluation; eval.every_n_validations adds points during "

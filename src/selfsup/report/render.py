@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from selfsup.report.model import Run, _show
-from selfsup.report.summary import probe_verdict
+from selfsup.report.summary import DEFINITIONS, probe_verdict
 
 COMPARISON_NOTE = (
     "Compare runs on the columns that do not depend on their settings. A run's own val loss grades it on its own "
@@ -22,12 +22,9 @@ COMPARISON_NOTE = (
     "of the same shape) and at equal tokens seen or FLOPs. A difference smaller than the spread over seeds is not "
     "a difference: run seed=0,1,2.")
 VALUES_NOTE = (
-    "Values are the last ones each run logged: val loss = the last logged val/loss, val ppl = the last "
-    "val/perplexity, fixed loss = the last eval/fixed/loss, probe acc = the last eval/probe/accuracy, random-init = "
-    "eval/probe/random_init_accuracy, signal/token = the last val/signal_per_token, tokens seen = the last train/tokens_seen, "
-    "tokens/s = the last perf/tokens_per_sec (training throughput over the last logging window). "
-    "Source (column data): W&B run files (offline runs, read with `wandb leet inspect`), the W&B API (online "
-    "runs), else csv/metrics.csv, else (logger=none) the final values in summary.json.")
+    "Values, as the end-of-sweep table shows them: " + DEFINITIONS + ". Read from (column data): the W&B run "
+    "files (offline runs, with `wandb leet inspect`), the W&B API (online runs), else csv/metrics.csv, else "
+    "(logger=none) summary.json.")
 
 
 def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:

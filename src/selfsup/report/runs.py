@@ -86,16 +86,15 @@ def _read_config(job: Path) -> dict:
         return {}
 
 
-def _wandb_run_dir(job: Path, summary: dict) -> Path | None:
-    """The W&B run folder inside the job dir: the one summary.json names, else the newest (only inside the
-    job dir, so that a copied or moved sweep reads its own files)."""
+def _wandb_run_dirs(job: Path) -> list[Path]:
+    """The W&B run folders inside the job dir, oldest first (a resumed run adds one per resume; only inside
+    the job dir, so that a copied or moved sweep reads its own files)."""
     wandb_dir = job / "wandb"
     if not wandb_dir.is_dir():
-        return None
+        return []
     runs = [p for p in wandb_dir.iterdir() if p.is_dir() and not p.is_symlink()
             and p.name.startswith(("offline-run-", "run-")) and any(p.glob("*.wandb"))]
-    named = [p for p in runs if summary.get("wandb_dir") and p.name == Path(summary["wandb_dir"]).name]
-    return (named or sorted(runs, key=lambda p: p.name.split("-", 2)[-1]))[-1] if runs else None
+    return sorted(runs, key=lambda p: p.name.split("-", 2)[-1])
 
 
 def _uploaded(wandb_dir: Path) -> bool:
@@ -152,13 +151,16 @@ def fill_tokens_seen(history: list[dict], step_key: str) -> list[dict]:
 
 
 def csv_history(job: Path) -> list[dict]:
-    """csv/metrics.csv (Lightning's CSVLogger) as history rows."""
-    path = job / "csv" / "metrics.csv"
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        rows = [{k: float(v) for k, v in raw.items() if k and v not in (None, "") and _number(v) is not None}
-                for raw in csv.DictReader(f)]
+    """csv/metrics.csv (Lightning's CSVLogger) and a resumed run's csv/resume-<n>/metrics.csv, in order, as
+    history rows."""
+    paths = [job / "csv" / "metrics.csv"] + sorted((job / "csv").glob("resume-*/metrics.csv"),
+                                                    key=lambda p: int(p.parent.name.split("-")[1]))
+    rows = []
+    for path in paths:
+        if path.is_file():
+            with open(path, newline="") as f:
+                rows += [{k: float(v) for k, v in raw.items() if k and v not in (None, "") and _number(v) is not None}
+                         for raw in csv.DictReader(f)]
     return fill_tokens_seen(rows, "step")
 
 
@@ -170,6 +172,7 @@ def load_run(run: Run) -> Run:
             summary = json.loads((job / "summary.json").read_text())
         except json.JSONDecodeError:
             run.note = "summary.json unreadable"
+    run.summary = summary
     error_file = job / "error.txt"
     run.status = summary.get("status") or ("failed" if error_file.is_file() else "incomplete")
     if run.status != "finished":
@@ -184,12 +187,16 @@ def load_run(run: Run) -> Run:
     run.objective = summary.get("objective") or run.config.get("objective.name")
     run.architecture = summary.get("architecture") or run.config.get("architecture.name")
 
-    run.wandb_dir = _wandb_run_dir(job, summary)
+    folders = _wandb_run_dirs(job)
+    run.wandb_dir = folders[-1] if folders else None
     problems = []
+    history = []
     if run.wandb_dir is not None:
         run.wandb_online = _uploaded(run.wandb_dir)
-        try:
-            run.wandb_record, history = inspect_wandb(run.wandb_dir)
+        try:  # every segment of the run (a resumed run continues in a new folder), in order
+            for folder in folders:
+                run.wandb_record, segment = inspect_wandb(folder)
+                history += segment
         except Exception as err:  # noqa: BLE001 - a damaged run file: fall back to the CSV
             problems.append(f"W&B run files unreadable ({err})")
             history = []

@@ -1,9 +1,6 @@
 """The end-of-run / end-of-sweep table (`summary_table` of the rows `read_summaries` reads from a sweep dir)
-and the line that says which setting leads on the probe (`probe_verdict`).
-
-Every value is the run's final one from its summary.json: the last validation's val loss, the fixed exam
-and the probe after training, `signal/token` of the last training batch, tokens/s over the whole fit.
-"""
+and the line that says which setting leads on the probe (`probe_verdict`). The table and selfsup-report
+show the same values, defined in DEFINITIONS."""
 
 from __future__ import annotations
 
@@ -18,6 +15,11 @@ COLUMNS = [("objective", "objective"), ("architecture", "architecture"), ("param
            (PROBE, "probe acc"), ("eval/probe/random_init_accuracy", "random-init"),
            ("signal_per_token", "signal/token"), ("tokens_per_sec", "tokens/s"), ("status", "status"),
            ("run_dir", "run dir")]
+
+
+DEFINITIONS = ("val loss: the last validation; fixed loss, probe acc, random-init: the last evaluation; "
+               "signal/token: scored targets / input tokens of the last validation; tokens/s: input tokens per "
+               "second of training time over the run (validation and evaluation excluded)")
 
 
 def value(row: dict, key: str):
