@@ -38,12 +38,11 @@ from selfsup.reliability.run_dir import requeue_checkpoint, resumed_config
 
 log = logging.getLogger("selfsup")
 def config_dir() -> Path:
-    """The config tree: SELFSUP_CONF, else selfsup/conf of an installed package (pyproject.toml ships conf/ there),
-    else the checkout's conf/ (an editable install). Its sweeps/ group is the repository's sweeps/ (a link)."""
+    """The config tree: SELFSUP_CONF, else the package's selfsup/conf (in a checkout a link to conf/, whose sweeps/
+    group links to sweeps/; an installed wheel holds their files)."""
     if os.environ.get("SELFSUP_CONF"):
         return Path(os.environ["SELFSUP_CONF"])
-    installed = Path(__file__).resolve().parent / "conf"
-    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "conf"
+    return Path(__file__).resolve().parent / "conf"
 
 
 CONF_DIR = config_dir()

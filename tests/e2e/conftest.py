@@ -49,9 +49,10 @@ def wandb_history(run_dir: Path) -> list[dict]:
     return [r["history"]["item"] for r in records if r.get("type") == "history"]
 
 
-def wandb_run_record(run_dir: Path) -> dict:
-    """The run record (name, group, tags, id) of the offline run files."""
-    [offline] = list((run_dir / "wandb").glob("offline-run-*"))
+def wandb_run_record(run_dir: Path, offline: Path | None = None) -> dict:
+    """The run record (name, group, tags, id) of the offline run files (of one of them: `offline`)."""
+    if offline is None:
+        [offline] = list((run_dir / "wandb").glob("offline-run-*"))
     out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
                          capture_output=True, text=True, timeout=120)
     for line in out.stdout.splitlines():

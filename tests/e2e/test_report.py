@@ -1,6 +1,7 @@
 """selfsup-report end to end: a real tiny sweep (mask rate x seed, W&B offline), reported as HTML and Markdown."""
 
 import base64
+import html
 import json
 import csv
 import io
@@ -123,8 +124,8 @@ def test_html_is_self_contained_with_real_png_plots(html_report):
     import matplotlib.image as mpimg
     text = html_report[0]
     images = re.findall(r'<figure id="([^"]+)"><img alt="[^"]*" src="data:image/png;base64,([^"]+)"', text)
-    assert [name for name, _ in images] == ["val_loss_vs_tokens", "probe_vs_tokens", "probe_vs_flops",
-                                            "fixed_loss_vs_mask_rate", "probe_vs_mask_rate"]  # 1 span length: no span plot
+    assert [name for name, _ in images] == ["val_loss_vs_tokens", "train_loss_vs_tokens", "probe_vs_tokens",
+                                            "probe_vs_flops", "fixed_loss_vs_mask_rate", "probe_vs_mask_rate"]  # 1 span length: no span plot
     for name, data in images:
         png = base64.b64decode(data)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
@@ -150,7 +151,7 @@ def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mas
     pngs = sorted((tmp_path / "out").glob("*.png"))
     assert [p.name for p in pngs] == ["summary-fixed_loss_vs_mask_rate.png", "summary-probe_vs_flops.png",
                                       "summary-probe_vs_mask_rate.png", "summary-probe_vs_tokens.png",
-                                      "summary-val_loss_vs_tokens.png"]
+                                      "summary-train_loss_vs_tokens.png", "summary-val_loss_vs_tokens.png"]
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
         assert f"]({png.name})" in text
@@ -164,10 +165,10 @@ def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mas
 
 @pytest.fixture(scope="module")
 def failed_sweep(cache_dir, tmp_path_factory) -> Path:
-    """2 jobs, CSV logger only: mask rate 0.2 trains, 1.5 fails (out of range)."""
+    """2 jobs, CSV logger only: lr 1e-3 trains, 1e9 fails at its first step (the loss becomes NaN)."""
     root = tmp_path_factory.mktemp("report_failed") / "sweep"
-    out = sweep(root, cache_dir, "objective.mask_rate=0.2,1.5", "logger=csv")  # its exit status may say a job failed
-    assert (root / "1" / "error.txt").is_file(), out.stderr[-3000:]
+    out = sweep(root, cache_dir, "optim.lr=1e-3,1e9", "logger=csv")
+    assert out.returncode == 1 and (root / "1" / "error.txt").is_file(), out.stderr[-3000:]
     return root
 
 
@@ -177,12 +178,12 @@ def test_a_failed_job_is_listed_with_its_error_and_csv_logs_are_read(failed_swee
     ok, failed = md_table((failed_sweep / "report.md").read_text())
     with open(failed_sweep / "0" / "csv" / "metrics.csv") as f:
         last_val_loss = [float(r["val/loss"]) for r in csv.DictReader(f) if r.get("val/loss")][-1]
-    assert (ok["status"], ok["objective.mask_rate"], ok["data"]) == ("finished", "0.2", "csv")
+    assert (ok["status"], ok["optim.lr"], ok["data"]) == ("finished", "0.001", "csv")
     assert ok["val loss"] == f"{last_val_loss:.4f}"
     error = (failed_sweep / "1" / "error.txt").read_text().strip().removeprefix("error: ")
-    assert failed["objective.mask_rate"] == "1.5" and failed["val loss"] == "-"
+    assert failed["optim.lr"] == "1e+09" and failed["val loss"] == "-" and "loss became nan" in error
     assert failed["status"].startswith("failed") and error in failed["status"].replace("\\|", "|")
-    assert "failed" in out.stdout and "mask_rate=1.5" in out.stdout
+    assert f"failed: 1 ({failed_sweep / '1'}): {error}" in out.stdout
 
 
 def test_wandb_without_wandb_runs_exits_2_after_writing_the_report(failed_sweep):
@@ -225,3 +226,50 @@ def test_val_rows_get_the_tokens_seen_of_their_training_step():
                {"val/loss": 5.9, "trainer/global_step": 2}]  # no train row of step 2 logged: the last value
     assert [row.get("train/tokens_seen") for row in fill_tokens_seen(history, "trainer/global_step")
             if "val/loss" in row] == [512, 512]
+
+
+def test_the_header_says_which_code_ran_and_what_every_run_shares(html_report, mask_sweep):
+    from selfsup.version import describe
+    text = html.unescape(html_report[0])
+    code = json.loads((mask_sweep / "0" / "summary.json").read_text())["code"]
+    assert code["version"] == "0.1.0"
+    assert f'<p id="code">Code: {describe(code)}.</p>' in text
+    [fixed] = re.findall(r'<details id="fixed">.*?<code>(.*?)</code>', text, re.S)
+    shared = dict(item.split("=", 1) for item in fixed.split("; "))
+    assert shared["data.seq_len"] == "32" and shared["objective.mask_token_prob"] == "0.8"
+    assert "seed" not in shared and "objective.mask_rate" not in shared  # swept
+
+
+def test_curves_are_one_line_per_swept_value_with_the_seed_band(mask_sweep):
+    """2 mask rates x 2 seeds: two lines, each the mean of its seeds between their min and max."""
+    from selfsup.report import load_runs, swept_keys
+    from selfsup.report.plots import curve_series
+    runs = load_runs([str(mask_sweep)])
+    series = curve_series(runs, "val/loss", "train/tokens_seen", swept_keys(runs))
+    assert [s["label"] for s in series] == ["mlm, mask_rate=0.1 (mean of 2 seeds)",
+                                            "mlm, mask_rate=0.4 (mean of 2 seeds)"]
+    for line, seeds in zip(series, (runs[:2], runs[2:])):
+        curves = [dict(run.val_curve()) for run in seeds]
+        assert line["x"] and all(set(line["x"]) <= set(c) for c in curves)
+        for i, x in enumerate(line["x"]):
+            values = [c[x] for c in curves]
+            assert line["y"][i] == pytest.approx(sum(values) / 2)
+            assert (line["low"][i], line["high"][i]) == (min(values), max(values))
+
+
+def test_the_wandb_report_has_the_local_reports_panels_over_the_sweeps_group(mask_sweep):
+    """--wandb builds this Report (saving it needs the W&B server): the sweep's group as its run set, the loss,
+    probe and per-mask-rate panels, and the same notes as the local report."""
+    import wandb_workspaces.reports.v2 as wr
+    from selfsup.report import COMPARISON_NOTE, build_wandb_report, load_runs, swept_keys
+    runs = load_runs([str(mask_sweep)])
+    report = build_wandb_report(runs, swept_keys(runs), "lab", "selfsup")
+    [grid] = [b for b in report.blocks if isinstance(b, wr.PanelGrid)]
+    [runset] = grid.runsets
+    assert runset.name == wandb_run_record(mask_sweep / "0")["run_group"] and runset.project == "selfsup"
+    titles = [p.title for p in grid.panels]
+    assert any(t.startswith("val loss against tokens seen") for t in titles)
+    assert any(t.startswith("train loss against tokens seen") for t in titles)
+    assert "final probe accuracy per mask rate (mean, min-max over seeds)" in titles
+    assert not any("span length" in t for t in titles)  # one span length: nothing to compare
+    assert any(isinstance(b, wr.MarkdownBlock) and b.text == COMPARISON_NOTE for b in report.blocks)

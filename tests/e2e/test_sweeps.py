@@ -1,4 +1,5 @@
-"""Sweeps: shipped definitions compose, a failing job does not end the sweep, Optuna, submitit."""
+"""Sweeps: shipped definitions compose, bad values refused before any job, a failing job does not end the sweep,
+resumed jobs keep their W&B identity, the config tree whatever the working directory, Optuna, submitit."""
 
 import json
 import os
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import TINY, wandb_summary
+from conftest import TINY, wandb_run_record, wandb_summary
 
 SWEEPS = sorted(p.stem for p in (Path(__file__).parents[2] / "sweeps").glob("*.yaml"))
 
@@ -18,6 +19,7 @@ def compose(*overrides):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    import hydra_plugins.selfsup_sweeper.optuna_sweeper  # noqa: F401  (Hydra imports its plugins when it runs)
     from selfsup.config import register
     from selfsup.train import CONF_DIR
     register()
@@ -55,56 +57,148 @@ def run_sweep(cache_dir, sweep_dir, *overrides):
                           capture_output=True, text=True, env=env, timeout=600)
 
 
-def test_a_failing_job_does_not_end_the_sweep(cache_dir, tmp_path):
-    out = run_sweep(cache_dir, tmp_path, "architecture=decoder,encoder")  # MLM cannot train a decoder
+@pytest.fixture(scope="module")
+def lr_sweep(cache_dir, tmp_path_factory):
+    """2 jobs: optim.lr=1e9 fails at its first step (the loss becomes NaN), 1e-3 trains."""
+    sweep_dir = tmp_path_factory.mktemp("lr_sweep")
+    return sweep_dir, run_sweep(cache_dir, sweep_dir, "optim.lr=1e9,1e-3")
+
+
+def test_a_failing_job_does_not_end_the_sweep(lr_sweep, cache_dir):
+    sweep_dir, out = lr_sweep
     assert out.returncode == 1  # the sweep ran to the end, then says that a job failed
     assert "Traceback" not in out.stdout + out.stderr
-    bad, good = tmp_path / "0", tmp_path / "1"
+    bad, good = sweep_dir / "0", sweep_dir / "1"
     assert json.loads((good / "summary.json").read_text())["status"] == "finished"
-    assert json.loads((bad / "summary.json").read_text())["objective"] == "mlm"
     error = (bad / "error.txt").read_text()
-    assert "architecture=decoder" in error and len(error.strip().splitlines()) == 1
-    # the refused job is a W&B run too (its settings are checked once the run has started)
+    assert "the loss became nan at step" in error and len(error.strip().splitlines()) == 1
+    assert "checkpoint is none yet" in error and f"start again with a lower learning rate: selfsup-train resume={bad}" in error
     assert wandb_summary(bad)["state"] == "failed" and wandb_summary(good)["state"] == "finished"
-    assert "[job 0] architecture=decoder: FAILED" in out.stdout
-    assert "[job 1] architecture=encoder: val loss" in out.stdout
+    assert "[job 0] optim.lr=1e+09: FAILED: the loss became nan" in out.stdout
+    assert "[job 1] optim.lr=0.001: val loss" in out.stdout
     assert f"failed: {bad}" in out.stdout and "1 of 2 jobs failed" in out.stderr
+    # the end-of-sweep table: the swept value as a column, metrics said how they were computed
+    table = out.stdout[out.stdout.index("objective | architecture | lr"):]
+    assert "val loss: the last validation" in table and "tokens/s: input tokens per second of training time" in table
 
     # the same sweep into the same dir: refused before Hydra writes anything
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    again = run_sweep(cache_dir, tmp_path, "architecture=decoder,encoder")
-    assert again.returncode == 2 and again.stderr.startswith(f"error: hydra.sweep.dir={tmp_path} already holds")
+    before = {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()}
+    again = run_sweep(cache_dir, sweep_dir, "optim.lr=1e9,1e-3")
+    assert again.returncode == 2 and again.stderr.startswith(f"error: hydra.sweep.dir={sweep_dir} already holds")
     assert len(again.stderr.strip().splitlines()) == 1
-    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()} == before
 
 
-@pytest.fixture
-def optuna_study(cache_dir, tmp_path):
+def test_a_resumed_sweep_job_keeps_its_wandb_identity_and_the_report_reads_both_segments(lr_sweep, cache_dir):
+    sweep_dir, _ = lr_sweep
+    job = sweep_dir / "1"
+    first = wandb_run_record(job)
+    assert first["run_group"] == f"sweep-{sweep_dir.parent.name}-{sweep_dir.name}"
+    assert "optim.lr=0.001" in first["tags"] and first["display_name"] == "mlm-encoder-lr=0.001"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    resumed = subprocess.run(["selfsup-train", f"resume={job}", "trainer.max_steps=12"], capture_output=True,
+                             text=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    segments = sorted((job / "wandb").glob("offline-run-*"))
+    assert len(segments) == 2
+    records = [wandb_run_record(job, segment) for segment in segments]
+    for record in records:
+        assert (record["run_id"], record["display_name"], record["run_group"], sorted(record["tags"])) == \
+            (first["run_id"], first["display_name"], first["run_group"], sorted(first["tags"]))
+    from selfsup.report import load_runs
+    run = {r.label: r for r in load_runs([str(sweep_dir)])}["1"]
+    steps = sorted({row["trainer/global_step"] for row in run.history if "val/loss" in row})
+    assert steps[0] < 6 < steps[-1] and run.last("train/tokens_seen") == 12 * 8 * 32  # both segments
+
+
+def test_a_bad_value_refuses_the_sweep_before_any_job(cache_dir, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    out = run_sweep(cache_dir, sweep_dir, "objective.mask_rate=0.2,0.3,1.5")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+    assert out.stderr.startswith("error: job 2 of 3 (") and "objective.mask_rate=1.5" in out.stderr
+    assert out.stderr.rstrip().endswith("no job was run; fix the sweep's values")
+    assert not sweep_dir.exists()  # nothing ran, nothing was written
+
+
+def test_help_lists_the_labs_groups_in_seconds_whatever_the_working_directory_holds(tmp_path):
+    """The config tree is the package's: a large virtual environment in the working directory is not walked."""
+    venv = tmp_path / ".venv" / "lib" / "python3" / "site-packages"
+    for i in range(300):
+        package = venv / f"pkg{i}" / "conf"
+        package.mkdir(parents=True)
+        for j in range(20):
+            (package / f"c{j}.yaml").write_text("a: 1\n")
+    out = subprocess.run(["selfsup-train", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    assert out.returncode == 0, out.stderr
+    groups = out.stdout[out.stdout.index("Config groups"):]
+    for group in ("objective:", "architecture:", "data:", "trainer:", "sweeps:", "eval:"):
+        assert group in groups
+    assert ".venv" not in out.stdout and "conf/" not in out.stdout
+    completion = subprocess.run(["selfsup-train", "-sc", "query=bash"], capture_output=True, text=True, cwd=tmp_path,
+                                timeout=30, env={**os.environ, "COMP_LINE": "selfsup-train ", "COMP_POINT": "14"})
+    offered = completion.stdout.split()
+    assert "objective=" in offered and "sweeps=" in offered and not any(o.startswith((".", "src")) for o in offered)
+
+
+def test_a_users_config_dir_keeps_the_built_in_sweeps(tmp_path):
+    (tmp_path / "objective").mkdir()
+    (tmp_path / "objective" / "my_mlm.yaml").write_text("defaults:\n  - mlm\n  - _self_\nmask_rate: 0.3\n")
+    out = subprocess.run(["selfsup-train", "--config-dir", str(tmp_path), "objective=my_mlm", "sweeps=mask_rate",
+                          "--cfg", "hydra", "--package", "hydra.sweeper"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "objective.mask_rate: 0.10,0.15,0.25,0.40" in out.stdout
+    job = subprocess.run(["selfsup-train", "--config-dir", str(tmp_path), "objective=my_mlm", "--cfg", "job",
+                          "--package", "objective"], capture_output=True, text=True, timeout=60)
+    assert job.returncode == 0, job.stderr
+    assert "mask_rate: 0.3" in job.stdout and "mask_token_prob: 0.8" in job.stdout
+
+
+def test_optuna_study_continues_with_new_points_in_one_wandb_group(cache_dir, tmp_path):
+    """2 trials, then 2 more into the same study: 4 different parameter sets; each trial keeps its run dir and
+    W&B run id; all 4 runs in the study's W&B group; the report of the continuation shows the study."""
     optuna = pytest.importorskip("optuna")
-    out = run_sweep(cache_dir, tmp_path, "sweeps=tune", "hydra.sweeper.n_trials=3")
-    assert out.returncode == 0, out.stderr[-3000:]
-    return optuna, f"sqlite:///{tmp_path}/optuna.db", tmp_path
+    first = run_sweep(cache_dir, tmp_path / "first", "sweeps=tune", "hydra.sweeper.n_trials=2",
+                      "hydra.sweeper.pruner=none")  # pruning: test_tune.py
+    assert first.returncode == 0, first.stderr[-3000:]
+    storage = f"sqlite:///{tmp_path / 'first' / 'optuna.db'}"
+    more = run_sweep(cache_dir, tmp_path / "more", "sweeps=tune", "hydra.sweeper.n_trials=2",
+                     "hydra.sweeper.pruner=none", f"hydra.sweeper.storage={storage}")
+    assert more.returncode == 0, more.stderr[-3000:]
+    study = optuna.load_study(study_name="tune", storage=storage)
+    assert study.direction.name == "MAXIMIZE" and len(study.trials) == 4
+    params = [tuple(sorted(t.params.items())) for t in study.trials]
+    assert len(set(params)) == 4 and {"objective.mask_rate", "objective.mean_span_length", "optim.lr"} == \
+        {k for k, _ in params[0]}
+    run_dirs = [Path(t.user_attrs["run_dir"]) for t in study.trials]
+    assert run_dirs == [tmp_path / "first" / "0", tmp_path / "first" / "1", tmp_path / "more" / "0",
+                        tmp_path / "more" / "1"]
+    groups = set()
+    for trial, run_dir in zip(study.trials, run_dirs):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert trial.state.name == "COMPLETE" and trial.user_attrs["status"] == "finished"
+        assert trial.value == pytest.approx(summary["eval"]["eval/probe/accuracy"], rel=1e-6)  # optimized_metric
+        record = wandb_run_record(run_dir)
+        assert trial.user_attrs["wandb_run_id"] == record["run_id"] == (run_dir / "wandb-run-id").read_text().strip()
+        [lr] = [t.split("=")[1] for t in record["tags"] if t.startswith("optim.lr=")]
+        assert lr == f"{float(lr):.4g}" and float(lr) == pytest.approx(trial.params["optim.lr"], rel=1e-3)
+        assert f"lr={lr}" in record["display_name"]  # 4 significant digits, not Optuna's 17
+        groups.add(record["run_group"])
+    assert groups == {f"tune-{tmp_path.name}-first"}
+    from selfsup.report import main as report
+    with pytest.raises(SystemExit) as done:
+        report([str(tmp_path / "more"), "--format", "md"])
+    assert done.value.code == 0
+    text = (tmp_path / "more" / "report.md").read_text()
+    assert "Optuna study tune (maximize the jobs' optimized_metric): 4 trials, 4 complete" in text
+    assert "report-optuna_history.png" in text and "report-optuna_importances.png" in text
 
 
-def test_optuna_three_trials_stored_in_sqlite_in_the_sweep_dir(optuna_study):
-    optuna, storage, sweep_dir = optuna_study
-    study = optuna.load_study(study_name="selfsup-tune", storage=storage)
-    trials = [t for t in study.trials if t.state.name == "COMPLETE"]
-    assert len(trials) == 3
-    logged = sorted(json.loads((sweep_dir / str(i) / "summary.json").read_text())["eval"]["eval/probe/accuracy"]
-                    for i in range(3))
-    assert sorted(t.value for t in trials) == pytest.approx(logged, rel=1e-6)  # the app returns the probe accuracy
-    assert study.direction.name == "MAXIMIZE"
-    assert {"objective.mask_rate", "objective.mean_span_length", "optim.lr"} <= set(trials[0].params)
-
-
-@pytest.mark.slow
-def test_optuna_study_can_be_continued(optuna_study, cache_dir):
-    optuna, storage, sweep_dir = optuna_study
-    again = run_sweep(cache_dir, sweep_dir / "more", "sweeps=tune", "hydra.sweeper.n_trials=1",
-                      f"hydra.sweeper.storage={storage}")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert len(optuna.load_study(study_name="selfsup-tune", storage=storage).trials) == 4
+def test_continuing_a_study_that_is_not_there_is_refused(cache_dir, tmp_path):
+    pytest.importorskip("optuna")
+    out = run_sweep(cache_dir, tmp_path / "sweep", "sweeps=tune", f"hydra.sweeper.storage=sqlite:///{tmp_path}/nope.db")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+    assert out.stderr.startswith(f"error: hydra.sweeper.storage=sqlite:///{tmp_path}/nope.db: no such study database")
+    assert not (tmp_path / "nope.db").exists() and not list((tmp_path / "sweep").glob("*/summary.json"))
 
 
 @pytest.mark.slow  # a cluster launcher (~20 s): keeps the default run under 10 minutes

@@ -16,6 +16,7 @@ share one W&B group, across continuations. `params` take Hydra's sweep syntax: `
 
 import json
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -118,6 +119,12 @@ class SelfSupOptunaSweeper(Sweeper):
     def study(self):
         import optuna
         storage = self.storage or f"sqlite:///{self.sweep_dir / 'optuna.db'}"
+        if self.storage is None:
+            self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        elif storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).is_file():
+            print(f"error: hydra.sweeper.storage={storage}: no such study database; to continue a study, pass the "
+                  f"optuna.db of its sweep dir; to start one, leave hydra.sweeper.storage unset", file=sys.stderr)
+            raise SystemExit(2)
         study = optuna.create_study(study_name=self.study_name, storage=storage, direction=self.direction,
                                     load_if_exists=True)
         # a continuation samples new points, not the first ones again: the seed is offset by the trials so far

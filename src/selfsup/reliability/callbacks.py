@@ -147,23 +147,25 @@ class NonFiniteGuard(Callback):
         else:
             what = "a loss or gradient became non-finite on another device"
         step = trainer.global_step
+        checkpoint = _last_checkpoint(trainer)
         val = trainer.callback_metrics.get("val/loss")
         diverged = val is not None and not bool(torch.isfinite(torch.as_tensor(val)))
         if diverged and self.restart_hint:  # the checkpoint's weights are finite but already give NaN
             then = (f"its weights already give a validation loss of {float(val)}: start again with a lower learning "
                     f"rate: {self.restart_hint}")
         elif self.resume_hint:
-            then = f"continue from it with a lower learning rate: {self.resume_hint}"
+            then = (f"{'start again' if checkpoint.startswith('none yet') else 'continue from it'} with a lower "
+                    f"learning rate: {self.resume_hint}")
         else:
             then = f"lower {self.lr_setting}"
         if self.policy == "stop":
             raise NonFiniteLossError(
                 f"{what} at step {step} (the weights were not updated); the last checkpoint is "
-                f"{_last_checkpoint(trainer)}; {then}, or skip such steps with {self.policy_setting}=skip")
+                f"{checkpoint}; {then}, or skip such steps with {self.policy_setting}=skip")
         if self.consecutive > self.max_skips:
             raise NonFiniteLossError(
                 f"{what} at step {step}, {self.consecutive} times in a row, more than the {self.max_skips} skips "
-                f"allowed; the last checkpoint is {_last_checkpoint(trainer)}; {then}")
+                f"allowed; the last checkpoint is {checkpoint}; {then}")
         self.skipped += 1
         log.warning(f"{what} at step {step}: step skipped ({self.consecutive} in a row, at most {self.max_skips})")
         return True

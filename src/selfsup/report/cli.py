@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 from selfsup.report.model import ReportError
-from selfsup.report.plots import make_plots
+from selfsup.report.plots import make_plots, plot_study
 from selfsup.report.publish import publish_wandb
 from selfsup.report.render import _counts, render_html, render_markdown
-from selfsup.report.runs import load_runs, swept_keys
+from selfsup.report.runs import fixed_settings, load_runs, load_studies, study_lines, swept_keys
 
 
 def parse_args(argv: list[str] | None):
@@ -40,13 +40,18 @@ def run_report(args) -> int:
         out = Path(args.sweep_dirs[0]) / f"report.{fmt}"
     keys = swept_keys(runs)
     plots = make_plots(runs, keys)
+    studies, problems = load_studies(args.sweep_dirs)
+    study = [line for s in studies for line in study_lines(s)] + problems
+    for s in studies:
+        plots += plot_study(s)
+    setup = {"fixed": fixed_settings(runs), "study": study}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         if fmt == "html":
-            out.write_text(render_html(runs, keys, plots), encoding="utf-8")
+            out.write_text(render_html(runs, keys, plots, setup), encoding="utf-8")
             files = []
         else:
-            text, files = render_markdown(runs, keys, plots, out)
+            text, files = render_markdown(runs, keys, plots, out, setup)
             out.write_text(text, encoding="utf-8")
     except OSError as err:
         raise ReportError(f"cannot write the report to {out}: {err.strerror or err}") from None
@@ -55,9 +60,11 @@ def run_report(args) -> int:
         status = publish_wandb(runs, keys) if args.wandb else 0
     except ReportError as err:  # said after where the local report is
         problem, status = err, 2
+    for line in study:
+        print(line)
     for run in runs:
         if not run.finished:
-            print(f"{run.status}: {run.label} ({run.path}): {run.error}")
+            print(f"{run.status}: {run.label} ({run.path})" + (f": {run.error}" if run.error else ""))
     print(f"Report ({_counts(runs)}): {out}" + (f"  (plots: {', '.join(p.name for p in files)})" if files else ""))
     if problem:
         raise problem

@@ -16,7 +16,7 @@ class ReportError(Exception):
 # Config keys that differ between runs without changing what was trained.
 IGNORED_KEYS = {"objective.name", "architecture.name", "data.cache_dir", "data.num_workers", "trainer.progress_bar",
                 "trainer.checkpoint_every_n_steps"}
-IGNORED_PREFIXES = ("logger.", "hydra.")
+IGNORED_PREFIXES = ("logger.", "hydra.", "trial.")  # trial: which Optuna trial a job is
 MASK_RATE, SPAN_LENGTH, SEED = "objective.mask_rate", "objective.mean_span_length", "seed"
 FIXED, PROBE = "eval/fixed/loss", "eval/probe/accuracy"
 
@@ -105,4 +105,6 @@ def _show(value) -> str:
         return "-"
     if isinstance(value, (list, dict)):
         return json.dumps(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"  # a sampled value (Optuna's 0.29696607676729614) as the W&B names show it
     return str(value)

@@ -53,37 +53,61 @@ def setting_of(run: Run, keys: list[str]) -> str:
     return _group_label(run, [k for k in keys if k != SEED])
 
 
-def plot_curves(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: str, title: str,
-                keys: list[str] | None = None) -> bytes | None:
-    """y against x, one colour per setting (objective and swept values); several seeds of a setting: their
-    mean as a line and their min-max as a band (dashed: a run that did not finish)."""
+def curve_series(runs: list[Run], y_key: str, x_key: str, keys: list[str] | None = None) -> list[dict]:
+    """The lines of a curve plot: one per setting (objective and swept values, seed aside). A setting with
+    several finished seeds is their mean over the x values they share (else, x differing by seed, evaluation by
+    evaluation, x the mean too), with the min-max as `low`/`high`; a
+    single run, or a run that did not finish (dashed), is its own line.
+    [{label, x, y, low, high, dashed, setting}]"""
     import numpy as np
     keys = keys or []
-    curves = [(run, run.curve(y_key, x_key)) for run in runs]
-    curves = [(run, points) for run, points in curves if points]
-    if not curves:
-        return None
-    plt = _pyplot()
     settings: dict[str, list] = {}
-    for run, points in curves:
-        settings.setdefault(setting_of(run, keys), []).append((run, points))
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for i, (label, members) in enumerate(settings.items()):
-        color = plt.cm.tab10(i % 10)
+    for run in runs:
+        points = run.curve(y_key, x_key)
+        if points:
+            settings.setdefault(setting_of(run, keys), []).append((run, points))
+    series = []
+    for label, members in settings.items():
         finished = [m for m in members if m[0].finished]
         for run, points in members:
             if not run.finished or len(members) == 1:
-                xs, ys = zip(*points)
-                ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.4, color=color,
-                        linestyle="-" if run.finished else "--", alpha=0.85,
-                        label=label if len(members) == 1 else None)
-        if len(finished) > 1:  # seeds: the mean over the x values they share, and the min-max band
+                xs, ys = map(list, zip(*points))
+                series.append({"setting": label, "label": label if len(members) == 1 else None, "x": xs, "y": ys,
+                               "low": None, "high": None, "dashed": not run.finished})
+        if len(finished) > 1:
             grid = sorted(set.intersection(*(set(x for x, _ in p) for _, p in finished)))
-            if grid:
+            if grid:  # the x values the seeds share (tokens seen at a validation)
                 values = np.array([[dict(p)[x] for x in grid] for _, p in finished])
-                ax.plot(grid, values.mean(0), marker="o", markersize=3, linewidth=1.6, color=color,
-                        label=f"{label} (mean of {len(finished)} seeds)")
-                ax.fill_between(grid, values.min(0), values.max(0), color=color, alpha=0.2)
+            elif len({len(p) for _, p in finished}) == 1:  # x differs by seed (FLOPs of MLM): by evaluation
+                grid = list(np.array([[x for x, _ in p] for _, p in finished]).mean(0))
+                values = np.array([[y for _, y in p] for _, p in finished])
+            else:
+                for run, points in finished:
+                    xs, ys = map(list, zip(*points))
+                    series.append({"setting": label, "label": f"{label} ({run.label})", "x": xs, "y": ys,
+                                   "low": None, "high": None, "dashed": False})
+                continue
+            series.append({"setting": label, "label": f"{label} (mean of {len(finished)} seeds)", "x": grid,
+                           "y": list(values.mean(0)), "low": list(values.min(0)), "high": list(values.max(0)),
+                           "dashed": False})
+    return series
+
+
+def plot_curves(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: str, title: str,
+                keys: list[str] | None = None) -> bytes | None:
+    """y against x, one colour per setting (`curve_series`): seeds as their mean and a min-max band."""
+    series = curve_series(runs, y_key, x_key, keys)
+    if not series:
+        return None
+    plt = _pyplot()
+    colors = {setting: plt.cm.tab10(i % 10) for i, setting in enumerate(dict.fromkeys(s["setting"] for s in series))}
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for line in series:
+        color = colors[line["setting"]]
+        ax.plot(line["x"], line["y"], marker="o", markersize=3, linewidth=1.5, color=color,
+                linestyle="--" if line["dashed"] else "-", alpha=0.9, label=line["label"])
+        if line["low"] is not None:
+            ax.fill_between(line["x"], line["low"], line["high"], color=color, alpha=0.2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -115,6 +139,7 @@ def plot_study(study) -> list[tuple[str, str, bytes]]:
     pruned = [t.number for t in study.trials if t.state == TrialState.PRUNED]
     if pruned:
         ax.scatter(pruned, [min(values)] * len(pruned), marker="x", color="#7f7f7f", label="pruned")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("trial")
     ax.set_ylabel("objective value")
     ax.set_title(f"Optuna study {study.study_name}: optimisation history")
@@ -212,8 +237,8 @@ def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]
         png = plot_curves(runs, PROBE, axis, "probe accuracy (eval/probe/accuracy)", label,
                           f"Probe accuracy against {label.split(' (')[0]}", keys)
         if png:
-            plots.append((f"probe_vs_{name}", (f"Downstream probe accuracy against {label}, one line per run (a point "
-                                               f"per evaluation; eval.every_n_validations adds points during "
+            plots.append((f"probe_vs_{name}", (f"Downstream probe accuracy against {label}, a colour per setting (seeds: "
+                                               f"mean and min-max band; a point per evaluation; eval.every_n_validations adds points during "
                                                f"training): objectives compared at equal text or equal compute."),
                           png))
     for x_key, x_name, x_label, objectives in KNOBS:

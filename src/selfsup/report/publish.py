@@ -6,7 +6,7 @@ import shlex
 
 from selfsup.report.model import MASK_RATE, SPAN_LENGTH, ReportError, Run, _number
 from selfsup.report.plots import _colors
-from selfsup.report.render import COMPARISON_NOTE, VALUES_NOTE, _counts, _title
+from selfsup.report.render import COMPARISON_NOTE, VALUES_NOTE, _counts, _title, code_line
 from selfsup.wandb_utils import api_key_configured
 
 
@@ -43,8 +43,11 @@ def build_wandb_report(runs: list[Run], keys: list[str], entity: str, project: s
         wr.LinePlot(title="probe accuracy against training FLOPs", x="train/flops_seen", y=["eval/probe/accuracy"],
                     title_x="training FLOPs", title_y="probe accuracy", layout=wr.Layout(x=12, y=8, w=12, h=8)),
     ]
+    panels.append(wr.LinePlot(title="train loss against tokens seen (each run on its own objective)",
+                              x="train/tokens_seen", y=["train/loss"], title_x="tokens seen", title_y="train loss",
+                              smoothing_factor=0.6, layout=wr.Layout(x=0, y=16, w=24, h=8)))
     finished = [r for r in logged if r.finished]
-    y = 16
+    y = 24
     for key, name in ((MASK_RATE, "mask rate"), (SPAN_LENGTH, "mean span length")):
         if len({_number(r.config.get(key)) for r in finished if _number(r.config.get(key)) is not None}) >= 2:
             for x, (metric, what) in enumerate((("eval/fixed/loss", "fixed-exam loss"),
@@ -56,7 +59,7 @@ def build_wandb_report(runs: list[Run], keys: list[str], entity: str, project: s
     sweeps = ", ".join(dict.fromkeys(str(r.sweep) for r in runs))
     blocks = [
         wr.P(f"{_counts(runs)} from {sweeps}; W&B groups: {', '.join(g or '-' for g in groups)}; "
-             f"swept: {', '.join(keys) or 'nothing'}."),
+             f"swept: {', '.join(keys) or 'nothing'}. {code_line(runs)}"),
         wr.PanelGrid(runsets=runsets, panels=panels),
         wr.H2("How to compare"),
         wr.MarkdownBlock(COMPARISON_NOTE),

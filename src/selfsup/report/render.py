@@ -9,6 +9,7 @@ from pathlib import Path
 
 from selfsup.report.model import Run, _show
 from selfsup.report.summary import DEFINITIONS, probe_verdict
+from selfsup.version import describe
 
 COMPARISON_NOTE = (
     "Compare runs on the columns that do not depend on their settings. A run's own val loss grades it on its own "
@@ -50,6 +51,21 @@ def verdict(runs: list[Run], keys: list[str]) -> str | None:
     return probe_verdict([r.as_summary_row(keys) for r in runs])
 
 
+def code_line(runs: list[Run]) -> str:
+    """Which code the runs ran (summary.json's `code`): one version, or each with its runs."""
+    versions: dict[str, list[str]] = {}
+    for run in runs:
+        versions.setdefault(describe(run.summary.get("code")), []).append(run.label)
+    if len(versions) == 1:
+        return f"Code: {next(iter(versions))}."
+    return "Code: " + "; ".join(f"{v} ({', '.join(labels)})" for v, labels in versions.items()) + "."
+
+
+def fixed_line(setup: dict) -> str:
+    fixed = setup.get("fixed") or {}
+    return "; ".join(f"{k}={_show(v)}" for k, v in fixed.items()) or "none"
+
+
 # ---------------------------------------------------------------------------- writing
 def _title(runs: list[Run]) -> str:
     sweeps = list(dict.fromkeys(str(r.sweep) for r in runs))
@@ -80,7 +96,8 @@ NUMERIC = {"val loss", "val ppl", "fixed loss", "probe acc", "random-init", "val
            "tokens/s"}
 
 
-def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]]) -> str:
+def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], setup: dict | None = None) -> str:
+    setup = setup or {}
     esc = html.escape
     header, rows = table_rows(runs, keys)
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
@@ -108,6 +125,9 @@ def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, by
 <body>
 <h1>{esc(_title(runs))}</h1>
 <p>{esc(_counts(runs))}; swept: {swept}. Written {datetime.now().strftime("%Y-%m-%d %H:%M")}.</p>
+<p id="code">{esc(code_line(runs))}</p>
+<details id="fixed"><summary>Settings every run shares</summary><p><code>{esc(fixed_line(setup))}</code></p></details>
+{"".join(f"<p class='study'>{esc(line)}</p>" for line in setup.get("study", []))}
 <h2>Runs</h2>
 <table id="runs"><thead><tr>{head}</tr></thead><tbody>
 {chr(10).join(body)}
@@ -127,10 +147,14 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], out: Path) -> tuple[str, list[Path]]:
+def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], out: Path,
+                    setup: dict | None = None) -> tuple[str, list[Path]]:
+    setup = setup or {}
     header, rows = table_rows(runs, keys)
     lines = [f"# {_title(runs)}", "",
              f"{_counts(runs)}; swept: {', '.join(f'`{k}`' for k in keys) or 'nothing (one configuration)'}.", "",
+             code_line(runs), "", f"Settings every run shares: `{fixed_line(setup)}`", "",
+             *[line + "\n" for line in setup.get("study", [])],
              "## Runs", "",
              "| " + " | ".join(_md_cell(h) for h in header) + " |",
              "|" + "|".join("---:" if h in NUMERIC else "---" for h in header) + "|"]

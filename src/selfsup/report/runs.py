@@ -241,9 +241,69 @@ def _key_value(value) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def _setting_keys(runs: list[Run]) -> list[str]:
+    keys = list(dict.fromkeys(k for r in runs for k in r.config))
+    return [k for k in keys if k not in IGNORED_KEYS and not k.startswith(IGNORED_PREFIXES)
+            and not k.endswith(("._target_", "._convert_"))]  # which class builds a group: named by its name
+
+
 def swept_keys(runs: list[Run]) -> list[str]:
     """Config keys whose values differ between runs, in config order."""
-    keys = list(dict.fromkeys(k for r in runs for k in r.config))
-    keys = [k for k in keys if k not in IGNORED_KEYS and not k.startswith(IGNORED_PREFIXES)
-            and not k.endswith(("._target_", "._convert_"))]  # which class builds a group: named by its name
-    return [k for k in keys if len({_key_value(r.config.get(k)) for r in runs}) > 1]
+    return [k for k in _setting_keys(runs) if len({_key_value(r.config.get(k)) for r in runs}) > 1]
+
+
+def fixed_settings(runs: list[Run]) -> dict:
+    """Config values every run shares (what the report's comparisons hold fixed), in config order."""
+    fixed = {}
+    for key in _setting_keys(runs):
+        values = {_key_value(r.config.get(key)) for r in runs}
+        if len(values) == 1 and runs[0].config.get(key) is not None:
+            fixed[key] = runs[0].config[key]
+    return fixed
+
+
+# ---------------------------------------------------------------------------- Optuna studies
+def load_studies(paths: list[str]) -> tuple[list, list[str]]:
+    """The Optuna studies of the sweep dirs that ran one (hydra/sweeper=selfsup_optuna wrote
+    optimization_results.yaml there, naming the study and its storage), and the problems met reading them."""
+    found, problems = [], []
+    for arg in paths:
+        results = Path(arg) / "optimization_results.yaml"
+        if not results.is_file():
+            continue
+        try:
+            import optuna
+        except ImportError:
+            problems.append(f"{arg} ran an Optuna study; install selfsup[sweep] to show it in the report")
+            continue
+        try:
+            from omegaconf import OmegaConf
+            meta = OmegaConf.to_container(OmegaConf.load(results))
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            study = optuna.load_study(study_name=meta["study"], storage=meta["storage"])
+        except Exception as err:  # a moved storage, a study deleted since: the rest of the report still stands
+            problems.append(f"cannot read the Optuna study of {arg}: {str(err).splitlines()[0] if str(err) else err}")
+            continue
+        if all(s.study_name != study.study_name or s._storage != study._storage for s in found):
+            found.append(study)
+    return found, problems
+
+
+def study_lines(study) -> list[str]:
+    """What the study says: its trials by state and its best trial (value, parameters, run dir)."""
+    from optuna.trial import TrialState
+    counts = {state: sum(t.state == state for t in study.trials)
+              for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+    lines = [f"Optuna study {study.study_name} ({study.direction.name.lower()} the jobs' optimized_metric): "
+             f"{len(study.trials)} trials, {counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} "
+             f"pruned, {counts[TrialState.FAIL]} failed."]
+    if counts[TrialState.COMPLETE]:
+        best = study.best_trial
+        params = ", ".join(f"{k}={_shown(v)}" for k, v in best.params.items())
+        lines.append(f"Best: trial {best.number}, value {best.value:.4f}, {params} "
+                     f"(run dir {best.user_attrs.get('run_dir', '?')}).")
+    return lines
+
+
+def _shown(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
