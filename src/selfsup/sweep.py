@@ -26,7 +26,7 @@ class SweepSummary(Callback):
         overrides = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in params.items()]
         parsed = OverridesParser.create().parse_overrides(overrides)
         os.environ["SELFSUP_SWEPT"] = ",".join(sorted({o.get_key_element() for o in parsed if o.is_sweep_override()}))
-        if "selfsup_optuna" not in str(config.hydra.sweeper.get("_target_", "")):  # (a study checks its own)
+        if "Optuna" not in str(config.hydra.sweeper.get("_target_", "")):  # (a study checks its own corners)
             check_jobs(job_overrides(parsed))  # before anything is written
         from selfsup.checks import SelfSupError
         from selfsup.reliability.run_dir import claim, own

@@ -160,6 +160,7 @@ def test_optuna_study_continues_with_new_points_in_one_wandb_group(cache_dir, tm
     first = run_sweep(cache_dir, tmp_path / "first", "sweeps=tune", "hydra.sweeper.n_trials=2",
                       "hydra.sweeper.pruner=none")  # pruning: test_tune.py
     assert first.returncode == 0, first.stderr[-3000:]
+    assert "Callback" not in first.stderr  # the sweep callbacks ran (Hydra turns their errors into warnings)
     storage = f"sqlite:///{tmp_path / 'first' / 'optuna.db'}"
     more = run_sweep(cache_dir, tmp_path / "more", "sweeps=tune", "hydra.sweeper.n_trials=2",
                      "hydra.sweeper.pruner=none", f"hydra.sweeper.storage={storage}")
