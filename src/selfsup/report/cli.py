@@ -16,9 +16,9 @@ from selfsup.report.runs import fixed_settings, load_runs, load_studies, study_l
 def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(
         prog="selfsup-report",
-        description="Report of selfsup-train sweeps: a table of runs and the values they vary, and plots of val "
-                    "loss against tokens seen, mask rate and span length; one self-contained HTML file, or "
-                    "Markdown with PNG files.")
+        description="Report of selfsup-train sweeps: the runs, the values they vary, the fixed exam and the "
+                    "probe, curves against tokens seen, and an Optuna study's history; one self-contained HTML file, "
+                    "or Markdown with PNG files.")
     parser.add_argument("sweep_dirs", nargs="+", metavar="SWEEP_DIR",
                         help="a sweep dir of selfsup-train -m (outputs/multirun/<date>/<time>) or a run dir")
     parser.add_argument("--out", help="where to write the report (default: <first SWEEP_DIR>/report.html or .md)")
