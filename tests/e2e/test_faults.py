@@ -122,7 +122,8 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, 
 
 
 @pytest.mark.parametrize("how,code,error", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
-                                            ("twice", 143, "interrupted by SIGTERM")])
+                                            pytest.param("twice", 143, "interrupted by SIGTERM",
+                                                         marks=pytest.mark.slow)])
 def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, code, error):
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
@@ -173,6 +174,7 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
         subprocess.run(["umount", str(disk)], capture_output=True)
 
 
+@pytest.mark.slow  # the default suite: test_reliability_e2e's online fallback redacts a key in every run file
 def test_a_secret_is_redacted_in_the_wandb_run_files(train, tmp_path):
     run = tmp_path / "run"
     secret, token = "not-forty-hex-characters-0042", "tok-of-a-user-0099"
