@@ -11,6 +11,8 @@ eval (conf/eval/)                  selfsup.evaluation.Evaluation (its tasks: sel
 
 from __future__ import annotations
 
+import hashlib
+
 import inspect
 from dataclasses import dataclass
 
@@ -107,6 +109,28 @@ def make_corpus(cfg: DictConfig) -> Corpus:
                   streaming=d.streaming, max_documents=d.max_documents, vocab_size=d.vocab_size,
                   n_sentinels=d.n_sentinels, val_fraction=d.val_fraction, batch_size=d.batch_size,
                   num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed)
+
+
+_PREPARED: dict[str, tuple] = {}  # prepared before Hydra made the run dir (RunDirGuard), for the run to use
+
+
+def _prepare_key(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, ["data", "objective", "eval", "trainer", "seed"]))
+
+
+def prepare_early(cfg: DictConfig) -> tuple[Corpus, Objective, Evaluation | None]:
+    """prepare(cfg) before anything is written for the run: bad data is refused with nothing created."""
+    _PREPARED[_prepare_key(cfg)] = ready = prepare(cfg)
+    return ready
+
+
+def tokenizer_hash(corpus: Corpus) -> str:
+    return hashlib.sha256(corpus.tokenizer.to_str().encode()).hexdigest()
+
+
+def prepared(cfg: DictConfig) -> tuple[Corpus, Objective, Evaluation | None]:
+    """What prepare_early made for these settings, else prepare(cfg)."""
+    return _PREPARED.pop(_prepare_key(cfg), None) or prepare(cfg)
 
 
 def prepare(cfg: DictConfig) -> tuple[Corpus, Objective, Evaluation | None]:

@@ -50,7 +50,8 @@ class TrainerConfig:
     limit_val_batches: Any = 1.0        # fraction or number of validation batches
     log_every_n_steps: int = 10
     accumulate: int = 1                 # gradient-accumulation micro-batches per step
-    progress_bar: bool = True
+    progress_bar: bool = True           # progress lines on stderr, a live line on a terminal (selfsup.console)
+    progress_every_n_steps: Optional[int] = None  # a progress line every N steps (default: about 20 per run)
     compile: bool = False               # torch.compile the model (lengths that vary: dynamic shapes)
     checkpoint_every_n_steps: Optional[int] = None  # last.ckpt every N steps (default: at each evaluation) and at the end
     nonfinite: str = "stop"             # NaN/inf loss: stop (the checkpoints keep finite weights) | skip the batch

@@ -157,12 +157,9 @@ class SelfSupModule(L.LightningModule):
             if self._grad_norm is not None:
                 metrics["train/grad_norm"] = self._grad_norm
         # Each self.log call costs Lightning ~1 ms: log the metrics only when the loggers write them
-        # (every trainer.log_every_n_steps) and on the last step; the loss for a progress bar when it redraws.
+        # (every trainer.log_every_n_steps) and on the last step (selfsup.console prints from the step's output).
         if logging or self.trainer.should_stop:
             self.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
-        bar = self.trainer.progress_bar_callback
-        if bar is not None and bar.is_enabled and (batch_idx + 1) % max(1, getattr(bar, "refresh_rate", 1)) == 0:
-            self.log("loss", loss, prog_bar=True, logger=False, on_step=True, on_epoch=False)
         return loss
 
     def configure_model(self) -> None:
@@ -209,12 +206,14 @@ class SelfSupModule(L.LightningModule):
                    "val/signal_per_token": self.val_scored.compute() / self.val_inputs.compute().clamp(min=1)}
         for metric in (self.val_loss, self.val_accuracy, self.val_scored, self.val_inputs):
             metric.reset()
-        self.log_dict(metrics, prog_bar=True)
+        self.log_dict(metrics)
         # the x-axes in the same row, so every val point has its tokens seen in W&B and the CSV
         self.log_dict({"train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
                        "train/flops_seen": self.flops_seen}, rank_zero_only=True)
         if self.evaluation is not None and self.evaluation.due(last=self.trainer.should_stop):
-            self.log_dict(self.evaluation(self.model), rank_zero_only=True)
+            results = self.evaluation(self.model)
+            self.last_eval = (self.trainer.global_step, results)  # (for the console's line)
+            self.log_dict(results, rank_zero_only=True)
 
     # ------------------------------------------------------------------ optimizer, state
     def configure_optimizers(self):

@@ -70,9 +70,9 @@ def peak_memory_mb(device: torch.device) -> float:
 class TokenThroughput(Callback):
     """Training throughput as perf/* metrics, with Lightning's (public) Throughput meter: input tokens (all
     positions of each [B, L] window), windows, FLOPs (the module's measured `flops_per_batch`) and MFU, per
-    second of training time (validation, evaluation and checkpoints excluded), over the last
-    `window_size` steps; peak memory. Logged with the train metrics (every trainer.log_every_n_steps).
-    `tokens_per_sec()`: the average over the whole fit, on the same clock."""
+    second of training time (validation, evaluation, checkpoints and the first step, which compiles and
+    initialises, excluded), over the last `window_size` steps; peak memory. Logged with the train metrics
+    (every trainer.log_every_n_steps). `tokens_per_sec()`: the average over the whole fit, on the same clock."""
 
     def __init__(self, window_size: int = 20):
         self.window_size = window_size
@@ -92,7 +92,7 @@ class TokenThroughput(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         self.meter = Throughput(available_flops=self.available_flops, world_size=trainer.world_size,
                                 window_size=self.window_size)
-        self.start, self.paused = time.perf_counter(), 0.0
+        self.start, self.paused, self.warming_up = time.perf_counter(), 0.0, True
         self.batches = self.samples = self.tokens = 0
 
     def training_seconds(self) -> float:
@@ -108,6 +108,10 @@ class TokenThroughput(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.synchronize()
+        if self.warming_up:  # the first step (compilation, lazy initialisation) is not on the clock
+            self.warming_up = False
+            self.start, self.paused = time.perf_counter(), 0.0
+            return
         self.batches += 1
         self.samples += batch.size(0)
         self.tokens += batch.numel()

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import math
@@ -22,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -30,7 +30,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from selfsup.build import check_objective, objective_name, prepare
+from selfsup.build import check_objective, objective_name, prepared
 from selfsup.checks import check_settings, config_error_line, user_errors
 from selfsup.config import register
 from selfsup.distributed import launched_rank, leave_distributed
@@ -63,12 +63,12 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")
 
 
-def plugins() -> list:
+def plugins(run_dir: Path) -> list:
     """Atomic checkpoint writes, weights_only loads; on SLURM, Lightning's requeue on SIGUSR1."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     from selfsup.reliability.checkpoints import AtomicCheckpointIO
-    found = [AtomicCheckpointIO(dir_setting="hydra.run.dir")]
+    found = [AtomicCheckpointIO(resume_hint=f"selfsup-train resume={run_dir}")]
     if SLURMEnvironment.detect():
         found.append(SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1))
     return found
@@ -80,14 +80,15 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     (selfsup.worker) train alongside without either. progress["training"] is set once training starts:
     a resume refused before that leaves its run dir (summary.json, W&B run) as it was."""
     progress = {} if progress is None else progress
+    began = time.perf_counter()
     # a single run reads its data before it starts a W&B run (a sweep job after: a failed job is a failed W&B
     # run), and before Lightning is imported: bad data is refused in seconds
-    prepared = None if loggers_first else prepare(cfg)
+    ready = None if loggers_first else prepared(cfg)
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+    from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from selfsup.build import build
+    from selfsup.build import build, tokenizer_hash
     from selfsup.distributed import strategy_for
     from selfsup.loggers import finish_wandb, make_loggers, start_wandb
     from selfsup.reliability.callbacks import LastCheckpoint, NonFiniteGuard, PreemptionHandler
@@ -112,14 +113,13 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
             check_settings(cfg)
             check_objective(cfg)
-        run = build(cfg, prepared)
+        run = build(cfg, ready)
         dm, objective, model, module = run.data, run.objective, run.model, run.module
         corpus = dm.corpus
-        tokenizer_hash = hashlib.sha256(corpus.tokenizer.to_str().encode()).hexdigest()
         plain = OmegaConf.to_container(cfg, resolve=True)
-        module.resume_record = resume_state(plain, corpus.vocab.size, tokenizer_hash)
+        module.resume_record = resume_state(plain, corpus.vocab.size, tokenizer_hash(corpus))
         if cfg.ckpt_path:  # refuse a checkpoint of another objective, architecture, data or tokenizer
-            check_resume_compatible(cfg.ckpt_path, plain, corpus.vocab.size, tokenizer_hash)
+            check_resume_compatible(cfg.ckpt_path, plain, corpus.vocab.size, tokenizer_hash(corpus))
         if rank_zero and not loggers_first:
             loggers = make_loggers(cfg, run_dir)
             loggers = start_wandb(loggers, run_dir)
@@ -137,14 +137,15 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
             from selfsup.tune import TrialPruning
             pruning = TrialPruning(cfg.trial, cfg.optimized_metric)
             callbacks.append(pruning)
-        if t.progress_bar and sys.stdout.isatty():
-            callbacks.append(RichProgressBar())
+        if t.progress_bar:
+            from selfsup.console import ConsoleProgress, every_n_steps
+            callbacks.append(ConsoleProgress(t.progress_every_n_steps or every_n_steps(t.max_steps, t.log_every_n_steps)))
         trainer = L.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
                             strategy=strategy_for(cfg, run_dir, rank_zero), use_distributed_sampler=False,
                             precision=t.precision, max_steps=t.max_steps, val_check_interval=t.val_check_interval,
                             check_val_every_n_epoch=None, limit_val_batches=t.limit_val_batches,
                             log_every_n_steps=t.log_every_n_steps, logger=loggers or False, callbacks=callbacks,
-                            plugins=plugins(), enable_progress_bar=t.progress_bar, default_root_dir=str(run_dir),
+                            plugins=plugins(run_dir), enable_progress_bar=t.progress_bar, default_root_dir=str(run_dir),
                             num_sanity_val_steps=0, enable_model_summary=False)
         summary.update(world_size=trainer.world_size, batch_size_per_device=cfg.data.batch_size,
                        global_batch_size=cfg.data.batch_size * t.accumulate * trainer.world_size)
@@ -183,7 +184,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     finally:
         if before_sigterm is not None:
             signal.signal(signal.SIGTERM, before_sigterm)
-        summary.update(status=status, error=error,
+        summary.update(status=status, error=error, wall_seconds=round(time.perf_counter() - began, 1),
                        wandb_dir=finish_wandb(loggers, 0 if status in ("finished", "preempted") else 1))
         if rank_zero and (not cfg.resume or progress.get("training")):
             write_summary(run_dir, summary)
@@ -244,9 +245,6 @@ def swept_values(cfg: DictConfig) -> dict:
     return out
 
 
-def print_summary(rows: list[dict]) -> None:
-    from selfsup.report.summary import summary_table
-    print(summary_table(rows))
 
 
 JOB_STARTED = []  # set once Hydra has composed a config and started a job: later errors are not config errors
@@ -297,9 +295,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
             raise SystemExit(2) from None
         raise
     if not multirun and rank == 0:
-        print_summary([summary])
-        if summary.get("wandb_dir"):
-            print(f"W&B run files: {summary['wandb_dir']}  (upload: wandb sync {summary['wandb_dir']})")
+        from selfsup.report.summary import run_lines
+        print("\n".join(run_lines(summary)))
     return optimized_value(cfg, summary)
 
 

@@ -81,6 +81,7 @@ def test_resume_applies_a_new_learning_rate_and_records_it(train, tmp_path):
     assert json.loads((run / "summary.json").read_text())["steps"] == 12
 
 
+@pytest.mark.slow  # the default suite: tests/test_run_dir.py locks a dir from another process
 def test_two_runs_into_one_dir_one_is_refused(cache_dir, tmp_path):
     run = tmp_path / "shared"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
@@ -170,6 +171,13 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
         assert len([x for x in out.stderr.splitlines() if x.strip()]) <= 3, out.stderr[-3000:]  # no tracebacks
         summary = disk / "run" / "summary.json"
         assert not summary.exists() or json.loads(summary.read_text())["status"] == "failed"
+        # space freed (the tmpfs grown), the command the message names finishes the run
+        command = line.split("then continue: ")[1]
+        assert command == f"selfsup-train resume={disk / 'run'}"
+        subprocess.run(["mount", "-o", "remount,size=200m", str(disk)], check=True)
+        again = subprocess.run(command.split(), capture_output=True, text=True, env=env, timeout=600)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert json.loads(summary.read_text())["steps"] == 40
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
 

@@ -78,7 +78,7 @@ def test_sweep_jobs_share_one_wandb_group_and_print_a_table(sweep):
     for job, objective in enumerate(OBJECTIVES):
         assert runs[job]["display_name"] == f"{objective}-{OBJECTIVES[objective]}"  # fixed overrides stay out
         assert f"[job {job}] objective={objective}: val loss" in out.stdout
-        assert any(line.startswith(objective + " ") for line in out.stdout.splitlines())
+        assert any(line.startswith(f"{job}   | {objective} ") for line in out.stdout.splitlines())  # table row
     assert "val loss" in out.stdout and "signal/token" in out.stdout and "tokens/s" in out.stdout
     assert "fixed loss" in out.stdout and "probe acc" in out.stdout
     assert "Probe (eval/probe/accuracy): " in out.stdout and " leads with " in out.stdout

@@ -125,6 +125,8 @@ class SelfSupOptunaSweeper(Sweeper):
             print(f"error: hydra.sweeper.storage={storage}: no such study database; to continue a study, pass the "
                   f"optuna.db of its sweep dir; to start one, leave hydra.sweeper.storage unset", file=sys.stderr)
             raise SystemExit(2)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweeper says what happens, in its own lines
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # (SQLite schema set-up, one line per plugin)
         study = optuna.create_study(study_name=self.study_name, storage=storage, direction=self.direction,
                                     load_if_exists=True)
         # a continuation samples new points, not the first ones again: the seed is offset by the trials so far
@@ -182,7 +184,9 @@ class SelfSupOptunaSweeper(Sweeper):
         complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
         if complete:
             best = study.best_trial
-            log.info(f"best trial {best.number}: {best.value:.4f} with {best.params} ({best.user_attrs.get('run_dir')})")
+            from selfsup.loggers import shown
+            params = ", ".join(f"{k}={shown(str(v))}" for k, v in best.params.items())
+            log.info(f"best trial {best.number}: {best.value:.4f} with {params} ({best.user_attrs.get('run_dir')})")
         (self.sweep_dir / "optimization_results.yaml").write_text(OmegaConf.to_yaml({
             "study": self.study_name, "storage": storage, "trials": len(study.trials),
             "best_value": study.best_value if complete else None,

@@ -145,9 +145,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     corrupt or unsafe file raises a one-line ``CheckpointError``.
     """
 
-    def __init__(self, dir_setting: str = "trainer.checkpoint_dir"):
+    def __init__(self, resume_hint: str | None = None):
         super().__init__()
-        self.dir_setting = dir_setting  # the config key users set to write checkpoints elsewhere
+        self.resume_hint = resume_hint  # the command that continues the run once the folder is fixed
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None:
@@ -174,13 +174,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             if cause.errno in _DISK_FULL:
                 raise CheckpointDiskFull(
                     f"cannot write checkpoint {path}: the disk is full ({cause.strerror}); earlier checkpoints are "
-                    f"intact; free space in {path.parent} or write checkpoints elsewhere with "
-                    f"{self.dir_setting}=<dir>, then resume from the last checkpoint") from None
+                    f"intact; free space in {path.parent}, then continue: {self.continue_with()}") from None
             raise CheckpointWriteError(
                 f"cannot write checkpoint {path}: {cause.strerror or _first_line(cause)}; earlier checkpoints are "
-                f"intact; fix the folder (permissions, mount) or write checkpoints elsewhere with "
-                f"{self.dir_setting}=<dir>") from None
+                f"intact; fix the folder (permissions, mount), then continue: {self.continue_with()}") from None
         _fsync_dir(path.parent)
+
+    def continue_with(self) -> str:
+        return self.resume_hint or "selfsup-train resume=<run dir>"
 
     def load_checkpoint(self, path, map_location: Callable | None = lambda storage, loc: storage,
                         weights_only: bool | None = None) -> dict[str, Any]:
@@ -252,8 +253,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def check_resume_compatible(checkpoint_path, cfg_dict: Mapping, vocab_size: int, tokenizer_hash: str) -> None:
-    """Raise ResumeMismatch naming every setting that differs between the checkpoint and now.
+def check_resume_compatible(checkpoint_path, cfg_dict: Mapping, vocab_size: int, tokenizer_hash: str,
+                            resume: str | None = None, command: list[str] | None = None) -> None:
+    """Raise ResumeMismatch naming every setting that differs between the checkpoint and now, and the
+    command that works: for `resume=RUN` (its settings already checked: the data changed under it), that
+    resume once the data is back; for a new run from `ckpt_path=`, this command (`command`: its
+    overrides) with the checkpoint's values.
 
     Reads only checkpoint["selfsup"] (weights_only, memory-mapped: the tensors are not read). A
     checkpoint without that record (written before the lab stored it) cannot be checked: a warning.
@@ -272,9 +277,31 @@ def check_resume_compatible(checkpoint_path, cfg_dict: Mapping, vocab_size: int,
             then.pop(key)
     differences = [f"{key} is {_short(then[key])} in the checkpoint but {_short(now[key])} now"
                    for key in now if key in then and then[key] != now[key]]
-    if differences:
-        raise ResumeMismatch(f"cannot resume from {checkpoint_path}: " + "; ".join(differences) +
-                             "; resume with the checkpoint's settings, or start a new run without ckpt_path")
+    if not differences:
+        return
+    what = f"cannot resume from {checkpoint_path}: " + "; ".join(differences)
+    resume = resume or cfg_dict.get("resume")
+    if resume:  # its settings were checked: what changed is the data under them
+        raise ResumeMismatch(f"{what}: the run's data changed since it was trained; put back the data it was "
+                             f"trained on, then continue: selfsup-train resume={resume}")
+    changed = [key for key in now if key in then and then[key] != now[key] and not key.startswith("tokenizer.")]
+    if changed:
+        kept = [o for o in command or [] if not o.startswith(("ckpt_path=", "hydra.run.dir=", "hydra.sweep.dir="))
+                and o.split("=", 1)[0].lstrip("+~") not in changed]
+        settings = [f"{key}={_override(then[key])}" for key in changed]
+        raise ResumeMismatch(f"{what}; train with the checkpoint's settings: "
+                             + " ".join(["selfsup-train", *kept, f"ckpt_path={checkpoint_path}", *settings]))
+    raise ResumeMismatch(f"{what}: the data changed since the checkpoint was trained; train on the data it was "
+                         f"trained on, or start without ckpt_path")
+
+
+def _override(value) -> str:
+    """A value as a command-line override writes it (null, lists in brackets)."""
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override(v) for v in value) + "]"
+    return str(value)
 
 
 def slurm_resume_checkpoint(run_dir) -> Path | None:

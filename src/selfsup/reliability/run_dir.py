@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from selfsup.checks import SelfSupError
 from selfsup.distributed import launched_rank
+from selfsup.reliability.errors import CheckpointError
 
 log = logging.getLogger("selfsup")
 LOCK = ".selfsup.lock"
@@ -39,6 +40,8 @@ class RunDirGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         if launched_rank() != 0:
             return
+        from selfsup.build import check_objective, prepare_early
+        from selfsup.checks import check_settings, user_errors
         try:
             overrides, run_dir = list(config.hydra.overrides.task), Path(config.hydra.run.dir)
             if config.resume:
@@ -48,12 +51,28 @@ class RunDirGuard(Callback):
                 check_resume_path(run_dir)
                 claim(run_dir)  # before reading it: a run still going is "in use"
                 check_resume(run_dir, overrides)
+                cfg = merged_config(run_dir, overrides)
             else:
                 check_new_path(run_dir)
+                cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])  # the job's settings
+            # settings and data, checked before Hydra writes anything: a refused command creates nothing
+            check_settings(cfg)
+            check_objective(cfg)
+            corpus = prepare_early(cfg)[0]
+            # the checkpoint it starts from was trained on these settings and this data
+            checkpoint = resume_checkpoint(run_dir, overrides) if config.resume else cfg.get("ckpt_path")
+            if checkpoint and Path(checkpoint).is_file():
+                from selfsup.build import tokenizer_hash
+                from selfsup.reliability.checkpoints import check_resume_compatible
+                fingerprinted = OmegaConf.masked_copy(cfg, ["objective", "architecture", "data", "seed"])
+                check_resume_compatible(checkpoint, OmegaConf.to_container(fingerprinted, resolve=True),
+                                        corpus.vocab.size, tokenizer_hash(corpus),
+                                        resume=str(run_dir) if config.resume else None, command=overrides)
+            if not config.resume:
                 claim(run_dir)
                 check_new_run_dir(run_dir)
             own(run_dir)
-        except SelfSupError as err:
+        except user_errors() as err:
             print(f"error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
 
@@ -120,7 +139,7 @@ def own(run_dir: Path) -> None:
 def resume_overrides(overrides: list[str], run_dir: Path | None = None) -> list[str]:
     """The key=value overrides a resume applies on top of the run's config. A config group may be named
     only with the option the run used (repeating the original command); another one is refused."""
-    kept = [o for o in overrides if not o.startswith(("resume=", "hydra."))]
+    kept = [o for o in overrides if not o.startswith(("resume=", "hydra.", "ckpt_path="))]
     choices = {}
     if run_dir is not None and (run_dir / ".hydra" / "hydra.yaml").is_file():
         choices = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices
@@ -131,6 +150,19 @@ def resume_overrides(overrides: list[str], run_dir: Path | None = None) -> list[
         raise SelfSupError(f"resume cannot change config groups ({', '.join(groups)}): the run keeps its "
                            f"objective, architecture and data; override single keys such as trainer.max_steps=…")
     return kept
+
+
+def resume_checkpoint(run_dir: Path, overrides: list[str]) -> Path:
+    """The checkpoint a resume continues from: `ckpt_path=` (another checkpoint of the run, e.g. when
+    last.ckpt is damaged) or the run's last.ckpt."""
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("ckpt_path=")]
+    if chosen and chosen[-1] not in ("", "null"):
+        path = Path(chosen[-1])
+        if not path.is_file():
+            raise SelfSupError(f"ckpt_path={path} does not exist: pass one of the run's checkpoints, e.g. "
+                               f"{run_dir / 'checkpoints' / 'last.ckpt'}")
+        return path
+    return run_dir / "checkpoints" / "last.ckpt"
 
 
 def merged_config(run_dir: Path, overrides: list[str]) -> DictConfig:
@@ -154,11 +186,22 @@ def check_resume_path(run_dir: Path) -> None:
 def check_resume(run_dir: Path, overrides: list[str]) -> None:
     """resume=RUN: refused, with RUN untouched, unless RUN can continue with these overrides."""
     merged = merged_config(run_dir, overrides)
-    last = run_dir / "checkpoints" / "last.ckpt"
+    last = resume_checkpoint(run_dir, overrides)
     if not last.is_file():
         return  # it stopped before its first checkpoint: it starts again from step 0 (train.resumed_config)
     from selfsup.reliability.checkpoints import load_checkpoint_safely, resume_fingerprint
-    checkpoint = load_checkpoint_safely(last, mmap=True)
+    from selfsup.reliability.errors import CheckpointCorrupt
+    try:
+        checkpoint = load_checkpoint_safely(last, mmap=True)
+    except CheckpointCorrupt as err:
+        others = sorted((p for p in (run_dir / "checkpoints").glob("*.ckpt") if p != last),
+                        key=lambda p: p.stat().st_mtime, reverse=True)
+        what = str(err).split("; ")[0]
+        if not others:
+            raise SelfSupError(f"{what}; the run has no other checkpoint: start it again as a new run with the "
+                               f"same settings in another hydra.run.dir") from None
+        raise SelfSupError(f"{what}; continue from another checkpoint of the run: selfsup-train resume={run_dir} "
+                           f"ckpt_path={others[0]}") from None
     step = int(checkpoint.get("global_step", 0))
     summary = run_dir / "summary.json"
     try:
@@ -188,7 +231,7 @@ def resumed_config(run_dir: Path, overrides: list[str], record: Path | None = No
     first checkpoint starts again from step 0 in its dir, as a new W&B run. record: where to save the
     config this resume trains with (beside Hydra's record of the command, .hydra/resume-<time>/)."""
     merged = merged_config(run_dir, overrides)
-    last = run_dir / "checkpoints" / "last.ckpt"
+    last = resume_checkpoint(run_dir, overrides)
     merged.resume, merged.ckpt_path = str(run_dir), str(last) if last.is_file() else None
     if not last.is_file():
         log.warning(f"{run_dir} has no checkpoint yet (it stopped before its first one): training it from the "

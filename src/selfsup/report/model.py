@@ -14,7 +14,7 @@ class ReportError(Exception):
 
 
 # Config keys that differ between runs without changing what was trained.
-IGNORED_KEYS = {"objective.name", "architecture.name", "data.cache_dir", "data.num_workers", "trainer.progress_bar",
+IGNORED_KEYS = {"objective.name", "architecture.name", "data.cache_dir", "data.num_workers", "trainer.progress_bar", "trainer.progress_every_n_steps",
                 "trainer.checkpoint_every_n_steps"}
 IGNORED_PREFIXES = ("logger.", "hydra.", "trial.")  # trial: which Optuna trial a job is
 MASK_RATE, SPAN_LENGTH, SEED = "objective.mask_rate", "objective.mean_span_length", "seed"
@@ -59,7 +59,8 @@ class Run:
                 "signal_per_token": self.last("val/signal_per_token", "train/signal_per_token"),
                 "tokens_seen": self.last("train/tokens_seen"), "flops_seen": self.last("train/flops_seen"),
                 # the run's own (summary.json: training time over the run), else the last logging window's
-                "tokens_per_sec": self.summary.get("tokens_per_sec") or self.last("perf/tokens_per_sec")}
+                "tokens_per_sec": self.summary.get("tokens_per_sec") or self.last("perf/tokens_per_sec"),
+                "wall_seconds": self.summary.get("wall_seconds")}
 
     def curve(self, y_key: str = "val/loss", x_key: str = "train/tokens_seen") -> list[tuple[float, float]]:
         """(x, y) of every logged row that has both."""

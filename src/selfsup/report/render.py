@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from selfsup.report.model import Run, _show
@@ -30,7 +30,7 @@ VALUES_NOTE = (
 
 def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     header = ["run", "objective", "architecture", *keys, "val loss", "val ppl", "fixed loss", "probe acc",
-              "random-init", "val signal/token", "tokens seen", "tokens/s", "status", "data"]
+              "random-init", "val signal/token", "tokens seen", "tokens/s", "wall time", "status", "data"]
     rows = []
     for run in runs:
         m = run.metrics()
@@ -42,6 +42,7 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
                      "-" if m["signal_per_token"] is None else f"{m['signal_per_token']:.3f}",
                      "-" if m["tokens_seen"] is None else f"{m['tokens_seen']:,.0f}",
                      "-" if m["tokens_per_sec"] is None else f"{m['tokens_per_sec']:,.0f}",
+                     "-" if m["wall_seconds"] is None else str(timedelta(seconds=round(m["wall_seconds"]))),
                      status, run.source])
     return header, rows
 
@@ -93,7 +94,7 @@ code { background: #f3f3f3; padding: 0 0.2em; }
 """
 
 NUMERIC = {"val loss", "val ppl", "fixed loss", "probe acc", "random-init", "val signal/token", "tokens seen",
-           "tokens/s"}
+           "tokens/s", "wall time"}
 
 
 def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], setup: dict | None = None) -> str:

@@ -7,19 +7,21 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from datetime import timedelta
 from pathlib import Path
 
 PROBE = "eval/probe/accuracy"
-COLUMNS = [("objective", "objective"), ("architecture", "architecture"), ("parameters", "params"),
+COLUMNS = [("job", "job"), ("objective", "objective"), ("architecture", "architecture"), ("parameters", "params"),
            ("steps", "steps"), ("val_loss", "val loss"), ("eval/fixed/loss", "fixed loss"),
            (PROBE, "probe acc"), ("eval/probe/random_init_accuracy", "random-init"),
-           ("signal_per_token", "signal/token"), ("tokens_per_sec", "tokens/s"), ("status", "status"),
-           ("run_dir", "run dir")]
+           ("signal_per_token", "signal/token"), ("tokens_per_sec", "tokens/s"), ("wall_seconds", "wall time"),
+           ("status", "status")]
 
 
 DEFINITIONS = ("val loss: the last validation; fixed loss, probe acc, random-init: the last evaluation; "
                "signal/token: scored targets / input tokens of the last validation; tokens/s: input tokens per "
-               "second of training time over the run (validation and evaluation excluded)")
+               "second of training time over the run (validation, evaluation and the first step excluded); "
+               "wall time: the whole run; job: the run's folder in the sweep dir")
 
 
 def value(row: dict, key: str):
@@ -28,7 +30,42 @@ def value(row: dict, key: str):
         return (row.get("eval") or {}).get(key)
     if key in (row.get("swept") or {}):
         return row["swept"][key]
+    if key == "job":
+        return Path(row["run_dir"]).name if row.get("run_dir") else None
     return row.get(key)
+
+
+def shown_path(path) -> str:
+    """A path as the console shows it: relative to the working directory when it lies under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def run_lines(row: dict) -> list[str]:
+    """The end of a single run, in lines of at most 100 characters (the table is a sweep's)."""
+    def part(key: str, title: str) -> str | None:
+        v = value(row, key)
+        return None if v is None else f"{title} {_fmt(key, v)}"
+    wall = row.get("wall_seconds")
+    head = (f"{row.get('status', '?')}: {row.get('objective')} on {row.get('architecture')}, "
+            f"{_fmt('parameters', row.get('parameters'))} parameters, {row.get('steps', 0)} steps"
+            + (f", wall time {_fmt('wall_seconds', wall)}" if wall is not None else ""))
+    scores = [p for p in (part("val_loss", "val loss"), part("eval/fixed/loss", "fixed loss"),
+                          part(PROBE, "probe acc"), part("eval/probe/random_init_accuracy", "random-init"),
+                          part("signal_per_token", "signal/token")) if p]
+    lines = [head, "  " + "  ".join(scores)] if scores else [head]
+    if row.get("tokens_per_sec"):
+        lines.append(f"  tokens/s {_fmt('tokens_per_sec', row['tokens_per_sec'])} (training time: validation, "
+                     f"evaluation and the first step excluded)")
+    if row.get("error"):
+        lines.append(f"  error: {row['error']}")
+    lines.append(f"run dir: {shown_path(row.get('run_dir'))}")
+    if row.get("wandb_dir"):
+        lines.append(f"W&B run files: {shown_path(row['wandb_dir'])}")
+        lines.append(f"  upload: wandb sync {shown_path(row['wandb_dir'])}")
+    return lines
 
 
 def _fmt(key: str, v) -> str:
@@ -38,6 +75,8 @@ def _fmt(key: str, v) -> str:
         return f"{v / 1e6:.2f}M"
     if key == "tokens_per_sec":
         return f"{v:,.0f}"
+    if key == "wall_seconds":
+        return str(timedelta(seconds=round(v)))
     if isinstance(v, float):
         return f"{v:.3f}" if key in dict(COLUMNS) else f"{v:.4g}"
     return str(v)
@@ -50,7 +89,7 @@ def swept_columns(rows: list[dict]) -> list[tuple[str, str]]:
 
 
 def summary_table(rows: list[dict]) -> str:
-    columns = COLUMNS[:2] + swept_columns(rows) + COLUMNS[2:]
+    columns = COLUMNS[:3] + swept_columns(rows) + COLUMNS[3:]
     if not any(r.get("eval") for r in rows):  # eval=none: no empty columns
         columns = [c for c in columns if not c[0].startswith("eval/")]
     cells = [[title for _, title in columns]] + [[_fmt(k, value(r, k)) for k, _ in columns] for r in rows]
