@@ -1,8 +1,8 @@
 """What a run prints while it trains: a progress line every N steps, one line per evaluation, and (on a
 terminal) a live status line. No line is wider than 100 columns (or the terminal, if narrower).
 
-    step 120/2000 (6%)  loss 5.123  14,217 tokens/s  0:00:12, 0:03:05 left
-    val at step 120: loss 5.86  fixed exam 5.879  probe 0.540  ppl 350.8  acc 0.041  signal/token 0.141
+    step 100/200 (50%)  loss 6.518  36,216 tokens/s  0:00:05, 0:00:05 left
+    val at step 200: loss 6.377  fixed exam 6.430  probe 0.511  ppl 588.0  acc 0.088  signal/token 0.151
 
 Lines go to stderr, so W&B's console log records each once; the live line is written to the terminal
 around W&B's capture (a duplicate of stderr's file descriptor), so its repaints are not recorded.
@@ -21,8 +21,8 @@ from lightning.pytorch.callbacks.progress import ProgressBar
 
 WIDTH = 100
 # the validation line, most important first (a narrow terminal drops the last ones)
-VALIDATION = [("val/loss", "loss", ".4g"), ("eval/fixed/loss", "fixed exam", ".4g"), ("eval/probe/accuracy", "probe", ".3f"),
-              ("val/perplexity", "ppl", ".4g"), ("val/accuracy", "acc", ".3f"), ("val/signal_per_token", "signal/token", ".3f")]
+VALIDATION = [("val/loss", "loss", ".3f"), ("eval/fixed/loss", "fixed exam", ".3f"), ("eval/probe/accuracy", "probe", ".3f"),
+              ("val/perplexity", "ppl", ".1f"), ("val/accuracy", "acc", ".3f"), ("val/signal_per_token", "signal/token", ".3f")]
 
 
 def clock(seconds: float) -> str:
@@ -99,7 +99,7 @@ class ConsoleProgress(ProgressBar):
         done = step - self.first_step
         parts = [f"step {step}/{total} ({100 * step / total:.0f}%)" if total else f"step {step}"]
         if loss is not None and math.isfinite(loss):
-            parts.append(f"loss {loss:.4g}")
+            parts.append(f"loss {loss:.3f}")
         meter = self.throughput()
         speed = meter.tokens_per_sec() if meter is not None else None
         if speed:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from selfsup.report.summary import DEFINITIONS, PROBE, probe_verdict, read_summaries, summary_table, value
+from selfsup.report.summary import (DEFINITIONS, PROBE, probe_verdict, read_summaries, shown_path, summary_table,
+                                    value)
 from selfsup.upstream import failed_job_value
 
 
@@ -62,18 +64,18 @@ class SweepSummary(Callback):
         swept = set(os.environ.get("SELFSUP_SWEPT", "").split(","))
         label = " ".join(f"{o.split('=', 1)[0]}={shown(o.split('=', 1)[1])}" for o in config.hydra.overrides.task
                          if o.split("=", 1)[0].lstrip("+~") in swept)
-        print(f"[job {config.hydra.job.num}] {label}: {what}  ({job_dir})", flush=True)
+        print(f"[job {config.hydra.job.num}] {label}: {what}  ({shown_path(job_dir)})", flush=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        rows = read_summaries(sweep_dir)
+        sweep_dir = shown_path(config.hydra.sweep.dir)
+        rows = read_summaries(Path(sweep_dir))
         if not rows:
             return
         print(summary_table(rows))
-        print(DEFINITIONS)
+        print(textwrap.fill(DEFINITIONS, 100))
         verdict = probe_verdict(rows)
         if verdict:
-            print(verdict)
+            print(textwrap.fill(verdict, 100))
         failed = [r for r in rows if r.get("status") not in ("finished", "pruned")]  # pruned: Optuna stopped it
         wandb_dirs = [r["wandb_dir"] for r in rows if r.get("wandb_dir")]
         print(f"Sweep outputs: {sweep_dir}   (report: selfsup-report {sweep_dir})")

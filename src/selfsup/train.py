@@ -177,6 +177,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         # SIGTERMException, a SystemExit with status 0: either is an interrupted run, exit 130 / 143
         status = "interrupted"
         error = "interrupted by SIGTERM" if isinstance(err, SIGTERMException) else "interrupted (Ctrl-C)"
+        if rank_zero:
+            print(f"{error}: continue the run with selfsup-train resume={run_dir}", file=sys.stderr, flush=True)
         raise SystemExit(143 if isinstance(err, SIGTERMException) else 130) from None
     except Exception as err:  # recorded in the run dir and W&B, then re-raised
         error = str(err) if isinstance(err, user_errors()) else f"{type(err).__name__}: {err}"

@@ -148,6 +148,13 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
     assert proc.returncode == code, output[-2000:]
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["status"], summary["error"]) == ("interrupted", error)
+    [line] = [x for x in output.splitlines() if x.startswith(f"{error}: continue the run with ")]
+    args = suggested(line, f"{error}: continue the run with ")
+    assert args == [f"resume={run}"]
+    again = subprocess.run(["selfsup-train", *args, "trainer.max_steps=2"], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
 
 
 def _mount_small_disk(path: Path, size: str) -> bool:
