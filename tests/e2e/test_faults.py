@@ -100,6 +100,7 @@ def test_two_runs_into_one_dir_one_is_refused(cache_dir, tmp_path):
     assert json.loads((run / "summary.json").read_text())["steps"] == 200
 
 
+@pytest.mark.slow  # the default suite: the Ctrl-C test resumes a run that has no checkpoint yet
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, cache_dir, tmp_path):
     run = tmp_path / "killed"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
