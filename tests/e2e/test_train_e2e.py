@@ -106,3 +106,72 @@ def test_resume_from_checkpoint_continues(train, tmp_path):
     assert b["tokens_seen"] == 9 * 8 * 33  # counters continue from the checkpoint
     rows = list(csv.DictReader(open(tmp_path / "b" / "csv" / "metrics.csv")))
     assert [int(r["step"]) for r in rows if r.get("train/loss")] == [6, 7, 8]
+
+
+# ---------------------------------------------------------------- the model out of the lab (selfsup.load, selfsup-sample)
+def test_a_copied_run_dir_loads_in_a_fresh_process(sweep, tmp_path):
+    """The run dir holds the tokenizer, the checkpoint holds the settings and the tokenizer too: a copy of the
+    run dir elsewhere loads, and encodes text to the same ids as the data's tokenizer."""
+    import shutil
+    import sys
+
+    import torch
+    from tokenizers import Tokenizer
+    root, _ = sweep
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(root / "1", copy)
+    record = torch.load(copy / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")["selfsup"]
+    assert Tokenizer.from_str(record["tokenizer"]).to_str() == Tokenizer.from_file(str(copy / "tokenizer.json")).to_str()
+    script = ("import sys, selfsup; p = selfsup.load(sys.argv[1]); "
+              "print(p.architecture, p.config['objective']['name'], p.encode('The module is here'), p.model.training)")
+    out = subprocess.run([sys.executable, "-c", script, str(copy)], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = Tokenizer.from_str(record["tokenizer"]).encode("The module is here").ids
+    assert out.stdout.split(" ", 2)[:2] == ["decoder", "clm"] and str(expected) in out.stdout
+    assert out.stdout.strip().endswith("False")  # eval mode
+
+
+def test_sample_shows_what_each_architecture_predicts(sweep, capsys):
+    import selfsup
+    from selfsup.sample import main as sample
+    root, _ = sweep
+    decoder = selfsup.load(root / "1")
+    greedy = decoder.generate("The module", max_new_tokens=8)
+    assert greedy == decoder.generate("The module", max_new_tokens=8)  # greedy is deterministic
+    assert decoder.generate("The module", 8, temperature=1.0, top_k=1) == greedy  # top-1 sampling is greedy
+    assert decoder.generate("The", 8, 1.0, seed=3) == decoder.generate("The", 8, 1.0, seed=3)
+    sample([str(root / "0"), "--prompt", "The <mask> of the <mask>", "--top-k", "3"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("encoder from ") and lines[1] == "The <mask> of the <mask>"
+    masks = selfsup.load(root / "0").fill_masks("The <mask> of the <mask>", top_k=3)
+    assert len(masks) == 2 and all(len(m) == 3 for m in masks)
+    assert all(p[0][1] >= p[1][1] >= p[2][1] > 0 for p in masks) and lines[2].startswith("<mask> 0: ")
+    spans = selfsup.load(root / "2").fill_spans("The <extra_id_0> of the <extra_id_1> is", max_new_tokens=8)
+    assert list(spans) == ["<extra_id_0>", "<extra_id_1>"] and all(isinstance(v, str) for v in spans.values())
+    sample([str(root / "1"), "--max-new-tokens", "8"])
+    assert capsys.readouterr().out.splitlines()[1] == "The module" + greedy
+
+
+def test_bad_input_to_load_is_one_line(sweep, tmp_path, capsys):
+    import torch
+
+    from selfsup.sample import main as sample
+    root, _ = sweep
+    empty = tmp_path / "run"
+    (empty / ".hydra").mkdir(parents=True)
+    other = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, other)
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    cases = [(empty, "holds no weights"), (other, "is not a selfsup checkpoint"),
+             (junk, "is truncated or not a checkpoint"), (tmp_path / "nope", "does not exist")]
+    for path, words in cases:
+        with pytest.raises(SystemExit) as done:
+            sample([str(path)])
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.startswith("error: ") and words in err and len(err.splitlines()) == 1
+    import selfsup
+    from selfsup.checks import SelfSupError
+    with pytest.raises(SelfSupError, match="fill_masks needs a model of architecture encoder; this one is decoder"):
+        selfsup.load(root / "1").fill_masks("The <mask>")

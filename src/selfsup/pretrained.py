@@ -1,0 +1,201 @@
+"""A trained model out of the lab: `selfsup.load(run_dir | checkpoint)` and what it can predict.
+
+    import selfsup
+    p = selfsup.load("outputs/<date>/<time>")            # the run's best checkpoint (else last.ckpt)
+    p.generate("The module", max_new_tokens=20)          # decoders: a continuation
+    p.fill_masks("The <mask> of a module")                # encoders: top-k tokens per <mask>
+    p.fill_spans("The <extra_id_0> of a module")          # encoder-decoders: the text of each sentinel
+
+A checkpoint holds what it needs (weights, the objective/architecture/data settings, the tokenizer), and
+a run dir also keeps `tokenizer.json`, so either loads on another machine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from selfsup.checks import SelfSupError
+from selfsup.data.vocab import Vocab
+from selfsup.models import TransformerConfig, TransformerModel
+
+SPECIAL = re.compile(r"\s+(<mask>|<extra_id_\d+>)")  # a special token takes the space before it (as in training)
+
+
+def run_checkpoint(run_dir: Path) -> Path:
+    """A run's best checkpoint (lowest val loss; the newest if several), else its last.ckpt."""
+    folder = run_dir / "checkpoints"
+    best = sorted(folder.glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if best:
+        return best[-1]
+    if (folder / "last.ckpt").is_file():
+        return folder / "last.ckpt"
+    raise SelfSupError(f"{run_dir} holds no weights (no checkpoints/*.ckpt): pass a run dir that trained past its "
+                       f"first checkpoint, or a .ckpt file")
+
+
+@dataclass
+class Pretrained:
+    """A loaded model (eval mode), its tokenizer and vocabulary layout, and the settings it was trained with
+    (`config`: objective, architecture, data, seed)."""
+    model: TransformerModel
+    tokenizer: Tokenizer
+    vocab: Vocab
+    config: dict
+    checkpoint: Path
+
+    @property
+    def architecture(self) -> str:
+        return self.model.arch
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.tok_emb.weight.device
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(SPECIAL.sub(r"\1", text)).ids
+
+    def decode(self, ids) -> str:
+        """Text of ids, with the space a first word-start token carries (the tokenizer strips it)."""
+        ids = [int(i) for i in ids]
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        first = self.tokenizer.id_to_token(ids[0]) if ids else None
+        return " " + text if first and first.startswith("\u0120") and not text.startswith(" ") else text
+
+    def _ids(self, ids: list[int]) -> torch.Tensor:
+        if len(ids) > self.model.max_len:
+            raise SelfSupError(f"the text is {len(ids)} tokens, the model takes at most {self.model.max_len}")
+        return torch.tensor([ids], dtype=torch.long, device=self.device)
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.head(hidden)[..., :self.vocab.size].float()
+
+    def _needs(self, architecture: str, what: str) -> None:
+        if self.architecture != architecture:
+            raise SelfSupError(f"{what} needs a model of architecture {architecture}; this one is {self.architecture}")
+
+    def _pick(self, logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> int:
+        logits = logits.clone()
+        logits[: self.vocab.first_ordinary] = float("-inf")  # text, not special tokens
+        if temperature <= 0:
+            return int(logits.argmax())
+        if top_k:
+            kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
+            logits[logits < kth] = float("-inf")
+        probs = torch.softmax(logits / temperature, dim=-1)
+        return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+    @torch.no_grad()
+    def generate(self, prompt: str, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
+                 seed: int = 0) -> str:
+        """Decoders: the continuation of prompt (greedy at temperature 0, else sampled, from the top_k
+        tokens if given), stopping at the end of a document."""
+        self._needs("decoder", "generate")
+        prompt_ids = self.encode(prompt)
+        ids = [self.vocab.eos_id, *prompt_ids]  # documents follow an end of document in training
+        generator = torch.Generator().manual_seed(seed)
+        new: list[int] = []
+        for _ in range(max_new_tokens):
+            window = ids[-self.model.max_len:]
+            logits = self._logits(self.model(decoder_inputs=self._ids(window))[0, -1])
+            if int(logits.argmax()) == self.vocab.eos_id and temperature <= 0:
+                break
+            token = self._pick(logits, temperature, top_k, generator)
+            ids.append(token)
+            new.append(token)
+        before, after = self.decode(prompt_ids), self.decode(prompt_ids + new)
+        return after[len(before):] if after.startswith(before) else self.decode(new)
+
+    @torch.no_grad()
+    def fill_masks(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+        """Encoders: for each <mask> in text, the top_k tokens and their probabilities."""
+        self._needs("encoder", "fill_masks")
+        ids = self.encode(text)
+        where = [i for i, t in enumerate(ids) if t == self.vocab.mask_id]
+        if not where:
+            raise SelfSupError("fill_masks: put <mask> where the model should fill in a token, e.g. 'The <mask> of'")
+        logits = self._logits(self.model(encoder_inputs=self._ids(ids))[0, where])
+        logits[:, : self.vocab.first_ordinary] = float("-inf")
+        probs = torch.softmax(logits, dim=-1)
+        top = torch.topk(probs, min(top_k, probs.shape[-1]), dim=-1)
+        return [[(self.decode([i]), float(p)) for p, i in zip(row_p, row_i)]
+                for row_p, row_i in zip(top.values.tolist(), top.indices.tolist())]
+
+    @torch.no_grad()
+    def fill_spans(self, text: str, max_new_tokens: int = 32) -> dict[str, str]:
+        """Encoder-decoders: the text the decoder writes for each sentinel (<extra_id_0>, ...) of text,
+        greedy, as span corruption trained it to."""
+        self._needs("encoder_decoder", "fill_spans")
+        ids = self.encode(text)
+        sentinels = [t for t in ids if self.vocab.sentinel_start <= t < self.vocab.first_ordinary]
+        if not sentinels:
+            raise SelfSupError("fill_spans: put <extra_id_0>, <extra_id_1>, ... where spans are missing, "
+                               "e.g. 'The <extra_id_0> of'")
+        encoder_inputs = self._ids([*ids, self.vocab.eos_id])
+        out = [self.vocab.bos_id]
+        for _ in range(max_new_tokens):
+            hidden = self.model(encoder_inputs=encoder_inputs, decoder_inputs=self._ids(out))
+            logits = self._logits(hidden[0, -1])
+            allowed = torch.full_like(logits, float("-inf"))
+            allowed[self.vocab.first_ordinary:] = 0
+            allowed[sentinels] = 0
+            allowed[self.vocab.eos_id] = 0
+            token = int((logits + allowed).argmax())
+            if token == self.vocab.eos_id:
+                break
+            out.append(token)
+        spans: dict[str, list[int]] = {}
+        current = None
+        for token in out[1:]:
+            if token in sentinels:
+                current = self.decode([token])
+                spans.setdefault(current, [])
+            elif current is not None:
+                spans[current].append(token)
+        return {self.decode([s]): self.decode(spans.get(self.decode([s]), [])) for s in sentinels}
+
+
+def _state_dict(checkpoint: dict, path: Path) -> dict:
+    weights = checkpoint.get("state_dict")
+    if not isinstance(weights, dict) or not any(k.startswith("model.") for k in weights):
+        raise SelfSupError(f"{path} is not a selfsup checkpoint (no model weights under state_dict): pass a .ckpt "
+                           f"written by selfsup-train, or its run dir")
+    return {k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")}
+
+
+def load(path: str | Path, device: str | torch.device = "cpu") -> Pretrained:
+    """The model of a run dir (its best checkpoint, else last.ckpt) or of a checkpoint file, ready for
+    inference on `device`: weights, tokenizer and the settings it was trained with."""
+    from selfsup.data.tokenizer import vocab_from_tokenizer
+    from selfsup.reliability.checkpoints import load_checkpoint_safely
+    path = Path(path)
+    if not path.exists():
+        raise SelfSupError(f"{path} does not exist: pass a run dir (outputs/<date>/<time>) or a .ckpt file")
+    run_dir = path if path.is_dir() else path.parent.parent
+    checkpoint_path = run_checkpoint(path) if path.is_dir() else path
+    checkpoint = load_checkpoint_safely(checkpoint_path, map_location="cpu")
+    weights = _state_dict(checkpoint, checkpoint_path)
+    record = checkpoint.get("selfsup") or {}
+    config = record.get("config")
+    if not isinstance(config, dict) or "architecture" not in config:
+        raise SelfSupError(f"{checkpoint_path} records no architecture settings (written before selfsup kept them): "
+                           f"it cannot be rebuilt here")
+    if record.get("tokenizer"):
+        tokenizer = Tokenizer.from_str(record["tokenizer"])
+    elif (run_dir / "tokenizer.json").is_file():
+        tokenizer = Tokenizer.from_file(str(run_dir / "tokenizer.json"))
+    else:
+        raise SelfSupError(f"{checkpoint_path} holds no tokenizer and {run_dir} has no tokenizer.json: it was "
+                           f"written before runs kept them; copy the tokenizer.json of its data cache into {run_dir}")
+    shape = {k: v for k, v in config["architecture"].items() if k in TransformerConfig.__dataclass_fields__}
+    stack = "decoder" if shape.get("name") == "decoder" else "encoder"
+    max_len = int(weights[f"{stack}.pos_emb.weight"].shape[0])
+    model = TransformerConfig(**shape).build(int(record.get("vocab_size", tokenizer.get_vocab_size())), max_len)
+    model.load_state_dict(weights)
+    model.to(device).eval()
+    vocab = vocab_from_tokenizer(tokenizer, int(config.get("data", {}).get("n_sentinels", 100)))
+    return Pretrained(model, tokenizer, vocab, config, checkpoint_path)

@@ -1,0 +1,56 @@
+"""`selfsup-sample RUN_DIR|CHECKPOINT`: what a trained model predicts, by its architecture.
+
+    selfsup-sample outputs/<date>/<time> --prompt "The module"                  decoder: a continuation
+    selfsup-sample outputs/<date>/<time> --prompt "The <mask> of a <mask>"      encoder: top-k per <mask>
+    selfsup-sample outputs/<date>/<time> --prompt "The <extra_id_0> of a file"  encoder-decoder: each span
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+PROMPTS = {"decoder": "The module", "encoder": "The <mask> of the <mask> is returned.",
+           "encoder_decoder": "The <extra_id_0> of the <extra_id_1> is returned."}
+
+
+def parse_args(argv: list[str] | None):
+    parser = argparse.ArgumentParser(prog="selfsup-sample", description=(
+        "Show what a trained model predicts: decoders continue a prompt, encoders fill each <mask> (top-k "
+        "tokens with probabilities), encoder-decoders write the span of each sentinel <extra_id_N>."))
+    parser.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="a run dir (its best checkpoint) or a .ckpt file")
+    parser.add_argument("--prompt", help="the text (default: one for the model's architecture)")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="decoder and encoder-decoder: tokens to write")
+    parser.add_argument("--temperature", type=float, default=0.0, help="decoder: 0 is greedy (default)")
+    parser.add_argument("--top-k", type=int, default=None, help="decoder: sample from the k likeliest tokens; "
+                        "encoder: how many tokens to show per <mask> (default 5)")
+    parser.add_argument("--seed", type=int, default=0, help="decoder sampling seed")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from selfsup.checks import user_errors
+    try:
+        from selfsup.pretrained import load
+        p = load(args.path, args.device)
+        prompt = args.prompt if args.prompt is not None else PROMPTS[p.architecture]
+        print(f"{p.architecture} from {p.checkpoint}")
+        if p.architecture == "decoder":
+            print(prompt + p.generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
+        elif p.architecture == "encoder":
+            print(prompt)
+            for n, choices in enumerate(p.fill_masks(prompt, args.top_k or 5)):
+                print(f"<mask> {n}: " + "  ".join(f"{token!r} {prob:.3f}" for token, prob in choices))
+        else:
+            print(prompt)
+            for sentinel, span in p.fill_spans(prompt, args.max_new_tokens).items():
+                print(f"{sentinel}: {span!r}")
+    except user_errors() as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()
