@@ -152,8 +152,8 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
     [line] = [x for x in output.splitlines() if x.startswith(f"{error}: continue the run with ")]
     args = suggested(line, f"{error}: continue the run with ")
     assert args == [f"resume={run}"]
-    again = subprocess.run(["selfsup-train", *args, "trainer.max_steps=2"], capture_output=True, text=True,
-                           env=env, timeout=300)
+    again = subprocess.run(["selfsup-train", *args, "trainer.max_steps=2", "logger.wandb=false"],
+                           capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
 
@@ -183,7 +183,8 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
         command = line.split("then continue: ")[1]
         assert command == f"selfsup-train resume={disk / 'run'}"
         subprocess.run(["mount", "-o", "remount,size=200m", str(disk)], check=True)
-        again = subprocess.run(command.split(), capture_output=True, text=True, env=env, timeout=600)
+        again = subprocess.run([*command.split(), "logger.wandb=false"], capture_output=True, text=True, env=env,
+                               timeout=600)
         assert again.returncode == 0, again.stderr[-3000:]
         assert json.loads(summary.read_text())["steps"] == 40
     finally:
