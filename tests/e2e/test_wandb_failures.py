@@ -38,7 +38,8 @@ def wait_for(condition, proc, timeout=120.0):
 
 
 # the stuck service's timeout is also tested in-process below
-@pytest.mark.parametrize("fault", ["killed", pytest.param("frozen", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("fault", [pytest.param("killed", marks=pytest.mark.slow),  # in-process: the tests below
+                                   pytest.param("frozen", marks=pytest.mark.slow)])
 def test_wandb_service_killed_or_frozen_mid_run_training_goes_on(fault, cache_dir, tmp_path):
     """killed: every W&B call then fails at once. frozen (SIGSTOP): calls are taken until the socket's
     buffer fills, and finishing the run waits for an answer that never comes, until logger.timeout."""
