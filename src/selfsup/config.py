@@ -69,6 +69,7 @@ class LoggerConfig:
     group: Optional[str] = None         # default: the sweep dir of a multirun
     tags: List[str] = field(default_factory=list)
     timeout: Optional[float] = 300.0    # s a W&B call may take; then its stuck service is stopped, training goes on
+    log_model: bool = False             # the best and last checkpoints (and tokenizer) as a W&B model artifact
 
 
 @dataclass

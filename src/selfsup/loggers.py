@@ -198,6 +198,18 @@ class SafeWandbLogger(WandbLogger):
     def finalize(self, status: str) -> None:
         self._guard(super().finalize, status)
 
+    def log_checkpoints(self, files: list[Path], metadata: dict) -> None:
+        """The run's checkpoints (with its tokenizer) as one W&B model artifact, `model-<run id>`, its
+        settings and results as metadata; offline runs keep it for `wandb sync`."""
+        def upload():
+            run = wandb_run(self)
+            artifact = wandb.Artifact(f"model-{run.id}", type="model", metadata=metadata)
+            for path in files:
+                artifact.add_file(str(path), name=path.name)
+            run.log_artifact(artifact, aliases=["latest"])
+        if wandb_run(self) is not None:
+            self._guard(upload)
+
     def finish(self, exit_code: int) -> str | None:
         """Finish the W&B run (never raises); its local folder, or None when it never started."""
         folder = self.run_folder()

@@ -170,6 +170,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
                        best_checkpoint=best.best_model_path, last_checkpoint=str(last.path))
         status = ("preempted" if preemption.preempted else "pruned" if pruning is not None and pruning.pruned
                   else "finished")
+        if rank_zero and cfg.logger.get("log_model"):
+            log_model(loggers, run_dir, plain, summary)
         if preemption.preempted:
             summary["preempted_by"] = preemption.preempted
             for lg in loggers:
@@ -196,6 +198,19 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         if rank_zero:
             leave_distributed(env_before)
     return summary
+
+
+def log_model(loggers: list, run_dir: Path, config: dict, summary: dict) -> None:
+    """logger.log_model: the best and last checkpoints and tokenizer.json as a W&B model artifact."""
+    from selfsup.loggers import SafeWandbLogger
+    from selfsup.reliability.redact import redact
+    files = list(dict.fromkeys(Path(p) for p in (summary.get("best_checkpoint"), summary.get("last_checkpoint"),
+                                                 run_dir / "tokenizer.json") if p and Path(p).is_file()))
+    metadata = {"config": redact(config), "steps": summary.get("steps"), "val_loss": summary.get("val_loss"),
+                "eval": summary.get("eval"), "code": summary.get("code")}
+    for lg in loggers:
+        if isinstance(lg, SafeWandbLogger) and files:
+            lg.log_checkpoints(files, metadata)
 
 
 def stop_on_sigterm(SIGTERMException):

@@ -5,6 +5,8 @@ import json
 import math
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +22,8 @@ def sweep(cache_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # no key: auto -> offline
     out = subprocess.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={root}",
-                          "objective=" + ",".join(OBJECTIVES)], capture_output=True, text=True, env=env, timeout=600)
+                          "logger.log_model=true", "objective=" + ",".join(OBJECTIVES)],
+                         capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return root, out
 
@@ -175,3 +178,22 @@ def test_bad_input_to_load_is_one_line(sweep, tmp_path, capsys):
     from selfsup.checks import SelfSupError
     with pytest.raises(SelfSupError, match="fill_masks needs a model of architecture encoder; this one is decoder"):
         selfsup.load(root / "1").fill_masks("The <mask>")
+
+
+def test_log_model_puts_the_checkpoints_and_tokenizer_in_a_wandb_model_artifact(sweep):
+    root, _ = sweep
+    run = root / "1"
+    [offline] = list((run / "wandb").glob("offline-run-*"))
+    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+                         capture_output=True, text=True, timeout=120)
+    [artifact] = [json.loads(line)["artifact"] for line in out.stdout.splitlines()
+                  if line.strip() and json.loads(line).get("type") == "artifact"]
+    record = wandb_run_record(run)
+    assert artifact["name"] == f"model-{record['run_id']}" and artifact["type"] == "model"
+    assert artifact["aliases"] == ["latest"]
+    files = {entry["path"] for entry in artifact["manifest"]["contents"]}
+    summary = json.loads((run / "summary.json").read_text())
+    assert files == {Path(summary["best_checkpoint"]).name, "last.ckpt", "tokenizer.json"}
+    metadata = artifact["metadata"] if isinstance(artifact["metadata"], dict) else json.loads(artifact["metadata"])
+    assert metadata["config"]["objective"]["name"] == "clm" and metadata["steps"] == 6
+    assert metadata["val_loss"] == pytest.approx(summary["val_loss"])
