@@ -137,15 +137,17 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
     while not (run / "csv" / "hparams.yaml").is_file() and time.time() < deadline:
         time.sleep(0.2)
     time.sleep(1)
+    seen = []
     if how == "twice":  # the first SIGTERM asks for a checkpoint after the step (~1 s), the second stops at once
         proc.send_signal(signal.SIGTERM)
         for line in proc.stdout:  # sent once the first is handled (two pending signals of a kind are one)
+            seen.append(line)
             if "received SIGTERM" in line or "Traceback" in line:
                 break
         proc.send_signal(signal.SIGTERM)
     else:
         proc.send_signal(how)
-    output = proc.communicate(timeout=120)[0]
+    output = "".join(seen) + proc.communicate(timeout=120)[0]
     assert proc.returncode == code, output[-2000:]
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["status"], summary["error"]) == ("interrupted", error)
