@@ -70,7 +70,8 @@ class RunDirGuard(Callback):
                                         resume=str(run_dir) if config.resume else None, command=overrides)
             if not config.resume:
                 claim(run_dir)
-                check_new_run_dir(run_dir)
+                if not requeued(run_dir):  # a SLURM job requeued by Lightning continues in its dir (hydra_main)
+                    check_new_run_dir(run_dir)
             own(run_dir)
         except user_errors() as err:
             print(f"error: {err}", file=sys.stderr)
@@ -240,6 +241,12 @@ def resumed_config(run_dir: Path, overrides: list[str], record: Path | None = No
     if record is not None and record.parent.is_dir():
         OmegaConf.save(merged, record)
     return merged
+
+
+def requeued(run_dir: Path) -> bool:
+    """This is a SLURM job Lightning requeued, and its run dir holds the checkpoint it saved."""
+    from selfsup.reliability.checkpoints import slurm_resume_checkpoint
+    return bool(os.environ.get("SLURM_JOB_ID")) and slurm_resume_checkpoint(run_dir) is not None
 
 
 def requeue_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
