@@ -28,7 +28,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.checks import SelfSupError
-from selfsup.distributed import launched_rank
+from selfsup.distributed import launched_rank, shared_job_id
 from selfsup.reliability.errors import CheckpointError
 
 log = logging.getLogger("selfsup")
@@ -40,10 +40,10 @@ class RunDirGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         if launched_rank() != 0:
             return
-        from selfsup.build import check_objective, prepare_early
         from selfsup.checks import check_settings, user_errors
+        overrides, run_dir = list(config.hydra.overrides.task), Path(config.hydra.run.dir)
+        created = [p for p in [run_dir, *run_dir.parents] if not p.exists()]  # what claiming it makes
         try:
-            overrides, run_dir = list(config.hydra.overrides.task), Path(config.hydra.run.dir)
             if config.resume:
                 if run_dir.resolve() != Path(config.resume).resolve():
                     raise SelfSupError(f"resume={config.resume} continues the run in its own dir: drop "
@@ -54,8 +54,14 @@ class RunDirGuard(Callback):
                 cfg = merged_config(run_dir, overrides)
             else:
                 check_new_path(run_dir)
+                claim(run_dir)  # at once: under torchrun the other ranks write into the same dir
+                if not requeued(run_dir):  # a SLURM job requeued by Lightning continues in its dir (hydra_main)
+                    # the dir of this torchrun/srun launch: its other ranks may have written .hydra/ already
+                    ranks = shared_job_id() is not None and shared_job_id() in run_dir.name
+                    check_new_run_dir(run_dir, other_ranks_write=ranks)
                 cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])  # the job's settings
-            # settings and data, checked before Hydra writes anything: a refused command creates nothing
+            # settings and data, checked before Hydra writes anything: a refused command leaves nothing
+            from selfsup.build import check_objective, prepare_early  # (torch: after the claim, which is fast)
             check_settings(cfg)
             check_objective(cfg)
             corpus = prepare_early(cfg)[0]
@@ -68,14 +74,24 @@ class RunDirGuard(Callback):
                 check_resume_compatible(checkpoint, OmegaConf.to_container(fingerprinted, resolve=True),
                                         corpus.vocab.size, tokenizer_hash(corpus),
                                         resume=str(run_dir) if config.resume else None, command=overrides)
-            if not config.resume:
-                claim(run_dir)
-                if not requeued(run_dir):  # a SLURM job requeued by Lightning continues in its dir (hydra_main)
-                    check_new_run_dir(run_dir)
             own(run_dir)
         except user_errors() as err:
             print(f"error: {err}", file=sys.stderr)
+            unclaim(run_dir, created)
             raise SystemExit(2) from None
+
+
+def unclaim(run_dir: Path, created: list[Path]) -> None:
+    """Take back what claiming a refused run's dir made: its lock, then the folders it created, if empty."""
+    lock = _claimed.pop(str(run_dir.resolve()), None) if run_dir.exists() else None
+    if lock is not None and created:
+        lock.close()
+        (run_dir / LOCK).unlink(missing_ok=True)
+    for folder in created:  # innermost first; a folder something else wrote into stays
+        try:
+            folder.rmdir()
+        except OSError:
+            break
 
 
 def _file_above(path: Path) -> Path | None:
@@ -94,12 +110,13 @@ def check_new_path(run_dir: Path) -> None:
         raise SelfSupError(f"hydra.run.dir={run_dir} lies under {blocker}, which is a file: pick another folder")
 
 
-def check_new_run_dir(run_dir: Path) -> None:
-    """A fresh run's dir is new, or holds no run."""
+def check_new_run_dir(run_dir: Path, other_ranks_write: bool = False) -> None:
+    """A fresh run's dir is new, or holds no run (other_ranks_write: the ranks of this launch share it, and
+    may have written its .hydra/ already)."""
     if (run_dir / "summary.json").exists() or any((run_dir / "checkpoints").glob("*.ckpt")):
         raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
                            f"resume={run_dir}, or pick a new hydra.run.dir")
-    if (run_dir / ".hydra" / "config.yaml").is_file():
+    if (run_dir / ".hydra" / "config.yaml").is_file() and not other_ranks_write:
         raise SelfSupError(f"{run_dir} holds a run that stopped before its first checkpoint: nothing was "
                            f"overwritten; run it again from the start in that dir with resume={run_dir}, or pick "
                            f"a new hydra.run.dir")
