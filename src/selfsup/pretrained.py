@@ -148,15 +148,14 @@ class Pretrained:
             if token == self.vocab.eos_id:
                 break
             out.append(token)
-        spans: dict[str, list[int]] = {}
+        spans: dict[int, list[int]] = {s: [] for s in sentinels}
         current = None
         for token in out[1:]:
-            if token in sentinels:
-                current = self.decode([token])
-                spans.setdefault(current, [])
+            if token in spans:
+                current = token
             elif current is not None:
                 spans[current].append(token)
-        return {self.decode([s]): self.decode(spans.get(self.decode([s]), [])) for s in sentinels}
+        return {self.decode([s]): self.decode(span) for s, span in spans.items()}
 
 
 def _state_dict(checkpoint: dict, path: Path) -> dict:

@@ -117,12 +117,13 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         dm, objective, model, module = run.data, run.objective, run.model, run.module
         corpus = dm.corpus
         plain = OmegaConf.to_container(cfg, resolve=True)
-        module.resume_record = resume_state(plain, corpus.vocab.size, tokenizer_hash(corpus))
+        digest = tokenizer_hash(corpus)
+        module.resume_record = resume_state(plain, corpus.vocab.size, digest)
         module.resume_record["tokenizer"] = corpus.tokenizer.to_str()  # a checkpoint loads on its own (selfsup.load)
         if rank_zero:
             corpus.tokenizer.save(str(run_dir / "tokenizer.json"))  # and so does the run dir
         if cfg.ckpt_path:  # refuse a checkpoint of another objective, architecture, data or tokenizer
-            check_resume_compatible(cfg.ckpt_path, plain, corpus.vocab.size, tokenizer_hash(corpus))
+            check_resume_compatible(cfg.ckpt_path, plain, corpus.vocab.size, digest)
         if rank_zero and not loggers_first:
             loggers = make_loggers(cfg, run_dir)
             loggers = start_wandb(loggers, run_dir)

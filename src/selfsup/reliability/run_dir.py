@@ -55,7 +55,7 @@ class RunDirGuard(Callback):
             else:
                 check_new_path(run_dir)
                 claim(run_dir)  # at once: under torchrun the other ranks write into the same dir
-                if not requeued(run_dir):  # a SLURM job requeued by Lightning continues in its dir (hydra_main)
+                if requeue_checkpoint(config, run_dir) is None:  # a requeued SLURM job continues in its dir
                     # the dir of this torchrun/srun launch: its other ranks may have written .hydra/ already
                     ranks = shared_job_id() is not None and shared_job_id() in run_dir.name
                     check_new_run_dir(run_dir, other_ranks_write=ranks)
@@ -83,8 +83,10 @@ class RunDirGuard(Callback):
 
 def unclaim(run_dir: Path, created: list[Path]) -> None:
     """Take back what claiming a refused run's dir made: its lock, then the folders it created, if empty."""
-    lock = _claimed.pop(str(run_dir.resolve()), None) if run_dir.exists() else None
-    if lock is not None and created:
+    if not created:  # the dir was there before: it keeps its lock file
+        return
+    lock = _claimed.pop(str(run_dir.resolve()), None)
+    if lock is not None:
         lock.close()
         (run_dir / LOCK).unlink(missing_ok=True)
     for folder in created:  # innermost first; a folder something else wrote into stays
@@ -258,12 +260,6 @@ def resumed_config(run_dir: Path, overrides: list[str], record: Path | None = No
     if record is not None and record.parent.is_dir():
         OmegaConf.save(merged, record)
     return merged
-
-
-def requeued(run_dir: Path) -> bool:
-    """This is a SLURM job Lightning requeued, and its run dir holds the checkpoint it saved."""
-    from selfsup.reliability.checkpoints import slurm_resume_checkpoint
-    return bool(os.environ.get("SLURM_JOB_ID")) and slurm_resume_checkpoint(run_dir) is not None
 
 
 def requeue_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
