@@ -214,6 +214,19 @@ class SelfSupModule(L.LightningModule):
             results = self.evaluation(self.model)
             self.last_eval = (self.trainer.global_step, results)  # (for the console's line)
             self.log_dict(results, rank_zero_only=True)
+            if self.evaluation.examples and self.trainer.is_global_zero:
+                self.log_examples(self.evaluation.examples)
+
+    def log_examples(self, rows: list[list]) -> None:
+        """The evaluation's example predictions as the W&B Table eval/predictions (one per evaluation)."""
+        from lightning.pytorch.loggers import WandbLogger
+
+        from selfsup.evaluation import EXAMPLE_COLUMNS
+        step = self.trainer.global_step
+        for logger in self.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_table("eval/predictions", columns=EXAMPLE_COLUMNS, data=[[step, *row] for row in rows],
+                                 step=step)
 
     # ------------------------------------------------------------------ optimizer, state
     def configure_optimizers(self):

@@ -75,15 +75,23 @@ class Tables(HTMLParser):
             self._cell += data
 
 
-def html_table(text: str) -> list[dict]:
+def html_table(text: str, table: str = "runs") -> list[dict]:
+    """The rows of <table id=table> as dicts by column."""
+    start = text.index(f'<table id="{table}"')
     parser = Tables()
-    parser.feed(text)
+    parser.feed(text[start:text.index("</table>", start)])
     header, *rows = parser.rows
     return [dict(zip(header, row)) for row in rows]
 
 
-def md_table(text: str) -> list[dict]:
-    lines = [line for line in text.splitlines() if line.startswith("|")]
+def md_table(text: str, after: str = "## Runs") -> list[dict]:
+    """The rows of the first table after the line `after`."""
+    lines = []
+    for line in text.split(after + "\n", 1)[1].splitlines():
+        if line.startswith("|"):
+            lines.append(line)
+        elif lines:
+            break
     def split(line):
         return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
     header = split(lines[0])
@@ -141,6 +149,25 @@ def test_html_is_self_contained_with_real_png_plots(html_report):
     assert "the seed spread" in text
 
 
+def test_predictions_show_the_same_exam_examples_for_every_run_with_each_models_guesses(html_report, mask_sweep):
+    rows = html_table(html_report[0], "predictions")
+    assert [(r["run"], r["example"]) for r in rows] == [(str(job), str(i)) for job in range(4) for i in (0, 1)]
+    for i in (0, 1):  # the same window and masks for every run of the family: comparable by eye
+        inputs = {r["input"] for r in rows if r["example"] == str(i)}
+        targets = {r["target"] for r in rows if r["example"] == str(i)}
+        assert len(inputs) == 1 and len(targets) == 1 and "<mask>" in inputs.pop()
+    [offline] = (mask_sweep / "0" / "wandb").glob("offline-run-*")
+    tables = sorted((offline / "files" / "media" / "table" / "eval").glob("predictions_*.table.json"))
+    last = json.loads(tables[-1].read_text())  # the W&B Table of the last evaluation, in the run files
+    assert last["columns"] == ["step", "example", "input", "target", "prediction", "accuracy"]
+    first = dict(zip(last["columns"], last["data"][0]))
+    row = rows[0]
+    assert (row["target"], row["prediction"]) == (first["target"], first["prediction"]) and first["step"] == 6
+    guesses, targets = first["prediction"].split("|"), first["target"].split("|")
+    assert len(guesses) == len(targets) and first["accuracy"] == pytest.approx(
+        sum(g == t for g, t in zip(guesses, targets)) / len(targets), abs=1e-4)
+
+
 def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mask_sweep, tmp_path):
     out = report(mask_sweep, "--format", "md", "--out", tmp_path / "out" / "summary.md", "--wandb")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -148,6 +175,7 @@ def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mas
     text = md.read_text()
     rows = md_table(text)
     assert len(rows) == 4 and {r["status"] for r in rows} == {"finished"}
+    assert len(md_table(text, "## Predictions")) == 8
     pngs = sorted((tmp_path / "out").glob("*.png"))
     assert [p.name for p in pngs] == ["summary-fixed_loss_vs_mask_rate.png", "summary-probe_vs_flops.png",
                                       "summary-probe_vs_mask_rate.png", "summary-probe_vs_tokens.png",
@@ -267,7 +295,8 @@ def test_the_wandb_report_has_the_local_reports_panels_over_the_sweeps_group(mas
     [grid] = [b for b in report.blocks if isinstance(b, wr.PanelGrid)]
     [runset] = grid.runsets
     assert runset.name == wandb_run_record(mask_sweep / "0")["run_group"] and runset.project == "selfsup"
-    titles = [p.title for p in grid.panels]
+    titles = [getattr(p, "title", None) or "" for p in grid.panels]
+    assert [p.table_name for p in grid.panels if isinstance(p, wr.WeavePanelSummaryTable)] == ["eval/predictions"]
     assert any(t.startswith("val loss against tokens seen") for t in titles)
     assert any(t.startswith("train loss against tokens seen") for t in titles)
     assert "final probe accuracy per mask rate (mean, min-max over seeds)" in titles

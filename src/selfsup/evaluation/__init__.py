@@ -6,6 +6,8 @@ scores every run on exams that do not depend on its settings, after training (an
 `train/tokens_seen`:
 
     eval/fixed/loss, eval/fixed/perplexity      the family's fixed exam (selfsup.evaluation.fixed)
+    eval/predictions                             a table of the exam's first examples with the model's
+                                                 predictions (FixedExam.examples; a W&B Table)
     eval/<task>/accuracy, eval/<task>/macro_f1   the probe of each task in eval.tasks (the built-in: probe)
     eval/<task>/random_init_accuracy, ..._macro_f1, eval/<task>/majority_accuracy   its baselines: the same
                                                  probe on a randomly initialised model of the same shape, and
@@ -28,7 +30,9 @@ from selfsup.evaluation.fixed import EXAMS, FixedExam
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
 from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
 
-__all__ = ["BUILTIN_TASKS", "EXAMS", "PROTOCOLS", "EvalError", "Evaluation", "Examples", "FixedExam", "Task"]
+EXAMPLE_COLUMNS = ["step", "example", "input", "target", "prediction", "accuracy"]
+
+__all__ = ["EXAMPLE_COLUMNS", "BUILTIN_TASKS", "EXAMS", "PROTOCOLS", "EvalError", "Evaluation", "Examples", "FixedExam", "Task"]
 
 
 class Evaluation:
@@ -55,7 +59,8 @@ class Evaluation:
         self.encoded: dict[str, tuple] = {}
         self.baselines: dict[str, float] = {}
         self.validations = 0
-        self.run_seed, self.make_model = 0, None
+        self.run_seed, self.make_model, self.tokenizer = 0, None, None
+        self.examples: list[list] = []  # the last evaluation's EXAMPLE_COLUMNS rows (FixedExam.examples)
         self.seconds = 0.0
 
     # ------------------------------------------------------------------------------ before training
@@ -95,7 +100,7 @@ class Evaluation:
         """The exam's windows and the tasks' encoded examples. make_model() builds an untrained model of the
         run's shape (the random-init baseline), initialised from run_seed and the probe's seed, so that
         baselines, like runs, spread over seeds."""
-        self.run_seed, self.make_model = run_seed, make_model
+        self.run_seed, self.make_model, self.tokenizer = run_seed, make_model, tokenizer
         if self.fixed:
             self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_windows)
             if self.exam.model_length > model_length:
@@ -126,6 +131,8 @@ class Evaluation:
             if self.exam is not None:
                 loss = self.exam.loss(model)
                 metrics.update({"eval/fixed/loss": loss, "eval/fixed/perplexity": math.exp(min(loss, 80.0))})
+                if self.tokenizer is not None:
+                    self.examples = self.exam.examples(model, self.tokenizer)
             for name in self.encoded:
                 metrics.update({f"eval/{name}/{k}": v for k, v in self.probe(model, name).items()})
             if self.encoded and not self.baselines:  # the same for every evaluation of the run: once

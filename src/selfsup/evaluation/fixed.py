@@ -68,3 +68,31 @@ class FixedExam:
             nll, n, _ = cross_entropy_sums(model, batch, accuracy=False)
             total, count = total + float(nll), count + int(n)
         return total / max(count, 1)
+
+    @torch.no_grad()
+    def examples(self, model: torch.nn.Module, tokenizer, n: int = 4, max_targets: int = 24) -> list[list]:
+        """The first n windows of the exam with what the model predicts at their scored positions (the argmax of
+        the same teacher-forced step the loss scores): rows of [example, input, target, prediction, accuracy].
+        input is what the model reads (the encoder's input, else the decoder's), target and prediction the first
+        max_targets scored tokens, separated by '|'. The same windows and masks for every run of the family."""
+        batch = next(self.batches(next(model.parameters()).device))
+        hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
+                       encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
+        predicted = model.head(hidden).argmax(-1)
+        inputs = batch.encoder_inputs if batch.encoder_inputs is not None else batch.decoder_inputs
+        rows = []
+        for i in range(min(n, len(inputs))):
+            scored = batch.scored[i]
+            targets, guesses = batch.targets[i][scored].tolist(), predicted[i][scored].tolist()
+            shown = [_token(tokenizer, t) for t in targets[:max_targets]]
+            guessed = [_token(tokenizer, t) for t in guesses[:max_targets]]
+            accuracy = sum(t == g for t, g in zip(targets, guesses)) / max(len(targets), 1)
+            text = [t for t in inputs[i].tolist() if t != self.objective.vocab.pad_id]
+            rows.append([i, tokenizer.decode(text, skip_special_tokens=False), "|".join(shown),
+                         "|".join(guessed), round(accuracy, 4)])
+        return rows
+
+
+def _token(tokenizer, token_id: int) -> str:
+    """One token's text, with line breaks and tabs visible."""
+    return tokenizer.decode([token_id], skip_special_tokens=False).replace("\n", "\\n").replace("\t", "\\t")

@@ -38,6 +38,7 @@ class Run:
     wandb_record: dict = field(default_factory=dict)  # the run record: run_id, run_group, project, entity, ...
     summary: dict = field(default_factory=dict)       # its summary.json
     note: str | None = None
+    predictions: list[dict] = field(default_factory=list)  # the last eval/predictions table: one dict per row
 
     def last(self, *keys: str) -> float | None:
         """The last logged value of the first of `keys` that was logged."""

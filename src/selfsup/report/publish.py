@@ -56,6 +56,8 @@ def build_wandb_report(runs: list[Run], keys: list[str], entity: str, project: s
                                          metrics=[metric], groupby=wr.Config(key), groupby_aggfunc="mean",
                                          groupby_rangefunc="minmax", layout=wr.Layout(x=12 * x, y=y, w=12, h=8)))
             y += 8
+    if any(r.predictions for r in logged):  # the last eval/predictions table of every run, stacked
+        panels.append(wr.WeavePanelSummaryTable(table_name="eval/predictions", layout=wr.Layout(x=0, y=y, w=24, h=12)))
     sweeps = ", ".join(dict.fromkeys(str(r.sweep) for r in runs))
     blocks = [
         wr.P(f"{_counts(runs)} from {sweeps}; W&B groups: {', '.join(g or '-' for g in groups)}; "

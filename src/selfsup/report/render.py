@@ -97,6 +97,23 @@ NUMERIC = {"val loss", "val ppl", "fixed loss", "probe acc", "random-init", "val
            "tokens/s", "wall time"}
 
 
+PREDICTIONS_NOTE = ("The first examples of the fixed exam at each run's last evaluation (the same text windows and "
+                    "masks for every run of an architecture family): input is what the model reads, target the "
+                    "scored tokens (the first 24, separated by |), prediction the model's likeliest token at each.")
+PREDICTION_COLUMNS = ["run", "example", "input", "target", "prediction", "accuracy"]
+
+
+def prediction_rows(runs: list[Run], per_run: int = 2, width: int = 160) -> list[list[str]]:
+    """[run, example, input (shortened), target, prediction, accuracy] of the first per_run examples of each run."""
+    rows = []
+    for run in runs:
+        for row in run.predictions[:per_run]:
+            text = str(row.get("input", ""))
+            rows.append([run.label, str(row.get("example", "")), text if len(text) <= width else text[:width - 1] + "…",
+                         str(row.get("target", "")), str(row.get("prediction", "")), _show(row.get("accuracy"))])
+    return rows
+
+
 def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], setup: dict | None = None) -> str:
     setup = setup or {}
     esc = html.escape
@@ -140,8 +157,20 @@ def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, by
 {f"<p><b>{esc(verdict(runs, keys))}</b></p>" if verdict(runs, keys) else ""}
 <h2>Plots</h2>
 {figures or "<p>No validation values were logged: nothing to plot.</p>"}
+{_predictions_html(runs)}
 </body></html>
 """
+
+
+def _predictions_html(runs: list[Run]) -> str:
+    rows = prediction_rows(runs)
+    if not rows:
+        return ""
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in PREDICTION_COLUMNS)
+    body = "\n".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (f'<h2>Predictions</h2>\n<p class="small">{esc(PREDICTIONS_NOTE)}</p>\n'
+            f'<table id="predictions"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>')
 
 
 def _md_cell(text: str) -> str:
@@ -174,4 +203,9 @@ def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str
         lines += [f"![{name}]({path.name})", "", f"*{caption}*", ""]
     if not plots:
         lines += ["No validation values were logged: nothing to plot.", ""]
+    predictions = prediction_rows(runs)
+    if predictions:
+        lines += ["## Predictions", "", PREDICTIONS_NOTE, "", "| " + " | ".join(PREDICTION_COLUMNS) + " |",
+                  "|" + "|".join("---" for _ in PREDICTION_COLUMNS) + "|"]
+        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in predictions] + [""]
     return "\n".join(lines), files

@@ -120,6 +120,22 @@ def inspect_wandb(wandb_dir: Path) -> tuple[dict, list[dict]]:
     return record, history
 
 
+def read_predictions(folders: list[Path]) -> list[dict]:
+    """The rows of the newest eval/predictions W&B Table (the last evaluation) in a run's W&B folders."""
+    newest: tuple[int, list[dict]] = (-1, [])
+    for folder in folders:
+        for path in (folder / "files" / "media" / "table" / "eval").glob("predictions_*.table.json"):
+            try:
+                table = json.loads(path.read_text())
+                rows = [dict(zip(table["columns"], row)) for row in table["data"]]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            step = max((int(r.get("step") or 0) for r in rows), default=0)
+            if rows and step > newest[0]:
+                newest = (step, rows)
+    return newest[1]
+
+
 _API_FAILED: list[str] = []
 
 
@@ -211,6 +227,7 @@ def load_run(run: Run) -> Run:
                 problems.append(f"W&B API unavailable ({reason}): values read from the local W&B run files")
         if not run.history and history:
             run.history, run.source = history, "wandb-file"
+    run.predictions = read_predictions(folders)
     if run.history:
         fill_tokens_seen(run.history, "trainer/global_step")
     else:
