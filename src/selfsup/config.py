@@ -70,6 +70,7 @@ class LoggerConfig:
     tags: List[str] = field(default_factory=list)
     timeout: Optional[float] = 300.0    # s a W&B call may take; then its stuck service is stopped, training goes on
     log_model: bool = False             # the best and last checkpoints (and tokenizer) as a W&B model artifact
+    log_export: bool = False            # with log_model: also the Hugging Face export (<run dir>/hf), artifact hf-<id>
 
 
 @dataclass

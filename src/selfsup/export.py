@@ -23,7 +23,8 @@ objective exports as GPT-2, which attends causally everywhere (the prefix's bidi
 kept).
 
 Weights are written as safetensors, the tokenizer as the lab's `tokenizer.json` with its special tokens named
-(pad, bos, eos, mask, the mode tokens and the sentinels keep their ids). Only plain files are written here:
+(pad, bos, eos, mask, the mode tokens and the sentinels keep their ids; `<mask>` and `<extra_id_N>` take the
+space before them, as `selfsup.load(...).encode` does, so "a <mask>" encodes as in training). Only plain files are written here:
 exporting does not need `transformers` installed.
 """
 
@@ -150,7 +151,9 @@ def blenderbot(model, p) -> tuple[dict, dict]:
               "dropout": model.dropout_p, "attention_dropout": model.dropout_p, "activation_dropout": 0.0,
               "scale_embedding": False, "decoder_start_token_id": p.vocab.bos_id,
               "encoder_no_repeat_ngram_size": 0, "forced_eos_token_id": None}
-    w = {"model.shared.weight": _vocab(model.tok_emb.weight, p.vocab.size)}
+    embedding = _vocab(model.tok_emb.weight, p.vocab.size)  # each stack's own key too (untied heads need them)
+    w = {"model.shared.weight": embedding, "model.encoder.embed_tokens.weight": embedding,
+         "model.decoder.embed_tokens.weight": embedding}
     for stack_name in ("encoder", "decoder"):
         s = getattr(model, stack_name)
         top = f"model.{stack_name}."
@@ -186,7 +189,12 @@ def tokenizer_files(p) -> dict[str, str]:
               "additional_special_tokens": [names[i] for i in range(v.first_ordinary)
                                             if i not in (v.pad_id, v.bos_id, v.eos_id, v.mask_id)]}
     config["extra_special_tokens"] = config["additional_special_tokens"]
-    return {"tokenizer.json": p.tokenizer.to_str(), "tokenizer_config.json": json.dumps(config, indent=2)}
+    tokenizer = json.loads(p.tokenizer.to_str())
+    for token in tokenizer["added_tokens"]:  # "a <mask>" -> 'Ġa', '<mask>': the space goes, as in training
+        if token["id"] == v.mask_id or v.sentinel_start <= token["id"] < v.first_ordinary:
+            token["lstrip"] = True
+    return {"tokenizer.json": json.dumps(tokenizer, ensure_ascii=False),
+            "tokenizer_config.json": json.dumps(config, indent=2)}
 
 
 def export(path: str | Path, out_dir: str | Path) -> dict:

@@ -198,12 +198,12 @@ class SafeWandbLogger(WandbLogger):
     def finalize(self, status: str) -> None:
         self._guard(super().finalize, status)
 
-    def log_checkpoints(self, files: list[Path], metadata: dict) -> None:
-        """The run's checkpoints (with its tokenizer) as one W&B model artifact, `model-<run id>`, its
-        settings and results as metadata; offline runs keep it for `wandb sync`."""
+    def log_checkpoints(self, files: list[Path], metadata: dict, name: str = "model") -> None:
+        """Files (the run's checkpoints with its tokenizer; or its Hugging Face export) as one W&B model artifact,
+        `<name>-<run id>`, the run's settings and results as metadata; offline runs keep it for `wandb sync`."""
         def upload():
             run = wandb_run(self)
-            artifact = wandb.Artifact(f"model-{run.id}", type="model", metadata=metadata)
+            artifact = wandb.Artifact(f"{name}-{run.id}", type="model", metadata=metadata)
             for path in files:
                 artifact.add_file(str(path), name=path.name)
             run.log_artifact(artifact, aliases=["latest"])

@@ -172,7 +172,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         status = ("preempted" if preemption.preempted else "pruned" if pruning is not None and pruning.pruned
                   else "finished")
         if rank_zero and cfg.logger.get("log_model"):
-            log_model(loggers, run_dir, plain, summary)
+            log_model(loggers, run_dir, plain, summary, export=bool(cfg.logger.get("log_export")))
         if preemption.preempted:
             summary["preempted_by"] = preemption.preempted
             for lg in loggers:
@@ -201,17 +201,30 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     return summary
 
 
-def log_model(loggers: list, run_dir: Path, config: dict, summary: dict) -> None:
-    """logger.log_model: the best and last checkpoints and tokenizer.json as a W&B model artifact."""
+def log_model(loggers: list, run_dir: Path, config: dict, summary: dict, export: bool = False) -> None:
+    """logger.log_model: the best and last checkpoints and tokenizer.json as a W&B model artifact; with
+    logger.log_export, also the Hugging Face export of the best checkpoint (written to <run dir>/hf)."""
     from selfsup.loggers import SafeWandbLogger
     from selfsup.reliability.redact import redact
+    wandb_loggers = [lg for lg in loggers if isinstance(lg, SafeWandbLogger)]
     files = list(dict.fromkeys(Path(p) for p in (summary.get("best_checkpoint"), summary.get("last_checkpoint"),
                                                  run_dir / "tokenizer.json") if p and Path(p).is_file()))
     metadata = {"config": redact(config), "steps": summary.get("steps"), "val_loss": summary.get("val_loss"),
                 "eval": summary.get("eval"), "code": summary.get("code")}
-    for lg in loggers:
-        if isinstance(lg, SafeWandbLogger) and files:
+    for lg in wandb_loggers:
+        if files:
             lg.log_checkpoints(files, metadata)
+    if export and wandb_loggers and files:
+        from selfsup.checks import user_errors
+        from selfsup.export import export as export_model
+        try:
+            done = export_model(summary.get("best_checkpoint") or summary["last_checkpoint"], run_dir / "hf")
+        except user_errors() as err:
+            print(f"warning: logger.log_export: {err}", file=sys.stderr)
+            return
+        for lg in wandb_loggers:
+            lg.log_checkpoints(sorted((run_dir / "hf").iterdir()), {**metadata, "transformers_class": done["class"]},
+                               name="hf")
 
 
 def stop_on_sigterm(SIGTERMException):

@@ -22,7 +22,7 @@ def sweep(cache_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # no key: auto -> offline
     out = subprocess.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={root}",
-                          "logger.log_model=true", "objective=" + ",".join(OBJECTIVES)],
+                          "logger.log_model=true", "logger.log_export=true", "objective=" + ",".join(OBJECTIVES)],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return root, out
@@ -186,14 +186,186 @@ def test_log_model_puts_the_checkpoints_and_tokenizer_in_a_wandb_model_artifact(
     [offline] = list((run / "wandb").glob("offline-run-*"))
     out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
                          capture_output=True, text=True, timeout=120)
-    [artifact] = [json.loads(line)["artifact"] for line in out.stdout.splitlines()
-                  if line.strip() and json.loads(line).get("type") == "artifact"]
+    artifacts = [json.loads(line)["artifact"] for line in out.stdout.splitlines()
+                 if line.strip() and json.loads(line).get("type") == "artifact"]
+    artifact, hf = [a for a in artifacts if a["type"] == "model"]
+    assert any(a["type"] == "run_table" for a in artifacts)  # the eval/predictions W&B Table
     record = wandb_run_record(run)
     assert artifact["name"] == f"model-{record['run_id']}" and artifact["type"] == "model"
     assert artifact["aliases"] == ["latest"]
     files = {entry["path"] for entry in artifact["manifest"]["contents"]}
     summary = json.loads((run / "summary.json").read_text())
     assert files == {Path(summary["best_checkpoint"]).name, "last.ckpt", "tokenizer.json"}
+    exported = {entry["path"] for entry in hf["manifest"]["contents"]}  # logger.log_export: the transformers folder
+    assert hf["name"] == f"hf-{record['run_id']}" and hf["type"] == "model"
+    assert exported == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+    assert exported == {p.name for p in (run / "hf").iterdir()}
     metadata = artifact["metadata"] if isinstance(artifact["metadata"], dict) else json.loads(artifact["metadata"])
     assert metadata["config"]["objective"]["name"] == "clm" and metadata["steps"] == 6
     assert metadata["val_loss"] == pytest.approx(summary["val_loss"])
+
+
+# ---------------------------------------------------------------- the export to transformers (selfsup-export)
+SENTENCE = "The module returns a dictionary of the files in the folder."
+
+
+def lab_logits(p, ids, decoder_ids=None):
+    import torch
+    with torch.no_grad():
+        if p.architecture == "decoder":
+            hidden = p.model(decoder_inputs=ids)
+        else:
+            hidden = p.model(encoder_inputs=ids, decoder_inputs=decoder_ids)
+        return hidden, p.model.head(hidden)[..., :p.vocab.size]
+
+
+def hf_logits(folder, p, ids, decoder_ids=None):
+    import torch
+    import transformers
+    auto = {"decoder": transformers.AutoModelForCausalLM, "encoder": transformers.AutoModelForMaskedLM,
+            "encoder_decoder": transformers.AutoModelForSeq2SeqLM}[p.architecture]
+    model = auto.from_pretrained(folder).eval()
+    with torch.no_grad():
+        if p.architecture == "encoder_decoder":
+            return model, model(input_ids=ids, decoder_input_ids=decoder_ids).logits
+        return model, model(ids).logits
+
+
+@pytest.mark.parametrize("job", [1, 2, 3])  # clm and prefix_lm decoders, span corruption encoder-decoder
+def test_exported_decoders_and_encoder_decoders_give_the_labs_logits(sweep, job):
+    """logger.log_export wrote <run>/hf; transformers loads it (GPT-2, Blenderbot) and computes the same logits."""
+    import torch
+
+    import selfsup
+    root, _ = sweep
+    p = selfsup.load(root / str(job))
+    ids = torch.tensor([p.encode(SENTENCE)])
+    decoder_ids = torch.tensor([[p.vocab.bos_id, *p.encode("a dictionary")]]) if job == 2 else None
+    _, expected = lab_logits(p, ids, decoder_ids)
+    model, logits = hf_logits(root / str(job) / "hf", p, ids, decoder_ids)
+    assert type(model).__name__ == ("BlenderbotForConditionalGeneration" if job == 2 else "GPT2LMHeadModel")
+    assert logits.shape == expected.shape and (logits - expected).abs().max() < 1e-4
+
+
+def test_exported_encoder_gives_the_labs_features_and_masked_lm_logits(sweep):
+    """Megatron-BERT: the encoder's hidden states exactly; the masked-LM logits up to the second normalisation of
+    its head's transform, a relative eps / (2 variance) of the final residual stream (selfsup.export)."""
+    import torch
+    import transformers
+
+    import selfsup
+    root, _ = sweep
+    p = selfsup.load(root / "0")
+    ids = torch.tensor([p.encode(SENTENCE.replace("dictionary", "<mask>"))])
+    assert p.vocab.mask_id in ids[0].tolist()
+    hidden, expected = lab_logits(p, ids)
+    features = transformers.AutoModel.from_pretrained(root / "0" / "hf").eval()
+    with torch.no_grad():
+        assert (features(ids).last_hidden_state - hidden).abs().max() < 1e-4
+    residual = {}
+    p.model.encoder.ln_f.register_forward_hook(lambda m, args, out: residual.setdefault("x", args[0]))
+    lab_logits(p, ids)
+    variance = residual["x"].var(-1, unbiased=False).min().item()
+    model, logits = hf_logits(root / "0" / "hf", p, ids)
+    assert type(model).__name__ == "MegatronBertForMaskedLM"
+    bound = 1e-5 / variance * expected.abs().max().item() + 1e-4  # twice the first-order eps / (2 variance)
+    assert (logits - expected).abs().max() < bound
+
+
+def test_exported_tokenizer_encodes_as_the_lab_and_keeps_the_special_ids(sweep):
+    import transformers
+
+    import selfsup
+    root, _ = sweep
+    p = selfsup.load(root / "2")
+    tok = transformers.AutoTokenizer.from_pretrained(root / "2" / "hf")
+    assert tok(SENTENCE)["input_ids"] == p.encode(SENTENCE)
+    v = p.vocab
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.mask_token_id) == (v.pad_id, v.bos_id, v.eos_id,
+                                                                                         v.mask_id)
+    assert tok.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(3)]) == [v.sentinel(i) for i in range(3)]
+    assert tok("The <extra_id_0> of a <mask>")["input_ids"] == p.encode("The <extra_id_0> of a <mask>")
+    assert tok.decode(p.encode(SENTENCE)) == SENTENCE
+
+
+def test_export_maps_every_shape_option(sweep, tmp_path):
+    """No biases, ReLU, untied head, more decoder than encoder layers, and weights far from their init: still the
+    lab's logits (a checkpoint of the sweep given other settings and perturbed weights)."""
+    import torch
+
+    import selfsup
+    from selfsup.export import export
+    from selfsup.models import TransformerConfig
+    root, _ = sweep
+    for job, name in ((2, "encoder_decoder"), (1, "decoder")):
+        checkpoint = torch.load(root / str(job) / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+        record = checkpoint["selfsup"]
+        shape = {**record["config"]["architecture"], "bias": False, "activation": "relu", "tie_embeddings": False,
+                 "n_decoder_layers": 2}
+        record["config"]["architecture"] = shape
+        torch.manual_seed(job)
+        model = TransformerConfig(**{k: v for k, v in shape.items() if k in TransformerConfig.__dataclass_fields__}
+                                  ).build(record["vocab_size"], 40)
+        with torch.no_grad():
+            for param in model.parameters():
+                param.add_(0.2 * torch.randn_like(param))
+        checkpoint["state_dict"] = {f"model.{k}": v for k, v in model.state_dict().items()}
+        path = tmp_path / f"{name}.ckpt"
+        torch.save(checkpoint, path)
+        export(path, tmp_path / name)
+        p = selfsup.load(path)
+        assert p.model.lm_head.weight is not p.model.tok_emb.weight and p.model.bias is False
+        ids = torch.tensor([p.encode(SENTENCE)])
+        decoder_ids = torch.tensor([[p.vocab.bos_id, *p.encode("a dictionary of")]]) if job == 2 else None
+        _, expected = lab_logits(p, ids, decoder_ids)
+        _, logits = hf_logits(tmp_path / name, p, ids, decoder_ids)
+        assert (logits - expected).abs().max() < 1e-4 * max(1.0, expected.abs().max().item())
+
+
+def test_export_refuses_a_folder_that_holds_files_and_says_what_it_wrote(sweep, tmp_path, capsys):
+    from selfsup.export import main as export
+    root, _ = sweep
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    for args, words in (([str(root / "1"), str(taken)], "already exists and is not empty"),
+                        ([str(tmp_path / "nope"), str(tmp_path / "out")], "does not exist")):
+        with pytest.raises(SystemExit) as done:
+            export(args)
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.startswith("error: ") and words in err and len(err.splitlines()) == 1
+    assert [p.name for p in taken.iterdir()] == ["notes.txt"] and not (tmp_path / "out").exists()
+    export([str(root / "3"), str(tmp_path / "prefix")])
+    lines = capsys.readouterr().out.splitlines()
+    assert "GPT2LMHeadModel" in lines[0] and "AutoModelForCausalLM.from_pretrained" in lines[0]
+    assert lines[1].startswith("note: GPT-2 attends causally everywhere")
+
+
+@pytest.mark.slow
+def test_a_decoder_trained_a_few_hundred_steps_samples_the_corpus_words(train, tmp_path, capsys):
+    """selfsup-sample of a decoder after 600 steps (byte-level pieces: a 512-token vocabulary, so words must be
+    learnt, not looked up) writes mostly words of the corpus; the same model after 1 step does not."""
+    import re
+
+    from selfsup.data.builtin import builtin_documents
+    from selfsup.sample import main as sample
+    shape = ["debug=tiny", "objective=clm", "eval=none", "logger=none", "architecture.d_model=128", "architecture.n_layers=2",
+             "architecture.n_heads=4", "data.seq_len=64", "data.batch_size=16", "optim.lr=2e-3",
+             "optim.warmup_steps=30"]
+    for steps in (600, 1):
+        out = train(*shape, f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
+                    run_dir=tmp_path / str(steps), tiny=False)
+        assert out.returncode == 0, out.stderr[-2000:]
+    corpus = set(re.findall(r"[A-Za-z]+", " ".join(builtin_documents())))
+
+    def corpus_word_rate(run):
+        words = []
+        for seed in range(10):
+            sample([str(run), "--prompt", "The", "--max-new-tokens", "40", "--temperature", "0.5", "--top-k", "10",
+                    "--seed", str(seed)])
+            text = capsys.readouterr().out.split("\n", 1)[1]
+            words += [w for w in re.findall(r"[A-Za-z]+", text) if len(w) >= 3]
+        return sum(w in corpus for w in words) / len(words)
+
+    trained, untrained = corpus_word_rate(tmp_path / "600"), corpus_word_rate(tmp_path / "1")
+    assert trained >= 0.5 and untrained <= 0.35, (trained, untrained)
