@@ -56,6 +56,7 @@ def test_non_finite_gradients_never_reach_the_weights_and_the_suggested_command_
     assert again.returncode == 0, again.stderr[-2000:]
 
 
+@pytest.mark.slow  # three runs; the default suite resumes runs bitwise (test_resume.py) and refuses in-process
 def test_resume_applies_a_new_learning_rate_and_records_it(train, tmp_path):
     run = tmp_path / "run"
     assert train(*QUICK, run_dir=run).returncode == 0  # 6 steps, lr 1e-3
