@@ -108,7 +108,9 @@ def make_corpus(cfg: DictConfig) -> Corpus:
                   hf_config=d.hf_config, hf_split=d.hf_split, data_files=list(d.data_files) if d.data_files else None,
                   streaming=d.streaming, max_documents=d.max_documents, vocab_size=d.vocab_size,
                   n_sentinels=d.n_sentinels, val_fraction=d.val_fraction, batch_size=d.batch_size,
-                  num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed)
+                  num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed, val_split=d.get("val_split"),
+                  revision=d.get("revision"), tokenizer_sample_chars=d.get("tokenizer_sample_chars"),
+                  num_proc=d.get("num_proc"), shard_chars=d.get("shard_chars", 64_000_000))
 
 
 _PREPARED: dict[str, tuple] = {}  # prepared before Hydra made the run dir (RunDirGuard), for the run to use
@@ -142,7 +144,7 @@ def prepare(cfg: DictConfig) -> tuple[Corpus, Objective, Evaluation | None]:
     corpus.set_window(objective.raw_length, cfg.trainer.accumulate)
     evaluation = make_evaluation(cfg)
     if evaluation is not None:
-        evaluation.check(corpus.training_hashes, sharded=cfg.trainer.strategy == "fsdp")
+        evaluation.check(corpus.training_keys, sharded=cfg.trainer.strategy == "fsdp")
     return corpus, objective, evaluation
 
 

@@ -24,6 +24,8 @@ class DataConfig:
     hf_name: Optional[str] = None       # hf_dataset: hub name or a builder such as json / parquet
     hf_config: Optional[str] = None
     hf_split: str = "train"
+    val_split: Optional[str] = None     # hf_dataset: the data set's own validation split (else val_fraction held out)
+    revision: Optional[str] = None      # hf_dataset: a hub revision (branch, tag or commit)
     data_files: Optional[List[str]] = None
     streaming: bool = False
     max_documents: Optional[int] = None
@@ -34,6 +36,9 @@ class DataConfig:
     batch_size: int = 32                # per device, per micro-batch
     num_workers: int = 0
     cache_dir: str = ".cache/selfsup"
+    tokenizer_sample_chars: Optional[int] = 300_000_000  # BPE trains on this many characters of training text
+    num_proc: Optional[int] = None      # tokenizing processes (null: one per core, up to 8)
+    shard_chars: int = 64_000_000       # characters of text per token shard
 
 
 @dataclass

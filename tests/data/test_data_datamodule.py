@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-import selfsup.data.tokenizer as tokenizer_module
-from selfsup.data import Corpus, DataError, Vocab, build_or_load_cache
+import selfsup.data.cache as cache_module
+import selfsup.data.corpus as corpus_module
+from selfsup.data import Corpus, DataError, ShardedTokens, Vocab, build_or_load_cache, cache_key
 from selfsup.data.datamodule import SelfSupDataModule
 
 VOCAB_SIZE = 512
@@ -33,13 +34,14 @@ def test_prepare_builds_the_cache(builtin):
     assert isinstance(vocab, Vocab) and vocab.size == VOCAB_SIZE and vocab.word_start.shape == (VOCAB_SIZE,)
     assert builtin.prepare() is vocab  # idempotent
     files = {p.name for p in builtin.cache_path.iterdir()}
-    assert files == {"tokenizer.json", "train.npy", "val.npy", "meta.json"}
-    assert isinstance(builtin.train_tokens, np.memmap) and builtin.train_tokens.dtype == np.uint16
+    assert files == {"tokenizer.json", "train-00000.bin", "val-00000.bin", "train_keys.npy", "meta.json"}
+    assert isinstance(builtin.train_tokens, ShardedTokens) and builtin.train_tokens.dtype == np.uint16
     meta = json.loads((builtin.cache_path / "meta.json").read_text())
     assert meta["tokens"] == {"train": len(builtin.train_tokens), "val": len(builtin.val_tokens)}
     assert meta["documents"]["train"] > 10 * meta["documents"]["val"] > 0
     assert meta["vocab_size"] == VOCAB_SIZE and meta["source"].startswith("builtin")
-    assert builtin.cache_path.name == meta["key"][:16]
+    assert builtin.cache_path.name == cache_key(meta["identity"])[:16]
+    assert len(builtin.training_keys) == meta["documents"]["train"]
     # Each document ends with eos; eos only there (literal "</s>" in text is not eos).
     n_eos = int((np.asarray(builtin.train_tokens) == vocab.eos_id).sum())
     assert n_eos == meta["documents"]["train"] and builtin.train_tokens[-1] == vocab.eos_id
@@ -47,14 +49,18 @@ def test_prepare_builds_the_cache(builtin):
     assert not list(builtin.cache_path.parent.glob(".building-*"))
 
 
-def test_cache_is_reused_without_training(builtin, cache_dir, monkeypatch):
+def test_cache_is_reused_without_training_or_reading_a_document(builtin, cache_dir, monkeypatch):
     tokenizer_file = builtin.cache_path / "tokenizer.json"
     mtime = tokenizer_file.stat().st_mtime_ns
 
     def no_training(*args, **kwargs):
         raise AssertionError("the tokenizer was trained again")
 
-    monkeypatch.setattr(tokenizer_module, "train_tokenizer", no_training)
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a document was read")
+
+    monkeypatch.setattr(corpus_module, "train_tokenizer", no_training)
+    monkeypatch.setattr(corpus_module, "builtin_documents", no_reading)
     again = Corpus(vocab_size=VOCAB_SIZE, cache_dir=cache_dir)
     again.prepare()
     assert again.cache_path == builtin.cache_path
@@ -81,16 +87,16 @@ def test_other_settings_give_another_key(tmp_path):
 def test_concurrent_build_keeps_the_first_copy(tmp_path, monkeypatch):
     docs = [f"Document {i} talks about subject {i % 5} at some length. " * 10 for i in range(30)]
     settings = dict(cache_dir=tmp_path, val_fraction=0.1, vocab_size=400, n_sentinels=10)
-    real_build = tokenizer_module._build
+    real_build = cache_module.build
 
-    def build_while_another_process_finishes_first(folder, *args):
-        real_build(folder, *args)
-        monkeypatch.setattr(tokenizer_module, "_build", real_build)
+    def build_while_another_process_finishes_first(folder, *args, **kwargs):
+        real_build(folder, *args, **kwargs)
+        monkeypatch.setattr(cache_module, "build", real_build)
         other = build_or_load_cache(docs, **settings)  # the "other process" wins the rename
         assert other.built
         (other.path / "marker").write_text("first")
 
-    monkeypatch.setattr(tokenizer_module, "_build", build_while_another_process_finishes_first)
+    monkeypatch.setattr(cache_module, "build", build_while_another_process_finishes_first)
     ours = build_or_load_cache(docs, **settings)
     assert not ours.built and (ours.path / "marker").read_text() == "first"
     assert [p.name for p in tmp_path.iterdir()] == [ours.path.name]  # scratch folders cleaned up
@@ -184,7 +190,8 @@ def test_one_token_documents_are_refused_and_nothing_is_cached(tmp_path):
         f.writelines(json.dumps({"text": f"the cat sat on mat {i}"}) + "\n" for i in range(5))
     dm = Corpus(**settings)
     dm.prepare()
-    assert tokenizer_module.longest_document(dm.train_tokens, dm.vocab.eos_id) > 1
+    from selfsup.data.tokenizer import longest_document
+    assert longest_document(dm.train_tokens, dm.vocab.eos_id) > 1
 
 
 def test_setting_errors(tmp_path):

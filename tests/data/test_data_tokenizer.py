@@ -93,7 +93,7 @@ def test_a_damaged_token_cache_is_detected_and_rebuilt(tmp_path, damage, caplog)
     settings = dict(cache_dir=tmp_path, val_fraction=0.1, vocab_size=600, n_sentinels=10)
     first = build_or_load_cache(docs, **settings)
     good = np.array(first.train_tokens)
-    path = first.path / "train.npy"
+    path = first.path / "train-00000.bin"
     data = bytearray(path.read_bytes())
     if damage == "overwrite":  # same size, other bytes: only the checksum sees it
         data[-64:] = bytes(64)

@@ -2,6 +2,7 @@
 selfsup.data.datamodule adds Lightning's data module around a Corpus."""
 
 from selfsup.data.builtin import builtin_documents
+from selfsup.data.cache import FORMAT_VERSION, DocumentKeys, ShardedTokens, TokenCache, build_or_load_cache, cache_key
 from selfsup.data.corpus import SOURCES, Corpus, TokenWindows
 from selfsup.data.sources import (
     DataError,
@@ -11,10 +12,7 @@ from selfsup.data.sources import (
     text_file_documents,
 )
 from selfsup.data.tokenizer import (
-    FORMAT_VERSION,
-    TokenCache,
-    build_or_load_cache,
-    cache_key,
+    encode_documents,
     load_tokenizer,
     min_vocab_size,
     train_tokenizer,
@@ -29,6 +27,9 @@ __all__ = [
     "SOURCES",
     "WORD_START_MARKER",
     "DataError",
+    "DocumentKeys",
+    "ShardedTokens",
+    "encode_documents",
     "TokenCache",
     "TokenWindows",
     "Vocab",

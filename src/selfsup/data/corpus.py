@@ -9,8 +9,10 @@ selfsup.data.datamodule.SelfSupDataModule(corpus) adds Lightning's hooks and the
 
 from __future__ import annotations
 
+import itertools
 import operator
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,33 +20,26 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from selfsup.data.builtin import builtin_documents
-from selfsup.data.sources import (DataError, document_hash, drop_empty, hf_documents, split_documents,
-                                  text_file_documents)
-from selfsup.data.tokenizer import build_or_load_cache, check_vocab_size, vocab_from_tokenizer
+from selfsup.data.builtin import BUILTIN_MAX_CHARS, builtin_documents
+from selfsup.data.cache import DocumentKeys, ShardedTokens, build, build_or_load, cache_key
+from selfsup.data.sources import DataError, drop_empty, file_stats, iter_hf_documents, iter_text_file_documents
+from selfsup.data.tokenizer import check_vocab_size, train_tokenizer, vocab_from_tokenizer
 from selfsup.data.vocab import Vocab
 
 SOURCES = ("builtin", "text_files", "hf_dataset")
 
 
 class TokenWindows(Dataset):
-    """Non-overlapping windows of `length` tokens over a flat token array; the last partial one is dropped.
+    """Non-overlapping windows of `length` tokens over a split's tokens; the last partial one is dropped.
 
-    Item i is tokens[i*length : (i+1)*length] as an int64 tensor. Pickles without the array (a
-    worker process reopens the memmap from `path`), so workers never copy the corpus.
+    Item i is tokens[i*length : (i+1)*length] as an int64 tensor. `tokens` is a ShardedTokens (or any array):
+    it pickles without its memory maps, so data-loader workers reopen the shards and never copy the corpus.
     """
 
-    def __init__(self, path: str | os.PathLike, length: int, tokens: np.ndarray | None = None):
-        self.path = str(path)
+    def __init__(self, tokens, length: int):
+        self.tokens = tokens
         self.length = length
-        self._tokens = tokens
-        self.n_windows = len(self.tokens) // length
-
-    @property
-    def tokens(self) -> np.ndarray:
-        if self._tokens is None:
-            self._tokens = np.load(self.path, mmap_mode="r")
-        return self._tokens
+        self.n_windows = len(tokens) // length
 
     def __len__(self) -> int:
         return self.n_windows
@@ -55,9 +50,6 @@ class TokenWindows(Dataset):
             raise IndexError(f"window {index} out of range [0, {self.n_windows})")
         start = index * self.length
         return torch.from_numpy(np.asarray(self.tokens[start : start + self.length], dtype=np.int64))
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_tokens": None}
 
 
 class Corpus:
@@ -73,6 +65,8 @@ class Corpus:
         hf_name: str | None = None,
         hf_config: str | None = None,
         hf_split: str = "train",
+        val_split: str | None = None,
+        revision: str | None = None,
         data_files=None,
         streaming: bool = False,
         max_documents: int | None = None,
@@ -83,6 +77,10 @@ class Corpus:
         num_workers: int = 0,
         cache_dir: str | os.PathLike = ".cache/selfsup",
         seed: int = 0,
+        tokenizer_sample_chars: int | None = 300_000_000,
+        num_proc: int | None = None,
+        shard_chars: int = 64_000_000,
+        quiet: bool = False,
     ):
         self.source = source
         self.paths = paths
@@ -90,6 +88,12 @@ class Corpus:
         self.hf_name = hf_name
         self.hf_config = hf_config
         self.hf_split = hf_split
+        self.val_split = val_split
+        self.revision = revision
+        self.tokenizer_sample_chars = tokenizer_sample_chars
+        self.num_proc = num_proc if num_proc is not None else min(os.cpu_count() or 1, 8)
+        self.shard_chars = shard_chars
+        self.quiet = quiet
         self.data_files = data_files
         self.streaming = streaming
         self.max_documents = max_documents
@@ -105,10 +109,10 @@ class Corpus:
         self.tokenizer = None
         self.vocab: Vocab | None = None
         self.cache_path: Path | None = None
-        self.train_tokens: np.ndarray | None = None
-        self.val_tokens: np.ndarray | None = None
+        self.train_tokens: ShardedTokens | None = None
+        self.val_tokens: ShardedTokens | None = None
         self.meta: dict = {}
-        self.training_hashes: set[str] = set()
+        self.training_keys: DocumentKeys | None = None  # the training documents (a probe must not hold one)
         # set by set_window()
         self.raw_length: int | None = None
         self.batches_per_step = 1
@@ -126,53 +130,96 @@ class Corpus:
             raise DataError(f"data.n_sentinels={self.n_sentinels} must be 0 or more")
         if self.max_documents is not None and self.max_documents < 2:
             raise DataError(f"data.max_documents={self.max_documents} must be at least 2 (or null for all)")
+        if self.tokenizer_sample_chars is not None and self.tokenizer_sample_chars < 1:
+            raise DataError(f"data.tokenizer_sample_chars={self.tokenizer_sample_chars} must be at least 1 (or null: "
+                            f"train the tokenizer on the whole training split)")
+        if self.shard_chars < 1:
+            raise DataError(f"data.shard_chars={self.shard_chars} must be at least 1 (characters of text per shard)")
+        if self.num_proc < 1:
+            raise DataError(f"data.num_proc={self.num_proc} must be at least 1 (or null: one per core, up to 8)")
+        if self.val_split is not None and self.source != "hf_dataset":
+            raise DataError(f"data.val_split={self.val_split} names a split of a data set: it needs data=hf_dataset "
+                            f"(other sources hold out data.val_fraction of the documents)")
         check_vocab_size(self.vocab_size, self.n_sentinels)
 
-    def documents(self) -> tuple[list[str], str]:
-        """(documents, a one-line description of where they came from)."""
+    def where(self) -> str:
+        """A one-line description of where the documents come from."""
         if self.source == "builtin":
-            docs, where = builtin_documents(cache_dir=self.cache_dir), "builtin: pydoc topics + standard-library docstrings"
+            return "builtin: pydoc topics + standard-library docstrings"
+        if self.source == "text_files":
+            return "text_files: " + ", ".join(map(str, self._paths()))
+        return f"hf_dataset: {self.hf_name}" + (f"/{self.hf_config}" if self.hf_config else "") + f" [{self.hf_split}]"
+
+    def _paths(self) -> list:
+        return [self.paths] if isinstance(self.paths, (str, os.PathLike)) else list(self.paths or ())
+
+    def iter_documents(self, split: str | None = None):
+        """The documents, one at a time (of the data set's split `split`; default: the training one)."""
+        if self.source == "builtin":
+            docs = iter(builtin_documents(cache_dir=self.cache_dir))
         elif self.source == "text_files":
-            paths = [self.paths] if isinstance(self.paths, (str, os.PathLike)) else list(self.paths or ())
-            docs, where = text_file_documents(paths, self.text_field), "text_files: " + ", ".join(map(str, paths))
+            docs = iter_text_file_documents(self._paths(), self.text_field)
         else:
-            docs = hf_documents(
-                self.hf_name,
-                self.hf_config,
-                split=self.hf_split,
-                text_field=self.text_field,
-                data_files=self.data_files,
-                streaming=self.streaming,
-                max_documents=self.max_documents,
-            )
-            where = (
-                f"hf_dataset: {self.hf_name}" + (f"/{self.hf_config}" if self.hf_config else "") + f" [{self.hf_split}]"
-            )
-        docs = drop_empty(docs)
-        if self.max_documents is not None:
-            docs = docs[: self.max_documents]
+            docs = iter_hf_documents(self.hf_name, self.hf_config, split=split or self.hf_split,
+                                     text_field=self.text_field, data_files=self.data_files, streaming=self.streaming,
+                                     max_documents=None if split else self.max_documents, revision=self.revision)
+        docs = (d for d in docs if d is not None and d.strip())
+        return itertools.islice(docs, self.max_documents) if self.max_documents is not None and not split else docs
+
+    def documents(self) -> tuple[list[str], str]:
+        """(every document as a list, where they came from): for small corpora and tests; training streams them."""
+        docs = drop_empty(self.iter_documents())
         if not docs:
             raise DataError(f"data.source={self.source} gave no documents with text: check its settings")
-        return docs, where
+        return docs, self.where()
+
+    def identity(self) -> dict:
+        """What identifies the corpus and its tokens without reading a document: the cache key's contents."""
+        settings = {"vocab_size": self.vocab_size, "n_sentinels": self.n_sentinels,
+                    "tokenizer_sample_chars": self.tokenizer_sample_chars, "max_documents": self.max_documents,
+                    "shard_chars": self.shard_chars}
+        if self.source == "builtin":
+            return {"source": "builtin", "python": sys.version, "max_chars": BUILTIN_MAX_CHARS,
+                    "val_fraction": self.val_fraction, **settings}
+        if self.source == "text_files":
+            return {"source": "text_files", "files": file_stats(self._paths()), "text_field": self.text_field,
+                    "val_fraction": self.val_fraction, **settings}
+        files = self.data_files
+        if isinstance(files, (str, os.PathLike)):
+            files = [files]
+        stats = None
+        if files is not None and not isinstance(files, dict):
+            files = [str(f) for f in files]
+            stats = [[str(Path(f).resolve()), Path(f).stat().st_size, Path(f).stat().st_mtime_ns]
+                     if Path(f).is_file() else f for f in files]
+        elif isinstance(files, dict):
+            stats = {str(k): list(map(str, v)) if not isinstance(v, str) else v for k, v in files.items()}
+        return {"source": "hf_dataset", "name": self.hf_name, "config": self.hf_config, "split": self.hf_split,
+                "val_split": self.val_split, "revision": self.revision, "data_files": stats,
+                "streaming": self.streaming, "text_field": self.text_field,
+                "val_fraction": None if self.val_split else self.val_fraction, **settings}
+
+    def make_tokenizer(self, sample):
+        """The tokenizer, from an iterator over (a sample of) the training documents."""
+        return train_tokenizer(sample, self.vocab_size, self.n_sentinels)
 
     # ---- tokens ----------------------------------------------------------------------------
 
     def prepare(self) -> Vocab:
-        """Gather documents, build or reuse the token cache, load it; returns the Vocab. Idempotent."""
+        """Build or reuse the token cache, load it; returns the Vocab. Idempotent. A warm start (the cache
+        exists) reads no document: it is found by identity() alone."""
         if self.vocab is not None:
             return self.vocab
         self._check_settings()
-        docs, where = self.documents()
-        cache = build_or_load_cache(
-            docs,
-            cache_dir=self.cache_dir,
-            val_fraction=self.val_fraction,
-            vocab_size=self.vocab_size,
-            n_sentinels=self.n_sentinels,
-            source=where,
-        )
-        train_docs, _ = split_documents(docs, self.val_fraction)
-        self.training_hashes = {document_hash(d) for d in train_docs}  # what a probe task must not hold
+        if self.source == "hf_dataset" and not self.hf_name:
+            raise DataError("data.hf_name is not set: name a data set (e.g. data.hf_name=wikitext) for data=hf_dataset")
+        identity = self.identity()
+        val = (lambda: self.iter_documents(self.val_split)) if self.val_split else None
+        cache = build_or_load(cache_key(identity), self.cache_dir, lambda folder: build(
+            folder, self.iter_documents, val_documents=val, val_fraction=self.val_fraction,
+            make_tokenizer=self.make_tokenizer, n_sentinels=self.n_sentinels, num_proc=self.num_proc,
+            source=self.where(), identity=identity, quiet=self.quiet, shard_chars=self.shard_chars))
+        self.training_keys = cache.train_keys
         self.tokenizer = cache.tokenizer
         self.cache_path = cache.path
         self.train_tokens = cache.train_tokens

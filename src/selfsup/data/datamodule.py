@@ -36,7 +36,7 @@ class SelfSupDataModule(L.LightningDataModule):
             raise RuntimeError("call set_window(raw_length) on the corpus before asking for data loaders")
         c.prepare()
         tokens = c.train_tokens if split == "train" else c.val_tokens
-        return TokenWindows(c.cache_path / f"{split}.npy", c.raw_length, tokens)
+        return TokenWindows(tokens, c.raw_length)
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = getattr(self, "trainer", None)

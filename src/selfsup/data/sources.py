@@ -118,9 +118,28 @@ def _txt_documents(path: Path) -> list[str]:
     return drop_empty(split_long_text(text))
 
 
-def _jsonl_documents(path: Path, text_field: str) -> list[str]:
-    documents: list[str | None] = []
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+def _jsonl_lines(path: Path):
+    """(line number, text) of a .jsonl file, read line by line: NUL bytes and invalid UTF-8 refused."""
+    offset = 0
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if b"\x00" in raw:
+                raise DataError(f"{path} looks binary (it holds NUL bytes), not text: remove it from data.paths")
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"{path} is not UTF-8 text (invalid byte at offset {offset + e.start}): "
+                    f"convert it to UTF-8 or remove it from data.paths"
+                ) from None
+            offset += len(raw)
+            yield number, line
+
+
+def _jsonl_documents(path: Path, text_field: str):
+    """The documents of a .jsonl file, one line at a time."""
+    found = False
+    for number, line in _jsonl_lines(path):
         if not line.strip():
             continue
         try:
@@ -146,16 +165,16 @@ def _jsonl_documents(path: Path, text_field: str) -> list[str]:
                 f"{path}:{number}: field '{text_field}' is a JSON {type(value).__name__}, not a string: "
                 f"set data.text_field to the field holding the text"
             )
-        documents.append(value)
-    documents = drop_empty(documents)
-    if not documents:
+        if value is not None and value.strip():
+            found = True
+            yield value
+    if not found:
         raise DataError(
             f"{path} has no text (no non-empty '{text_field}' values): add records or remove it from data.paths"
         )
-    return documents
 
 
-def _parquet_documents(path: Path, text_field: str) -> list[str]:
+def _parquet_documents(path: Path, text_field: str):
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -176,30 +195,46 @@ def _parquet_documents(path: Path, text_field: str) -> list[str]:
             f"{path}: column '{text_field}' holds {kind}, not strings: "
             f"set data.text_field to the column holding the text"
         )
-    documents = drop_empty(pq.read_table(path, columns=[text_field]).column(text_field).to_pylist())
-    if not documents:
+    found = False
+    for batch in pq.ParquetFile(path).iter_batches(columns=[text_field], batch_size=4096):
+        for value in drop_empty(batch.column(0).to_pylist()):
+            found = True
+            yield value
+    if not found:
         raise DataError(
             f"{path} has no text (no non-empty '{text_field}' values): add rows or remove it from data.paths"
         )
-    return documents
 
 
-def text_file_documents(paths: str | os.PathLike | Sequence[str | os.PathLike], text_field: str = "text") -> list[str]:
-    """Documents from files and folders (searched recursively, in sorted order; hidden ones skipped).
+def iter_text_file_documents(paths: str | os.PathLike | Sequence[str | os.PathLike], text_field: str = "text"):
+    """Documents from files and folders (searched recursively, in sorted order; hidden ones skipped), one file
+    at a time and .jsonl / .parquet files in pieces, so the corpus is never in memory as a whole.
 
     .txt: one document per file, cut at blank lines into pieces of <= 64K characters when longer.
     .jsonl: one document per line, the text in `text_field`. .parquet: one per row of `text_field`.
     """
-    documents: list[str] = []
     for path in _expand_paths(paths):
         suffix = path.suffix.lower()
         if suffix == ".txt":
-            documents += _txt_documents(path)
+            yield from _txt_documents(path)
         elif suffix == ".jsonl":
-            documents += _jsonl_documents(path, text_field)
+            yield from _jsonl_documents(path, text_field)
         else:
-            documents += _parquet_documents(path, text_field)
-    return documents
+            yield from _parquet_documents(path, text_field)
+
+
+def text_file_documents(paths: str | os.PathLike | Sequence[str | os.PathLike], text_field: str = "text") -> list[str]:
+    """The documents of iter_text_file_documents as a list."""
+    return list(iter_text_file_documents(paths, text_field))
+
+
+def file_stats(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[list]:
+    """[path, bytes, mtime_ns] of every file data.paths names (what identifies the corpus without reading it)."""
+    out = []
+    for path in _expand_paths(paths):
+        stat = path.stat()
+        out.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,7 +242,14 @@ def text_file_documents(paths: str | os.PathLike | Sequence[str | os.PathLike], 
 # --------------------------------------------------------------------------------------------
 
 
-def hf_documents(
+def hf_documents(name: str | None, config: str | None = None, split: str = "train", text_field: str = "text",
+                 data_files=None, streaming: bool = False, max_documents: int | None = None,
+                 revision: str | None = None) -> list[str]:
+    """The documents of iter_hf_documents as a list."""
+    return list(iter_hf_documents(name, config, split, text_field, data_files, streaming, max_documents, revision))
+
+
+def iter_hf_documents(
     name: str | None,
     config: str | None = None,
     split: str = "train",
@@ -215,8 +257,10 @@ def hf_documents(
     data_files=None,
     streaming: bool = False,
     max_documents: int | None = None,
-) -> list[str]:
-    """Documents from `datasets.load_dataset(name, config, split=split, streaming=streaming, data_files=...)`.
+    revision: str | None = None,
+):
+    """Documents from `datasets.load_dataset(name, config, split=split, streaming=streaming, data_files=...,
+    revision=...)`, row by row (an Arrow-backed data set is memory-mapped, a streamed one read as it goes).
 
     Stops after `max_documents` non-empty documents (with streaming, nothing more is read).
     """
@@ -234,7 +278,8 @@ def hf_documents(
     verbosity = datasets.logging.get_verbosity()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its own ERROR lines would precede ours
     try:
-        return _hf_read(datasets, name, config, split, text_field, data_files, streaming, max_documents, where)
+        yield from _hf_read(datasets, name, config, split, text_field, data_files, streaming, max_documents, where,
+                            revision)
     finally:
         datasets.logging.set_verbosity(verbosity)
 
@@ -249,9 +294,10 @@ def _root_cause(e: BaseException) -> str:
     return f"{type(e).__name__}: {_one_line(e)}"
 
 
-def _hf_read(datasets, name, config, split, text_field, data_files, streaming, max_documents, where) -> list[str]:
+def _hf_read(datasets, name, config, split, text_field, data_files, streaming, max_documents, where, revision=None):
     try:
-        dataset = datasets.load_dataset(name, config, split=split, streaming=streaming, data_files=data_files)
+        dataset = datasets.load_dataset(name, config, split=split, streaming=streaming, data_files=data_files,
+                                        revision=revision)
     except Exception as e:  # noqa: BLE001 - load_dataset raises many kinds
         cause = _root_cause(e)
         raise DataError(
@@ -271,9 +317,9 @@ def _hf_read(datasets, name, config, split, text_field, data_files, streaming, m
     if columns is not None and not streaming:
         dataset = dataset.select_columns([text_field])
 
-    documents: list[str] = []
+    found = 0
     rows = iter(enumerate(dataset))
-    while max_documents is None or len(documents) < max_documents:
+    while max_documents is None or found < max_documents:
         try:
             number, row = next(rows)
         except StopIteration:
@@ -293,8 +339,8 @@ def _hf_read(datasets, name, config, split, text_field, data_files, streaming, m
         if value is not None and "\x00" in value:
             raise DataError(f"{where}: row {number} holds NUL bytes: the data looks binary, not text")
         if value is not None and value.strip():
-            documents.append(value)
-    return documents
+            found += 1
+            yield value
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,10 +353,38 @@ def document_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
+def document_key(text: str) -> int:
+    """A stable 64-bit number for a document: blake2b of its text (equal texts, equal keys)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+
+
 def document_bucket(text: str) -> int:
-    """A stable number in [0, 10000) for a document: blake2b of its text (equal texts, equal buckets)."""
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % _VAL_BUCKETS
+    """A stable number in [0, 10000) for a document: its key modulo 10000."""
+    return document_key(text) % _VAL_BUCKETS
+
+
+def split_keys(keys, val_fraction: float):
+    """is_val (bool array) for documents with these keys: a document goes to validation iff its bucket (key
+    modulo 10000) < val_fraction * 10000. With two or more documents both splits are non-empty: an empty
+    validation split takes the document with the smallest bucket, an empty training split gives back the one
+    with the largest."""
+    import numpy as np
+    keys = np.asarray(keys, dtype=np.uint64)
+    if len(keys) < 2:
+        raise DataError(
+            f"the corpus has {len(keys)} document(s) but needs at least 2 "
+            f"(one for training, one for validation): add text (a .txt file is one document per "
+            f"{MAX_TXT_DOCUMENT_CHARS:,} characters, a .jsonl line or a row is one document)"
+        )
+    if not 0 < val_fraction < 1:
+        raise DataError(f"data.val_fraction={val_fraction} must be between 0 and 1 (e.g. 0.05)")
+    buckets = (keys % np.uint64(_VAL_BUCKETS)).astype(np.int64)
+    is_val = buckets < val_fraction * _VAL_BUCKETS
+    if not is_val.any():
+        is_val[int(np.argmin(buckets))] = True
+    elif is_val.all():
+        is_val[int(np.argmax(buckets))] = False
+    return is_val
 
 
 def split_documents(documents: Sequence[str], val_fraction: float) -> tuple[list[str], list[str]]:
@@ -320,21 +394,7 @@ def split_documents(documents: Sequence[str], val_fraction: float) -> tuple[list
     non-empty: an empty validation split takes the document with the smallest bucket, an empty
     training split gives back the one with the largest.
     """
-    if len(documents) < 2:
-        raise DataError(
-            f"the corpus has {len(documents)} document(s) but needs at least 2 "
-            f"(one for training, one for validation): add text (a .txt file is one document per "
-            f"{MAX_TXT_DOCUMENT_CHARS:,} characters, a .jsonl line or a row is one document)"
-        )
-    if not 0 < val_fraction < 1:
-        raise DataError(f"data.val_fraction={val_fraction} must be between 0 and 1 (e.g. 0.05)")
-    buckets = [document_bucket(d) for d in documents]
-    threshold = val_fraction * _VAL_BUCKETS
-    is_val = [b < threshold for b in buckets]
-    if not any(is_val):
-        is_val[min(range(len(documents)), key=lambda i: buckets[i])] = True
-    elif all(is_val):
-        is_val[max(range(len(documents)), key=lambda i: buckets[i])] = False
+    is_val = split_keys([document_key(d) for d in documents], val_fraction)
     train = [d for d, v in zip(documents, is_val, strict=True) if not v]
     val = [d for d, v in zip(documents, is_val, strict=True) if v]
     return train, val

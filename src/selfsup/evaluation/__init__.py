@@ -64,9 +64,10 @@ class Evaluation:
         self.seconds = 0.0
 
     # ------------------------------------------------------------------------------ before training
-    def check(self, training_document_hashes: set[str] | None = None, sharded: bool = False) -> None:
+    def check(self, training_documents=None, sharded: bool = False) -> None:
         """Every setting and task, before training starts: EvalError (one line) for anything to fix.
-        sharded: the model will be sharded (FSDP), which a fine-tune cannot copy."""
+        training_documents: `text in training_documents` says whether a text is a pretraining document (the
+        corpus' DocumentKeys). sharded: the model will be sharded (FSDP), which a fine-tune cannot copy."""
         if self.protocol not in PROTOCOLS:
             raise EvalError(f"eval.probe.protocol={self.protocol} is unknown: use one of {', '.join(PROTOCOLS)}")
         if self.protocol == "finetune" and sharded:
@@ -86,9 +87,8 @@ class Evaluation:
                             f"or more")
         for name, task in self.tasks.items():
             train, test = task.load()
-            if training_document_hashes:
-                from selfsup.data.sources import document_hash
-                overlap = [t for t in train.texts + test.texts if document_hash(t) in training_document_hashes]
+            if training_documents:
+                overlap = [t for t in train.texts + test.texts if t in training_documents]
                 if overlap:
                     raise EvalError(f"task {name}: {len(overlap)} of its examples are documents of the pretraining "
                                     f"data (e.g. {overlap[0][:40]!r}): a probe must be held out from pretraining; "
