@@ -7,11 +7,14 @@
                              plain PyTorch loop on the same batches (needs the `bench` extra)
   selfsup-bench head         forward+backward of the output head and cross-entropy: the dense
                              logits + F.cross_entropy against selfsup.loss's fused chunks
+  selfsup-bench data         preparing generated corpora of 10 and 200 MB (--big: 1 GB too), cold and warm:
+                             MB/s, warm-start seconds, peak RSS, beside tokenizers' encode_batch alone
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 import statistics
@@ -336,7 +339,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, default=2)
+    p = sub.add_parser("data", help="token cache preparation: cold MB/s, warm start, peak RSS, vs tokenizers alone")
+    p.add_argument("--sizes", default="10,200", help="comma-separated corpus sizes in MB")
+    p.add_argument("--big", action="store_true", help="also 1,000 MB")
+    p.add_argument("--dir", help="where the corpora are generated (kept, reused) and the caches built")
+    p.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.what == "data":
+        from selfsup.data.bench import bench_data
+        sizes = [int(x) for x in args.sizes.split(",")] + ([1000] if args.big else [])
+        print(f"{os.cpu_count()} cores; each run in a fresh process")
+        print_table(bench_data(sizes, args.dir))
+        return
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU'}")

@@ -110,7 +110,8 @@ def make_corpus(cfg: DictConfig) -> Corpus:
                   n_sentinels=d.n_sentinels, val_fraction=d.val_fraction, batch_size=d.batch_size,
                   num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed, val_split=d.get("val_split"),
                   revision=d.get("revision"), tokenizer_sample_chars=d.get("tokenizer_sample_chars"),
-                  num_proc=d.get("num_proc"), shard_chars=d.get("shard_chars", 64_000_000))
+                  num_proc=d.get("num_proc"), shard_chars=d.get("shard_chars", 64_000_000),
+                  tokenizer=d.get("tokenizer"))
 
 
 _PREPARED: dict[str, tuple] = {}  # prepared before Hydra made the run dir (RunDirGuard), for the run to use

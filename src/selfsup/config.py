@@ -30,13 +30,14 @@ class DataConfig:
     streaming: bool = False
     max_documents: Optional[int] = None
     vocab_size: int = 8192
+    tokenizer: Optional[str] = None     # a pretrained tokenizer.json or hub name instead of training BPE
     n_sentinels: int = 100
     val_fraction: float = 0.05
     seq_len: int = 128                  # model input length
     batch_size: int = 32                # per device, per micro-batch
     num_workers: int = 0
     cache_dir: str = ".cache/selfsup"
-    tokenizer_sample_chars: Optional[int] = 300_000_000  # BPE trains on this many characters of training text
+    tokenizer_sample_chars: Optional[int] = 100_000_000  # BPE trains on this many characters of training text
     num_proc: Optional[int] = None      # tokenizing processes (null: one per core, up to 8)
     shard_chars: int = 64_000_000       # characters of text per token shard
 

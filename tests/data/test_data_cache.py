@@ -11,19 +11,8 @@ import pytest
 import selfsup.data.cache as cache_module
 import selfsup.data.corpus as corpus_module
 from selfsup.data import Corpus, ShardedTokens, encode_documents, split_documents, text_file_documents
+from helpers import gpt2_like_tokenizer, t5_like_tokenizer, write_corpus
 from selfsup.data.sources import document_key
-
-
-def write_corpus(folder, n_files=4, docs_per_file=60):
-    folder.mkdir(parents=True, exist_ok=True)
-    words = "the module returns a list of files in the folder and each file holds text about one subject".split()
-    rng = np.random.default_rng(0)
-    for f in range(n_files):
-        with open(folder / f"part{f}.jsonl", "w") as out:
-            for d in range(docs_per_file):
-                text = " ".join(rng.choice(words, size=int(rng.integers(20, 120))))
-                out.write(json.dumps({"text": f"Document {f}-{d}: {text}."}) + "\n")
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +147,37 @@ def test_document_keys_keep_the_validation_buckets():
     from selfsup.data.sources import document_bucket
     for text in ("a", "the module", "x" * 1000):
         assert document_bucket(text) == document_key(text) % 10_000
+
+
+@pytest.mark.parametrize("kind", ["t5", "gpt2"])
+def test_a_pretrained_tokenizer_gets_the_labs_special_ids_and_segments_text_as_before(corpus_dir, tmp_path, kind):
+    texts = text_file_documents([corpus_dir])
+    path = tmp_path / f"{kind}.json"
+    original = (t5_like_tokenizer if kind == "t5" else gpt2_like_tokenizer)(path, texts)
+    c = Corpus(source="text_files", paths=[corpus_dir], tokenizer=str(path), n_sentinels=10, cache_dir=tmp_path / "c")
+    v = c.prepare()
+    tok = c.tokenizer
+    # added: t5 lacks <s>, <mask> and the 3 mode tokens; gpt2 has only </s> (<|endoftext|>) of the 17
+    assert v.size == original.get_vocab_size() + (5 if kind == "t5" else 17 - 1)
+    eos = "</s>" if kind == "t5" else "<|endoftext|>"
+    assert [tok.id_to_token(i) for i in (v.pad_id, v.eos_id, v.mask_id)] == ["<pad>", eos, "<mask>"]
+    assert [tok.token_to_id(f"<extra_id_{i}>") for i in range(10)] == [v.sentinel(i) for i in range(10)]
+    if kind == "t5":  # its own tokens were moved, not added
+        assert original.token_to_id("<extra_id_0>") == original.get_vocab_size() - 1
+    sentence = texts[0][:200]
+    assert tok.encode(sentence).tokens == original.encode(sentence).tokens  # the same segmentation
+    assert tok.decode(tok.encode(sentence).ids) == original.decode(original.encode(sentence).ids)
+    assert int(np.asarray(c.train_tokens).max()) < v.size and c.meta["vocab_size"] == v.size
+
+
+def test_a_pretrained_tokenizer_with_too_few_sentinels_is_refused(corpus_dir, tmp_path):
+    from selfsup.data import DataError
+    path = tmp_path / "t5.json"
+    t5_like_tokenizer(path, text_file_documents([corpus_dir]), n_extra=5)
+    with pytest.raises(DataError, match=r"has 5 sentinels \(<extra_id_0> \.\.\.\), data.n_sentinels=10 needs more than "
+                                        r"it has room for: set data.n_sentinels=5 or fewer"):
+        Corpus(source="text_files", paths=[corpus_dir], tokenizer=str(path), n_sentinels=10,
+               cache_dir=tmp_path / "c").prepare()
+    with pytest.raises(DataError, match="data.tokenizer=nope/tokenizer.json does not exist"):
+        Corpus(source="text_files", paths=[corpus_dir], tokenizer="nope/tokenizer.json",
+               cache_dir=tmp_path / "c").prepare()

@@ -10,7 +10,7 @@ def losses(run_dir, csv_file="csv/metrics.csv"):
 
 def test_resume_run_dir_continues_bitwise(train, tmp_path):
     settings = ["objective=mlm", "optim.lr_decay_steps=8", "trainer.checkpoint_every_n_steps=4",
-                "trainer.val_check_interval=4"]
+                "trainer.val_check_interval=4", "data.shard_chars=200000"]  # the corpus in 7 shards
     straight = train(*settings, "trainer.max_steps=8", run_dir=tmp_path / "straight")
     assert straight.returncode == 0, straight.stderr[-2000:]
     first = train(*settings, "trainer.max_steps=4", run_dir=tmp_path / "stopped")

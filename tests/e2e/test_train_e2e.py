@@ -369,3 +369,22 @@ def test_a_decoder_trained_a_few_hundred_steps_samples_the_corpus_words(train, t
 
     trained, untrained = corpus_word_rate(tmp_path / "600"), corpus_word_rate(tmp_path / "1")
     assert trained >= 0.5 and untrained <= 0.35, (trained, untrained)
+
+
+def test_span_corruption_trains_with_a_pretrained_t5_style_tokenizer(train, tmp_path):
+    """data.tokenizer=<a tokenizer.json with its own <pad>, </s> and <extra_id_N>>: they become the lab's special
+    ids, the missing ones are added, and an objective that needs sentinels trains on the text."""
+    from helpers import t5_like_tokenizer, write_corpus
+
+    from selfsup.data import text_file_documents
+    corpus = write_corpus(tmp_path / "corpus", n_files=3, docs_per_file=80)
+    t5_like_tokenizer(tmp_path / "t5.json", text_file_documents([corpus]), n_extra=100)
+    out = train("data=text_files", f"data.paths=[{corpus}]", f"data.tokenizer={tmp_path / 't5.json'}",
+                "objective=span_corruption", "logger=csv", "eval=none", "trainer.max_steps=4", tiny=False,
+                *["debug=tiny"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 4 and math.isfinite(summary["val_loss"])
+    import selfsup
+    p = selfsup.load(tmp_path / "run")
+    assert p.tokenizer.token_to_id("<extra_id_0>") == p.vocab.sentinel(0) and p.tokenizer.id_to_token(2) == "</s>"

@@ -301,6 +301,7 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
     verbosity = datasets.logging.get_verbosity()
     datasets.logging.set_verbosity(datasets.logging.ERROR)
     try:
+        phases = {}
         dataset, keys, chars = _arrow_documents(documents, scratch / "train", num_proc)
         if val_documents is None:
             is_val = split_keys(keys, val_fraction)
@@ -316,9 +317,11 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
                 raise DataError(f"{source}: the validation split has no documents with text: set data.val_split to "
                                 f"a split that has some, or null to hold out data.val_fraction of the training split")
         np.save(folder / "train_keys.npy", np.sort(keys[train_idx]))
+        phases["read"] = time.perf_counter() - started
         tokenizer = make_tokenizer(_sample(dataset, train_idx, chars, identity.get("tokenizer_sample_chars")
                                            or int(chars.sum()) + 1))
         tokenizer.save(str(folder / "tokenizer.json"))
+        phases["tokenizer"] = time.perf_counter() - started - phases["read"]
         vocab_size = tokenizer.get_vocab_size()
         eos_id = Vocab(size=vocab_size, n_sentinels=n_sentinels).eos_id
         dtype = np.uint16 if vocab_size <= 2**16 else np.uint32
@@ -358,6 +361,8 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
         "n_sentinels": n_sentinels,
         "dtype": np.dtype(dtype).name,
         "build_seconds": round(seconds, 3),
+        "phase_seconds": {"read and split": round(phases["read"], 3), "tokenizer": round(phases["tokenizer"], 3),
+                          "tokenize and write": round(seconds - phases["read"] - phases["tokenizer"], 3)},
         "files": {name: {"bytes": (folder / name).stat().st_size, "ends": end_checksum(folder / name)}
                   for name in names},
     }

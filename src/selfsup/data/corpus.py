@@ -77,9 +77,10 @@ class Corpus:
         num_workers: int = 0,
         cache_dir: str | os.PathLike = ".cache/selfsup",
         seed: int = 0,
-        tokenizer_sample_chars: int | None = 300_000_000,
+        tokenizer_sample_chars: int | None = 100_000_000,
         num_proc: int | None = None,
         shard_chars: int = 64_000_000,
+        tokenizer: str | None = None,
         quiet: bool = False,
     ):
         self.source = source
@@ -93,6 +94,7 @@ class Corpus:
         self.tokenizer_sample_chars = tokenizer_sample_chars
         self.num_proc = num_proc if num_proc is not None else min(os.cpu_count() or 1, 8)
         self.shard_chars = shard_chars
+        self.pretrained_tokenizer = str(tokenizer) if tokenizer else None
         self.quiet = quiet
         self.data_files = data_files
         self.streaming = streaming
@@ -140,7 +142,8 @@ class Corpus:
         if self.val_split is not None and self.source != "hf_dataset":
             raise DataError(f"data.val_split={self.val_split} names a split of a data set: it needs data=hf_dataset "
                             f"(other sources hold out data.val_fraction of the documents)")
-        check_vocab_size(self.vocab_size, self.n_sentinels)
+        if self.pretrained_tokenizer is None:
+            check_vocab_size(self.vocab_size, self.n_sentinels)
 
     def where(self) -> str:
         """A one-line description of where the documents come from."""
@@ -175,7 +178,11 @@ class Corpus:
 
     def identity(self) -> dict:
         """What identifies the corpus and its tokens without reading a document: the cache key's contents."""
-        settings = {"vocab_size": self.vocab_size, "n_sentinels": self.n_sentinels,
+        spec = self.pretrained_tokenizer
+        if spec and Path(spec).expanduser().is_file():
+            stat = Path(spec).expanduser().stat()
+            spec = [str(Path(spec).expanduser().resolve()), stat.st_size, stat.st_mtime_ns]
+        settings = {"vocab_size": None if spec else self.vocab_size, "tokenizer": spec, "n_sentinels": self.n_sentinels,
                     "tokenizer_sample_chars": self.tokenizer_sample_chars, "max_documents": self.max_documents,
                     "shard_chars": self.shard_chars}
         if self.source == "builtin":
@@ -200,7 +207,11 @@ class Corpus:
                 "val_fraction": None if self.val_split else self.val_fraction, **settings}
 
     def make_tokenizer(self, sample):
-        """The tokenizer, from an iterator over (a sample of) the training documents."""
+        """The tokenizer: BPE trained on an iterator over (a sample of) the training documents, or the pretrained
+        one of data.tokenizer in the lab's layout (selfsup.data.pretrained_tokenizer)."""
+        if self.pretrained_tokenizer:
+            from selfsup.data.pretrained_tokenizer import lab_layout, load_pretrained
+            return lab_layout(load_pretrained(self.pretrained_tokenizer), self.n_sentinels, self.pretrained_tokenizer)
         return train_tokenizer(sample, self.vocab_size, self.n_sentinels)
 
     # ---- tokens ----------------------------------------------------------------------------

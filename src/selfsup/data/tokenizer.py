@@ -70,13 +70,14 @@ def load_tokenizer_json(text: str) -> Tokenizer:
 
 
 def vocab_from_tokenizer(tokenizer: Tokenizer, n_sentinels: int) -> Vocab:
-    """The Vocab of a tokenizer: its size, and word_start (tokens beginning with 'Ġ', and specials)."""
+    """The Vocab of a tokenizer: its size, and word_start (tokens beginning with 'Ġ' (byte-level BPE) or '▁'
+    (SentencePiece), and specials)."""
     size = tokenizer.get_vocab_size()
     n_special = len(special_tokens(n_sentinels))
     word_start = torch.zeros(size, dtype=torch.bool)
     for token, i in tokenizer.get_vocab().items():
         if i < size:
-            word_start[i] = token.startswith(WORD_START_MARKER)
+            word_start[i] = token.startswith((WORD_START_MARKER, "\u2581"))
     word_start[:n_special] = True
     return Vocab(size=size, n_sentinels=n_sentinels, word_start=word_start)
 

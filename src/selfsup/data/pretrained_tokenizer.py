@@ -1,0 +1,109 @@
+"""A pretrained tokenizer (`data.tokenizer=<tokenizer.json path | Hugging Face name>`) in the lab's vocabulary layout.
+
+The lab's objectives expect the special tokens first, in order (selfsup.data.vocab): <pad> <s> </s> <mask>
+<mode_r> <mode_x> <mode_s> <extra_id_0> ... . `lab_layout` renumbers a tokenizer so that they are: each role takes
+the tokenizer's own token where it has one (T5's <pad>, </s> and <extra_id_N>; BERT's [PAD] [CLS] [SEP] [MASK];
+GPT-2's <|endoftext|> as </s>), the missing ones are added, and every other token keeps its place in the order
+after them. Text is segmented exactly as before; only the numbers change. The tokenizer's post-processor (a
+template adding [CLS]/[SEP]) is dropped: the lab puts its own special tokens where objectives need them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from selfsup.data.sources import DataError
+from selfsup.data.vocab import BASE_SPECIALS, special_tokens
+
+# the tokenizer's own token for a role, in order of preference
+OWN_NAMES = {"<pad>": ("<pad>", "[PAD]", "<|pad|>", "<|padding|>"),
+             "<s>": ("<s>", "[CLS]", "<|startoftext|>", "<|begin_of_text|>"),
+             "</s>": ("</s>", "[SEP]", "<|endoftext|>", "<|end_of_text|>"),
+             "<mask>": ("<mask>", "[MASK]")}
+MODELS = ("BPE", "WordPiece", "WordLevel", "Unigram")
+
+
+def load_pretrained(spec: str) -> Tokenizer:
+    """A tokenizer.json file, or a name on the Hugging Face hub (from its local cache when offline)."""
+    path = Path(spec).expanduser()
+    if path.is_dir() and (path / "tokenizer.json").is_file():
+        path = path / "tokenizer.json"
+    if path.is_file():
+        try:
+            return Tokenizer.from_file(str(path))
+        except Exception as err:  # noqa: BLE001 - tokenizers raises its own Exception type
+            raise DataError(f"data.tokenizer={spec} is not a tokenizers tokenizer.json ({str(err)[:120]}): pass the "
+                            f"tokenizer.json of a fast tokenizer") from None
+    if path.suffix == ".json" or path.parent != Path("."):
+        raise DataError(f"data.tokenizer={spec} does not exist: pass a tokenizer.json file (or a hub name such as gpt2)")
+    try:
+        return Tokenizer.from_pretrained(spec)
+    except Exception as err:  # noqa: BLE001 - network, unknown repo
+        raise DataError(f"data.tokenizer={spec}: no such file, and the hub has no tokenizer.json for it or cannot be "
+                        f"reached ({str(err).splitlines()[0][:120]}): pass the path of a tokenizer.json") from None
+
+
+def lab_layout(tokenizer: Tokenizer, n_sentinels: int, spec: str = "") -> Tokenizer:
+    """The tokenizer renumbered so that the lab's special tokens come first (module docstring)."""
+    data = json.loads(tokenizer.to_str())
+    model = data["model"]
+    if model.get("type") not in MODELS:
+        raise DataError(f"data.tokenizer={spec}: a {model.get('type')} model, which the lab cannot renumber: use a "
+                        f"{', '.join(MODELS)} tokenizer")
+    unigram = model["type"] == "Unigram"
+    pieces = {i: piece for i, (piece, _) in enumerate(model["vocab"])} if unigram else \
+        {i: token for token, i in model["vocab"].items()}
+    added = {t["id"]: t for t in data.get("added_tokens", [])}
+    names = {**pieces, **{i: t["content"] for i, t in added.items()}}
+    by_name = {name: i for i, name in sorted(names.items(), reverse=True)}  # the lowest id of a name
+    own_sentinels = sum(1 for name in by_name if name.startswith("<extra_id_") and name[10:-1].isdigit())
+    if 0 < own_sentinels < n_sentinels:
+        raise DataError(f"data.tokenizer={spec} has {own_sentinels} sentinels (<extra_id_0> ...), data.n_sentinels="
+                        f"{n_sentinels} needs more than it has room for: set data.n_sentinels={own_sentinels} or fewer")
+    roles, taken = [], set()
+    for role in special_tokens(n_sentinels):
+        candidates = OWN_NAMES.get(role, (role,)) if role not in BASE_SPECIALS[4:] else (role,)
+        own = next((by_name[c] for c in candidates if c in by_name and by_name[c] not in taken), None)
+        if own is not None:
+            taken.add(own)
+        roles.append((role, own))
+    new_id, next_id = {}, len(roles)
+    for old in sorted(names):
+        if old not in taken:
+            new_id[old] = next_id
+            next_id += 1
+    for i, (_, own) in enumerate(roles):
+        if own is not None:
+            new_id[own] = i
+    content = {i: (names[own] if own is not None else role) for i, (role, own) in enumerate(roles)}
+    if unigram:
+        scores = {i: score for i, (_, score) in enumerate(model["vocab"])}
+        vocab = [None] * next_id
+        for old, piece in pieces.items():
+            vocab[new_id[old]] = [piece, scores[old]]
+        for i in range(len(roles)):
+            if vocab[i] is None:
+                vocab[i] = [content[i], 0.0]
+        for old in added:
+            if vocab[new_id[old]] is None:
+                vocab[new_id[old]] = [names[old], 0.0]
+        model["vocab"] = vocab
+        if model.get("unk_id") is not None:
+            model["unk_id"] = new_id[model["unk_id"]]
+    else:
+        model["vocab"] = {**{names[old]: new_id[old] for old in pieces}, **{content[i]: i for i in range(len(roles))}}
+    tokens = []
+    for old, token in added.items():
+        tokens.append({**token, "id": new_id[old], **({"special": True} if new_id[old] < len(roles) else {})})
+    present = {t["id"] for t in tokens}
+    for i in range(len(roles)):
+        if i not in present:
+            tokens.append({"id": i, "content": content[i], "single_word": False, "lstrip": False, "rstrip": False,
+                           "normalized": False, "special": True})
+    data["added_tokens"] = sorted(tokens, key=lambda t: t["id"])
+    data["post_processor"] = None
+    data["padding"] = data["truncation"] = None
+    return Tokenizer.from_str(json.dumps(data))

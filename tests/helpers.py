@@ -1,0 +1,45 @@
+"""Corpora and tokenizers that tests in several folders build: `from helpers import ...` (tests/ is on sys.path
+through tests/conftest.py)."""
+
+import json
+
+import numpy as np
+
+
+def write_corpus(folder, n_files=4, docs_per_file=60):
+    folder.mkdir(parents=True, exist_ok=True)
+    words = "the module returns a list of files in the folder and each file holds text about one subject".split()
+    rng = np.random.default_rng(0)
+    for f in range(n_files):
+        with open(folder / f"part{f}.jsonl", "w") as out:
+            for d in range(docs_per_file):
+                text = " ".join(rng.choice(words, size=int(rng.integers(20, 120))))
+                out.write(json.dumps({"text": f"Document {f}-{d}: {text}."}) + "\n")
+    return folder
+
+
+def t5_like_tokenizer(path, texts, n_extra=10):
+    """A SentencePiece-style Unigram tokenizer like T5's: <pad>=0, </s>=1, <unk>=2, then pieces, <extra_id_N> last."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"],
+                                                           unk_token="<unk>", show_progress=False))
+    tok.add_special_tokens([f"<extra_id_{i}>" for i in reversed(range(n_extra))])
+    tok.save(str(path))
+    return tok
+
+
+def gpt2_like_tokenizer(path, texts):
+    """A byte-level BPE like GPT-2's: no pad, mask or sentinels, <|endoftext|> its only special token (last)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                       show_progress=False))
+    tok.add_special_tokens(["<|endoftext|>"])
+    tok.save(str(path))
+    return tok
