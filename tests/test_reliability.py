@@ -24,7 +24,8 @@ from selfsup.models import build_model
 from selfsup.module import SelfSupModule
 from selfsup.objectives import MaskedLM
 from selfsup.optim import AdamWCosine
-from selfsup.reliability import checkpoints as reliability  # its private _open_new is patched
+from selfsup.reliability import checkpoint_io as reliability  # its private _open_new is patched
+from selfsup.reliability import checkpoints
 from selfsup.reliability.callbacks import NonFiniteGuard, PreemptionHandler
 from selfsup.reliability.checkpoints import (
     AtomicCheckpointIO,
@@ -147,7 +148,7 @@ def test_real_checkpoint_loads_weights_only_and_needs_no_extra_globals(real_run)
     names = sorted(p.name for p in real_run.iterdir())
     assert names[0] == "last.ckpt" and len(names) == 2 and names[1].startswith("step")  # no temp files left
     # every global the pickle names is in torch's own weights_only allowlist: nothing extra allowed
-    assert reliability.SAFE_GLOBALS == ()
+    assert checkpoints.SAFE_GLOBALS == ()
     assert torch.serialization.get_unsafe_globals_in_checkpoint(str(real_run / "last.ckpt")) == []
     ckpt = AtomicCheckpointIO().load_checkpoint(real_run / "last.ckpt")
     # Lightning 2.6 rewrites last.ckpt only when a top-k checkpoint is saved: it is the best step here

@@ -134,11 +134,11 @@ def test_preparing_prints_progress_with_rates_and_one_summary_line(corpus_dir, t
     monkeypatch.setattr(cache_module.Progress, "every", 0.0)  # a line per shard (default: every 2 s)
     corpus(corpus_dir, tmp_path / "c", shard_chars=20_000).prepare()
     lines = capsys.readouterr().err.splitlines()
-    progress = [line for line in lines if line.startswith("tokenizing text_files: ")]
+    progress = [line for line in lines if line.startswith("tokenizing: ")]
     assert len(progress) >= 3 and all(" MB/s " in line and " documents/s " in line for line in progress)
     assert "(100%)" in progress[-1]
-    [summary] = [line for line in lines if line.startswith("prepared text_files: ")]
-    assert "240 documents ->" in summary and "MB/s)" in summary
+    [summary] = [line for line in lines if line.startswith("prepared ")]
+    assert ", 240 documents -> " in summary and summary.endswith(" MB/s") and len(summary) <= 100
     corpus(corpus_dir, tmp_path / "c", shard_chars=20_000).prepare()  # warm: silent
     assert capsys.readouterr().err == ""
 
@@ -181,3 +181,21 @@ def test_a_pretrained_tokenizer_with_too_few_sentinels_is_refused(corpus_dir, tm
     with pytest.raises(DataError, match="data.tokenizer=nope/tokenizer.json does not exist"):
         Corpus(source="text_files", paths=[corpus_dir], tokenizer="nope/tokenizer.json",
                cache_dir=tmp_path / "c").prepare()
+
+
+def test_a_hub_name_loads_the_tokenizer_from_the_hubs_local_cache(corpus_dir, tmp_path, monkeypatch):
+    """data.tokenizer=<org/name>: the real huggingface_hub lookup, on a local hub cache (no network here)."""
+    from selfsup.data import DataError
+    from selfsup.data.pretrained_tokenizer import load_pretrained
+    commit = "0" * 40
+    snapshot = tmp_path / "hub" / "models--lab--t5-like" / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (tmp_path / "hub" / "models--lab--t5-like" / "refs").mkdir()
+    (tmp_path / "hub" / "models--lab--t5-like" / "refs" / "main").write_text(commit)
+    original = t5_like_tokenizer(snapshot / "tokenizer.json", text_file_documents([corpus_dir]))
+    loaded = load_pretrained("lab/t5-like", hub_cache=str(tmp_path / "hub"))
+    assert loaded.get_vocab() == original.get_vocab()
+    import huggingface_hub.constants
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(DataError, match="data.tokenizer=lab/other: not in the local hub cache, and HF_HUB_OFFLINE"):
+        load_pretrained("lab/other", hub_cache=str(tmp_path / "hub"))

@@ -194,7 +194,7 @@ class Progress:
         seconds = max(now - self.started, 1e-9)
         rate = self.chars / seconds
         left = (self.total_chars - self.chars) / rate if rate else 0
-        print(f"tokenizing {self.what}: {self.chars / 1e6:,.1f}/{self.total_chars / 1e6:,.1f} MB "
+        print(f"tokenizing: {self.chars / 1e6:,.1f}/{self.total_chars / 1e6:,.1f} MB "
               f"({100 * self.chars / max(self.total_chars, 1):.0f}%)  {rate / 1e6:.1f} MB/s  "
               f"{self.docs / seconds:,.0f} documents/s  {left:.0f} s left", file=sys.stderr, flush=True)
 
@@ -369,9 +369,9 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
     (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     if not quiet:
         mb = (meta["characters"]["train"] + meta["characters"]["val"]) / 1e6
-        print(f"prepared {source}: {mb:,.1f} MB, {len(train_idx) + len(val_idx):,} documents -> "
-              f"{tokens['train']:,} training + {tokens['val']:,} validation tokens in "
-              f"{len(shards['train']) + len(shards['val'])} shards, {seconds:.1f} s ({mb / max(seconds, 1e-9):.1f} MB/s)",
+        print(f"prepared {mb:,.1f} MB, {len(train_idx) + len(val_idx):,} documents -> "
+              f"{tokens['train'] + tokens['val']:,} tokens ({len(shards['train']) + len(shards['val'])} shards) in "
+              f"{seconds:.1f} s, {mb / max(seconds, 1e-9):.1f} MB/s",
               file=sys.stderr, flush=True)
 
 

@@ -26,8 +26,9 @@ OWN_NAMES = {"<pad>": ("<pad>", "[PAD]", "<|pad|>", "<|padding|>"),
 MODELS = ("BPE", "WordPiece", "WordLevel", "Unigram")
 
 
-def load_pretrained(spec: str) -> Tokenizer:
-    """A tokenizer.json file, or a name on the Hugging Face hub (from its local cache when offline)."""
+def load_pretrained(spec: str, hub_cache: str | None = None) -> Tokenizer:
+    """A tokenizer.json file (or a folder holding one), or the tokenizer.json of a Hugging Face hub repository
+    (`gpt2`, `google-t5/t5-small`): from the hub's local cache, else downloaded (unless HF_HUB_OFFLINE=1)."""
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "tokenizer.json").is_file():
         path = path / "tokenizer.json"
@@ -37,13 +38,21 @@ def load_pretrained(spec: str) -> Tokenizer:
         except Exception as err:  # noqa: BLE001 - tokenizers raises its own Exception type
             raise DataError(f"data.tokenizer={spec} is not a tokenizers tokenizer.json ({str(err)[:120]}): pass the "
                             f"tokenizer.json of a fast tokenizer") from None
-    if path.suffix == ".json" or path.parent != Path("."):
+    if path.suffix == ".json" or spec.startswith(("/", ".", "~")) or spec.count("/") > 1:
         raise DataError(f"data.tokenizer={spec} does not exist: pass a tokenizer.json file (or a hub name such as gpt2)")
+    from huggingface_hub import constants, hf_hub_download
     try:
-        return Tokenizer.from_pretrained(spec)
-    except Exception as err:  # noqa: BLE001 - network, unknown repo
+        return Tokenizer.from_file(hf_hub_download(spec, "tokenizer.json", cache_dir=hub_cache, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not in the local cache: download it below
+        pass
+    if constants.HF_HUB_OFFLINE:
+        raise DataError(f"data.tokenizer={spec}: not in the local hub cache, and HF_HUB_OFFLINE is set: download it "
+                        f"once with network, or pass the path of a tokenizer.json")
+    try:
+        return Tokenizer.from_file(hf_hub_download(spec, "tokenizer.json", cache_dir=hub_cache))
+    except Exception as err:  # noqa: BLE001 - network, unknown repository, no tokenizer.json
         raise DataError(f"data.tokenizer={spec}: no such file, and the hub has no tokenizer.json for it or cannot be "
-                        f"reached ({str(err).splitlines()[0][:120]}): pass the path of a tokenizer.json") from None
+                        f"reached ({type(err).__name__}): pass the path of a tokenizer.json") from None
 
 
 def lab_layout(tokenizer: Tokenizer, n_sentinels: int, spec: str = "") -> Tokenizer:
