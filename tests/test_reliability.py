@@ -386,6 +386,14 @@ def test_resume_mismatch_names_each_key_with_both_values(recorded):
         check_resume_compatible(recorded, lab_config(seed=1), 4100, "def")
 
 
+def test_resuming_a_run_whose_data_changed_names_the_resume_once_the_data_is_back(recorded):
+    with pytest.raises(ResumeMismatch) as info:
+        check_resume_compatible(recorded, CFG, 4000, "other-tokenizer", resume="outputs/run")
+    assert one_line(info.value).endswith("tokenizer.hash is abc in the checkpoint but other-tokenizer now: the run's "
+                                         "data changed since it was trained; put back the data it was trained on, "
+                                         "then continue: selfsup-train resume=outputs/run")
+
+
 def test_checkpoint_without_a_record_warns_and_is_allowed(tmp_path):
     path = tmp_path / "old.ckpt"
     AtomicCheckpointIO().save_checkpoint({"state_dict": {}, "selfsup": {"tokens_seen": 1}}, path)

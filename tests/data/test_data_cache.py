@@ -199,3 +199,13 @@ def test_a_hub_name_loads_the_tokenizer_from_the_hubs_local_cache(corpus_dir, tm
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(DataError, match="data.tokenizer=lab/other: not in the local hub cache, and HF_HUB_OFFLINE"):
         load_pretrained("lab/other", hub_cache=str(tmp_path / "hub"))
+
+
+def test_a_data_set_without_text_is_one_line_and_leaves_no_cache(tmp_path):
+    from selfsup.data import DataError
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"text": ""}\n{"text": "  "}\n')
+    with pytest.raises(DataError, match=r"^hf_dataset: json \[train\] gave no documents with text: check its settings"):
+        Corpus(source="hf_dataset", hf_name="json", data_files=[str(empty)], vocab_size=400, n_sentinels=4,
+               cache_dir=tmp_path / "c").prepare()
+    assert list((tmp_path / "c").iterdir()) == []

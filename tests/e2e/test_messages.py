@@ -145,6 +145,7 @@ def test_a_checkpoint_of_other_settings_names_the_command_with_its_settings(lab,
     assert again.returncode == 0, again.stderr[-3000:]
 
 
+@pytest.mark.slow  # two runs (~15 s); the default suite refuses a resume on changed data in-process (test_reliability)
 def test_resuming_on_changed_data_names_the_resume_once_the_data_is_back(lab, tmp_path):
     root, _, _ = lab
     work = tmp_path / "work"

@@ -89,6 +89,7 @@ def test_a_failing_job_does_not_end_the_sweep(lr_sweep, cache_dir):
     assert {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.slow  # a resume (~13 s); the default suite resumes a run into the same W&B id (test_resume.py)
 def test_a_resumed_sweep_job_keeps_its_wandb_identity_and_the_report_reads_both_segments(lr_sweep, cache_dir):
     sweep_dir, _ = lr_sweep
     job = sweep_dir / "1"

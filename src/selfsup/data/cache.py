@@ -218,12 +218,14 @@ class Encoder:
         return {**self.__dict__, "_tokenizer": None}
 
 
-def _arrow_documents(documents: Callable[[], Iterable[str]], scratch: Path, num_proc: int):
+def _arrow_documents(documents: Callable[[], Iterable[str]], scratch: Path, source: str):
     """The documents as an Arrow table on disk, with each one's key and length: (Dataset, keys, chars)."""
     import datasets
+    count = [0]
 
     def rows(make=documents):
         for text in make():
+            count[0] += 1
             key = document_key(text)
             yield {"text": text, "key": key - (1 << 64) if key >= 1 << 63 else key, "chars": len(text)}  # int64 bits
 
@@ -237,6 +239,10 @@ def _arrow_documents(documents: Callable[[], Iterable[str]], scratch: Path, num_
         while cause is not None and not isinstance(cause, DataError):
             cause = cause.__cause__ or cause.__context__
         raise (cause or err) from None  # a document the sources refused: their one line, not datasets' wrapper
+    except ValueError:
+        if count[0]:
+            raise
+        raise DataError(f"{source} gave no documents with text: check its settings (paths, split, text field)") from None
     table = dataset.data  # the Arrow table: whole columns at once
     keys = table.column("key").to_numpy().astype(np.int64, copy=False).view(np.uint64)
     return dataset, keys, table.column("chars").to_numpy().astype(np.int64, copy=False)
@@ -302,7 +308,7 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
     datasets.logging.set_verbosity(datasets.logging.ERROR)
     try:
         phases = {}
-        dataset, keys, chars = _arrow_documents(documents, scratch / "train", num_proc)
+        dataset, keys, chars = _arrow_documents(documents, scratch / "train", source)
         if val_documents is None:
             is_val = split_keys(keys, val_fraction)
             train_idx, val_idx = np.flatnonzero(~is_val), np.flatnonzero(is_val)
@@ -311,7 +317,7 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
             if len(keys) < 1:
                 raise DataError(f"{source}: the training split has no documents with text")
             train_idx = np.arange(len(keys))
-            val_set, val_keys, val_chars = _arrow_documents(val_documents, scratch / "val", num_proc)
+            val_set, val_keys, val_chars = _arrow_documents(val_documents, scratch / "val", f"{source} (validation)")
             val_idx = np.arange(len(val_keys))
             if not len(val_idx):
                 raise DataError(f"{source}: the validation split has no documents with text: set data.val_split to "
