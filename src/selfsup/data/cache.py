@@ -41,7 +41,7 @@ from tokenizers import Tokenizer
 from selfsup.data.sources import DataError, document_key, split_keys
 
 FORMAT_VERSION = 3  # 3: sharded .bin token files, train_keys.npy, end checksums
-SHARD_CHARS = 64_000_000  # default characters per shard (data.shard_chars): one Dataset.map call, one progress line
+SHARD_CHARS = 64_000_000  # default characters per shard (data.shard_chars): one Dataset.map call each
 END_BYTES = 1 << 20  # a shard's checksum covers its first and last MiB: cheap at every start
 PARALLEL_CHARS = 4_000_000  # a slice this large is tokenized in num_proc processes (starting them costs ~1 s)
 
