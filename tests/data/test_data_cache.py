@@ -209,3 +209,31 @@ def test_a_data_set_without_text_is_one_line_and_leaves_no_cache(tmp_path):
         Corpus(source="hf_dataset", hf_name="json", data_files=[str(empty)], vocab_size=400, n_sentinels=4,
                cache_dir=tmp_path / "c").prepare()
     assert list((tmp_path / "c").iterdir()) == []
+
+
+def test_a_long_txt_file_is_read_in_blocks_into_the_same_documents(tmp_path):
+    """A .txt file streamed a few KiB at a time (multi-byte characters across block ends) gives the pieces
+    split_long_text cuts the whole text into; bad bytes far into the file are reported at their offset."""
+    from selfsup.data import DataError
+    from selfsup.data.sources import _txt_documents, drop_empty, split_long_text
+    rng = np.random.default_rng(1)
+    words = ["café", "naïve", "€uro", "line\n", "para\n\n", "x" * 50, "module"]
+    text = " ".join(rng.choice(words, size=60_000))
+    path = tmp_path / "long.txt"
+    path.write_text(text, encoding="utf-8")
+    expected = drop_empty(split_long_text(text, 20_000))
+    assert len(expected) > 10
+    assert list(_txt_documents(path, limit=20_000, block_bytes=4099)) == expected
+    data = text.encode("utf-8")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(data[:100_001] + b"\xff" + data[100_001:])
+    with pytest.raises(DataError, match=r"is not UTF-8 text \(invalid byte at offset 100001\)"):
+        list(_txt_documents(bad, limit=20_000, block_bytes=4099))
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(data[:50_000] + b"\x00" + data[50_000:])
+    with pytest.raises(DataError, match="looks binary"):
+        list(_txt_documents(binary, block_bytes=4099))
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" \n\n " * 10_000)
+    with pytest.raises(DataError, match="is empty"):
+        list(_txt_documents(blank, block_bytes=4099))

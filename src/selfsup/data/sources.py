@@ -9,6 +9,7 @@ A document is the unit that is never split across train / validation. Three sour
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -77,19 +78,6 @@ def _expand_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
     return list(dict.fromkeys(files))  # a file named twice is read once
 
 
-def _read_text(path: Path) -> str:
-    data = path.read_bytes()
-    if b"\x00" in data:
-        raise DataError(f"{path} looks binary (it holds NUL bytes), not text: remove it from data.paths")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DataError(
-            f"{path} is not UTF-8 text (invalid byte at offset {e.start}): "
-            f"convert it to UTF-8 or remove it from data.paths"
-        ) from None
-
-
 def split_long_text(text: str, limit: int = MAX_TXT_DOCUMENT_CHARS) -> list[str]:
     """Cut text into pieces of at most `limit` characters, preferably at blank lines.
 
@@ -97,25 +85,55 @@ def split_long_text(text: str, limit: int = MAX_TXT_DOCUMENT_CHARS) -> list[str]
     """
     pieces, start = [], 0
     while len(text) - start > limit:
-        window = text[start : start + limit]
-        for separator in ("\n\n", "\n", " "):
-            i = window.rfind(separator)
-            if i > 0:
-                cut = start + i + len(separator)
-                break
-        else:
-            cut = start + limit
+        cut = start + _cut(text[start : start + limit], limit)
         pieces.append(text[start:cut])
         start = cut
     pieces.append(text[start:])
     return pieces
 
 
-def _txt_documents(path: Path) -> list[str]:
-    text = _read_text(path)
-    if not text.strip():
+def _cut(text: str, limit: int) -> int:
+    """Where split_long_text cuts a text longer than limit: after the last blank line, line end or space of its
+    first `limit` characters, else at limit."""
+    window = text[:limit]
+    for separator in ("\n\n", "\n", " "):
+        i = window.rfind(separator)
+        if i > 0:
+            return i + len(separator)
+    return limit
+
+
+def _txt_documents(path: Path, limit: int = MAX_TXT_DOCUMENT_CHARS, block_bytes: int = 1 << 20):
+    """The documents of a .txt file, read a MiB at a time: the pieces split_long_text cuts the whole text into
+    (empty ones dropped), without holding the file in memory."""
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    buffer, offset, found = "", 0, False
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(block_bytes)
+            if b"\x00" in block:
+                raise DataError(f"{path} looks binary (it holds NUL bytes), not text: remove it from data.paths")
+            pending = len(decoder.getstate()[0])
+            try:
+                buffer += decoder.decode(block, final=not block)
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"{path} is not UTF-8 text (invalid byte at offset {offset - pending + e.start}): "
+                    f"convert it to UTF-8 or remove it from data.paths"
+                ) from None
+            offset += len(block)
+            while len(buffer) > limit:
+                cut = _cut(buffer, limit)
+                piece, buffer = buffer[:cut], buffer[cut:]
+                if piece.strip():
+                    found = True
+                    yield piece
+            if not block:
+                break
+    if buffer.strip():
+        yield buffer
+    elif not found:
         raise DataError(f"{path} is empty: add text to it or remove it from data.paths")
-    return drop_empty(split_long_text(text))
 
 
 def _jsonl_lines(path: Path):
