@@ -386,6 +386,19 @@ def test_resume_mismatch_names_each_key_with_both_values(recorded):
         check_resume_compatible(recorded, lab_config(seed=1), 4100, "def")
 
 
+def test_the_tokenizer_and_split_settings_are_part_of_what_a_resume_keeps(recorded):
+    now = lab_config(**{"data.tokenizer": "t5/tokenizer.json", "data.tokenizer_sample_chars": 1000})
+    with pytest.raises(ResumeMismatch) as info:
+        check_resume_compatible(recorded, now, 4000, "abc")
+    message = one_line(info.value)
+    assert "data.tokenizer is None in the checkpoint but t5/tokenizer.json now" in message
+    assert "data.tokenizer_sample_chars is 100000000 in the checkpoint but 1000 now" in message
+    old = {**CFG, "data": {k: v for k, v in CFG["data"].items() if k not in ("tokenizer", "val_split")}}
+    path = recorded.with_name("older.ckpt")  # a checkpoint from before these settings existed: not compared
+    AtomicCheckpointIO().save_checkpoint({"state_dict": {}, "selfsup": resume_state(old, 4000, "abc")}, path)
+    check_resume_compatible(path, CFG, 4000, "abc")
+
+
 def test_resuming_a_run_whose_data_changed_names_the_resume_once_the_data_is_back(recorded):
     with pytest.raises(ResumeMismatch) as info:
         check_resume_compatible(recorded, CFG, 4000, "other-tokenizer", resume="outputs/run")

@@ -141,8 +141,10 @@ def __getattr__(name: str):
 # ============================================================================ resume compatibility
 
 # data settings that decide which text becomes which tokens (not batch size, workers, cache dir)
+# (a key missing from an older checkpoint's record is not compared)
 _DATA_KEYS = ("source", "paths", "text_field", "hf_name", "hf_config", "hf_split", "data_files", "streaming",
-              "max_documents", "val_fraction", "vocab_size", "n_sentinels", "seq_len")
+              "max_documents", "val_fraction", "vocab_size", "n_sentinels", "seq_len", "tokenizer",
+              "tokenizer_sample_chars", "val_split", "revision")
 # architecture settings that do not change the function the model computes
 _ARCHITECTURE_EXEMPT = ("activation_checkpointing",)
 
