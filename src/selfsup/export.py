@@ -13,14 +13,14 @@ learned absolute positions, no embedding LayerNorm, tied embeddings; biases the 
 
 GPT-2 and Blenderbot hold the same computation. BERT-family masked-LM heads apply a transform (dense,
 activation, LayerNorm) between the encoder and the output embedding that the lab's head does not have; the
-export makes it the identity: the encoder's final LayerNorm normalises (weight 1, bias 0), the dense layer adds
-a constant C > sqrt(d_model) + 6 to every feature (GELU and ReLU are the identity above 6 in float32, and
-LayerNorm ignores a constant shift), and the transform's LayerNorm carries the lab's final LayerNorm weight
-and bias. The only difference left is that the features are normalised twice: the logits match the lab's
-to a relative 1e-5 when the final residual stream's variance is at least 0.5 (any trained model), and
-drift towards eps/(2 variance) below that (an untrained model: ~1e-2). A decoder trained with a prefix-LM
-objective exports as GPT-2, which attends causally everywhere (the prefix's bidirectional attention is not
-kept).
+export makes it the identity as far as arithmetic allows: the encoder's final LayerNorm is the lab's, the dense
+layer divides by its weight, removes its bias and adds a constant C > sqrt(d_model) + 6 to every feature (GELU
+and ReLU are the identity above 6 in float32, and LayerNorm ignores a constant shift), and the transform's
+LayerNorm carries the lab's final LayerNorm weight and bias again. What is left is that the features are
+normalised twice: the logits match the lab's to a relative eps / (2 variance) of the final residual stream
+(2e-4 after 300 steps of the default encoder, smaller as training grows the stream; docs/export.md); hidden
+states (AutoModel) are exact. A decoder trained with a prefix-LM objective exports as GPT-2, which attends
+causally everywhere (the prefix's bidirectional attention is not kept).
 
 Weights are written as safetensors, the tokenizer as the lab's `tokenizer.json` with its special tokens named
 (pad, bos, eos, mask, the mode tokens and the sentinels keep their ids; `<mask>` and `<extra_id_N>` take the
@@ -137,6 +137,7 @@ def megatron_bert(model, p) -> tuple[dict, dict]:
                   h + "output.dense.weight": b.mlp.proj.weight, h + "output.dense.bias": _bias(b.mlp.proj)})
     if not config["tie_word_embeddings"]:
         w["cls.predictions.decoder.weight"] = _vocab(model.lm_head.weight, p.vocab.size)
+        w["cls.predictions.decoder.bias"] = torch.zeros(p.vocab.size)
     return config, w
 
 
@@ -188,7 +189,6 @@ def tokenizer_files(p) -> dict[str, str]:
               "mask_token": names[v.mask_id], "clean_up_tokenization_spaces": False,
               "additional_special_tokens": [names[i] for i in range(v.first_ordinary)
                                             if i not in (v.pad_id, v.bos_id, v.eos_id, v.mask_id)]}
-    config["extra_special_tokens"] = config["additional_special_tokens"]
     tokenizer = json.loads(p.tokenizer.to_str())
     for token in tokenizer["added_tokens"]:  # "a <mask>" -> 'Ġa', '<mask>': the space goes, as in training
         if token["id"] == v.mask_id or v.sentinel_start <= token["id"] < v.first_ordinary:
@@ -217,6 +217,7 @@ def export(path: str | Path, out_dir: str | Path) -> dict:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
+        staging.chmod(0o755)  # mkdtemp makes it private
         save_file({k: t.detach().float().contiguous().clone() for k, t in weights.items()},
                   str(staging / "model.safetensors"), metadata={"format": "pt"})
         (staging / "config.json").write_text(json.dumps(config, indent=2))

@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -172,7 +173,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         status = ("preempted" if preemption.preempted else "pruned" if pruning is not None and pruning.pruned
                   else "finished")
         if rank_zero and cfg.logger.get("log_model"):
-            log_model(loggers, run_dir, plain, summary, export=bool(cfg.logger.get("log_export")))
+            log_model(loggers, run_dir, plain, summary,
+                      export=bool(cfg.logger.get("log_export")) and not preemption.preempted)  # the final model
         if preemption.preempted:
             summary["preempted_by"] = preemption.preempted
             for lg in loggers:
@@ -217,11 +219,18 @@ def log_model(loggers: list, run_dir: Path, config: dict, summary: dict, export:
     if export and wandb_loggers and files:
         from selfsup.checks import user_errors
         from selfsup.export import export as export_model
+        target = run_dir / "hf"
+        previous = target.with_name(f".hf-previous-{os.getpid()}")
+        if target.exists():  # the export of an earlier segment of a resumed run: replaced by this one
+            target.rename(previous)
         try:
-            done = export_model(summary.get("best_checkpoint") or summary["last_checkpoint"], run_dir / "hf")
+            done = export_model(summary.get("best_checkpoint") or summary["last_checkpoint"], target)
         except user_errors() as err:
+            if previous.exists():
+                previous.rename(target)
             print(f"warning: logger.log_export: {err}", file=sys.stderr)
             return
+        shutil.rmtree(previous, ignore_errors=True)
         for lg in wandb_loggers:
             lg.log_checkpoints(sorted((run_dir / "hf").iterdir()), {**metadata, "transformers_class": done["class"]},
                                name="hf")

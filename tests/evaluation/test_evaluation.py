@@ -246,3 +246,14 @@ def test_the_finetune_protocol_trains_a_copy(cache_dir):
     metrics = module.evaluation(model)
     assert 0 <= metrics["eval/probe/accuracy"] <= 1 and "eval/probe/random_init_accuracy" in metrics
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the run's model is untouched
+
+
+def test_an_exam_without_windows_shows_no_examples():
+    import numpy as np
+
+    from selfsup.data.vocab import Vocab
+    from selfsup.evaluation.fixed import FixedExam
+    from selfsup.models import build_model
+    model = build_model("decoder", 300, 64, d_model=16, n_layers=1, n_heads=2)
+    exam = FixedExam("decoder", Vocab(300, n_sentinels=8), 32, np.arange(200) % 300, max_windows=0)
+    assert exam.examples(model, None) == []

@@ -57,7 +57,7 @@ class ShardedTokens:
     memory maps). Pickles without its maps (a data-loader worker reopens them)."""
 
     def __init__(self, paths: list[Path], dtype: str):
-        self.paths, self.dtype = [str(p) for p in paths], np.dtype(dtype)
+        self.paths, self.dtype = [str(p) for p in paths], np.dtype(dtype).newbyteorder("<")  # as written
         sizes = [os.path.getsize(p) // self.dtype.itemsize for p in self.paths]
         self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         self._maps: list[np.ndarray] | None = None
@@ -238,9 +238,11 @@ def _arrow_documents(documents: Callable[[], Iterable[str]], scratch: Path, sour
         cause = err
         while cause is not None and not isinstance(cause, DataError):
             cause = cause.__cause__ or cause.__context__
-        raise (cause or err) from None  # a document the sources refused: their one line, not datasets' wrapper
-    except ValueError:
-        if count[0]:
+        if cause is not None:
+            raise cause from None  # a document the sources refused: their one line, not datasets' wrapper
+        raise
+    except ValueError as err:
+        if count[0] or "corresponds to no data" not in str(err):
             raise
         raise DataError(f"{source} gave no documents with text: check its settings (paths, split, text field)") from None
     table = dataset.data  # the Arrow table: whole columns at once
@@ -385,8 +387,8 @@ def build_or_load(key: str, cache_dir: str | os.PathLike, build_into: Callable[[
     """Reuse `<cache_dir>/<key[:16]>/` when it is intact; otherwise build it (atomically) with build_into(folder)."""
     cache_dir = Path(cache_dir).expanduser()
     target = cache_dir / key[:16]
-    if (target / "meta.json").is_file():
-        damage = cache_damage(target)
+    if target.exists():
+        damage = cache_damage(target)  # a folder without meta.json counts as damaged too
         if damage is None:
             return load_cache(target)
         logging.getLogger("selfsup").warning(f"token cache {target} is damaged ({damage}): rebuilding it")
@@ -394,6 +396,8 @@ def build_or_load(key: str, cache_dir: str | os.PathLike, build_into: Callable[[
         try:
             os.rename(target, aside)  # atomic: a process reading it keeps its open files
             shutil.rmtree(aside, ignore_errors=True)
+        except FileNotFoundError:
+            pass  # another process moved it aside first
         except OSError as e:
             raise DataError(f"token cache {target} is damaged ({damage}) and cannot be moved aside "
                             f"({e.strerror}): delete that folder, then run again") from None

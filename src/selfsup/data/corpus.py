@@ -52,6 +52,26 @@ class TokenWindows(Dataset):
         return torch.from_numpy(np.asarray(self.tokens[start : start + self.length], dtype=np.int64))
 
 
+def local_stats(value):
+    """[path, bytes, mtime_ns] of every local file a data_files value or a data set name names (a file, a glob, a
+    folder, ~ expanded; lists and tuples element by element); other values (hub names, URLs) as they are."""
+    import glob
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
+        return [local_stats(v) for v in value]
+    text = os.path.expanduser(str(value))
+    if Path(text).is_dir():
+        files = sorted(p for p in Path(text).rglob("*") if p.is_file() and ".git" not in p.parts)
+    elif any(c in text for c in "*?["):
+        files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+    elif Path(text).is_file():
+        files = [Path(text)]
+    else:
+        return str(value)
+    return [str(value), *([str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files)]
+
+
 class Corpus:
     """The data without Lightning: settings → documents → tokenizer + token cache → windows, and every
     check of them (paths, file contents, corpus size); SelfSupDataModule adds the Lightning hooks and
@@ -179,12 +199,13 @@ class Corpus:
     def identity(self) -> dict:
         """What identifies the corpus and its tokens without reading a document: the cache key's contents."""
         spec = self.pretrained_tokenizer
-        if spec and Path(spec).expanduser().is_file():
-            stat = Path(spec).expanduser().stat()
-            spec = [str(Path(spec).expanduser().resolve()), stat.st_size, stat.st_mtime_ns]
+        if spec:
+            path = Path(spec).expanduser()
+            path = path / "tokenizer.json" if path.is_dir() else path
+            spec = local_stats(str(path)) if path.is_file() else spec
         settings = {"vocab_size": None if spec else self.vocab_size, "tokenizer": spec, "n_sentinels": self.n_sentinels,
-                    "tokenizer_sample_chars": self.tokenizer_sample_chars, "max_documents": self.max_documents,
-                    "shard_chars": self.shard_chars}
+                    "tokenizer_sample_chars": None if spec else self.tokenizer_sample_chars,
+                    "max_documents": self.max_documents, "shard_chars": self.shard_chars}
         if self.source == "builtin":
             return {"source": "builtin", "python": sys.version, "max_chars": BUILTIN_MAX_CHARS,
                     "val_fraction": self.val_fraction, **settings}
@@ -192,17 +213,12 @@ class Corpus:
             return {"source": "text_files", "files": file_stats(self._paths()), "text_field": self.text_field,
                     "val_fraction": self.val_fraction, **settings}
         files = self.data_files
-        if isinstance(files, (str, os.PathLike)):
-            files = [files]
-        stats = None
-        if files is not None and not isinstance(files, dict):
-            files = [str(f) for f in files]
-            stats = [[str(Path(f).resolve()), Path(f).stat().st_size, Path(f).stat().st_mtime_ns]
-                     if Path(f).is_file() else f for f in files]
-        elif isinstance(files, dict):
-            stats = {str(k): list(map(str, v)) if not isinstance(v, str) else v for k, v in files.items()}
-        return {"source": "hf_dataset", "name": self.hf_name, "config": self.hf_config, "split": self.hf_split,
-                "val_split": self.val_split, "revision": self.revision, "data_files": stats,
+        if isinstance(files, dict):
+            stats = {str(k): local_stats(v) for k, v in sorted(files.items(), key=lambda kv: str(kv[0]))}
+        else:
+            stats = local_stats(files)
+        return {"source": "hf_dataset", "name": local_stats(self.hf_name), "config": self.hf_config,
+                "split": self.hf_split, "val_split": self.val_split, "revision": self.revision, "data_files": stats,
                 "streaming": self.streaming, "text_field": self.text_field,
                 "val_fraction": None if self.val_split else self.val_fraction, **settings}
 
@@ -226,10 +242,17 @@ class Corpus:
             raise DataError("data.hf_name is not set: name a data set (e.g. data.hf_name=wikitext) for data=hf_dataset")
         identity = self.identity()
         val = (lambda: self.iter_documents(self.val_split)) if self.val_split else None
-        cache = build_or_load(cache_key(identity), self.cache_dir, lambda folder: build(
-            folder, self.iter_documents, val_documents=val, val_fraction=self.val_fraction,
-            make_tokenizer=self.make_tokenizer, n_sentinels=self.n_sentinels, num_proc=self.num_proc,
-            source=self.where(), identity=identity, quiet=self.quiet, shard_chars=self.shard_chars))
+
+        def build_into(folder):
+            make = self.make_tokenizer
+            if self.pretrained_tokenizer:  # checked before any document is read
+                tokenizer = self.make_tokenizer(iter(()))
+                make = lambda sample: tokenizer  # noqa: E731
+            build(folder, self.iter_documents, val_documents=val, val_fraction=self.val_fraction, make_tokenizer=make,
+                  n_sentinels=self.n_sentinels, num_proc=self.num_proc, source=self.where(), identity=identity,
+                  quiet=self.quiet, shard_chars=self.shard_chars)
+
+        cache = build_or_load(cache_key(identity), self.cache_dir, build_into)
         self.training_keys = cache.train_keys
         self.tokenizer = cache.tokenizer
         self.cache_path = cache.path

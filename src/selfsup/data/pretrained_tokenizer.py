@@ -88,21 +88,24 @@ def lab_layout(tokenizer: Tokenizer, n_sentinels: int, spec: str = "") -> Tokeni
         if own is not None:
             new_id[own] = i
     content = {i: (names[own] if own is not None else role) for i, (role, own) in enumerate(roles)}
-    if unigram:
+    if unigram:  # ids are list positions: the tokens the model did not have become pieces it never picks
         scores = {i: score for i, (_, score) in enumerate(model["vocab"])}
+        never = min(scores.values(), default=0.0) - 1000.0
         vocab = [None] * next_id
         for old, piece in pieces.items():
             vocab[new_id[old]] = [piece, scores[old]]
         for i in range(len(roles)):
             if vocab[i] is None:
-                vocab[i] = [content[i], 0.0]
+                vocab[i] = [content[i], never]
         for old in added:
             if vocab[new_id[old]] is None:
-                vocab[new_id[old]] = [names[old], 0.0]
+                vocab[new_id[old]] = [names[old], never]
         model["vocab"] = vocab
         if model.get("unk_id") is not None:
             model["unk_id"] = new_id[model["unk_id"]]
-    else:
+    else:  # the roles enter the model's vocabulary too: that is what pins an added token's id when it is loaded
+        # (BPE only makes a token from its merges, which never make these; WordLevel would match one written as a
+        # word in the text)
         model["vocab"] = {**{names[old]: new_id[old] for old in pieces}, **{content[i]: i for i in range(len(roles))}}
     tokens = []
     for old, token in added.items():

@@ -71,13 +71,17 @@ def load_tokenizer_json(text: str) -> Tokenizer:
 
 def vocab_from_tokenizer(tokenizer: Tokenizer, n_sentinels: int) -> Vocab:
     """The Vocab of a tokenizer: its size, and word_start (tokens beginning with 'Ġ' (byte-level BPE) or '▁'
-    (SentencePiece), and specials)."""
+    (SentencePiece), WordPiece tokens not beginning with its '##', and specials)."""
+    import json
     size = tokenizer.get_vocab_size()
     n_special = len(special_tokens(n_sentinels))
     word_start = torch.zeros(size, dtype=torch.bool)
+    model = json.loads(tokenizer.to_str()).get("model") or {}
+    continuing = model.get("continuing_subword_prefix") if model.get("type") == "WordPiece" else None
     for token, i in tokenizer.get_vocab().items():
         if i < size:
-            word_start[i] = token.startswith((WORD_START_MARKER, "\u2581"))
+            word_start[i] = (not token.startswith(continuing) if continuing
+                             else token.startswith((WORD_START_MARKER, "\u2581")))
     word_start[:n_special] = True
     return Vocab(size=size, n_sentinels=n_sentinels, word_start=word_start)
 

@@ -75,10 +75,12 @@ class FixedExam:
         the same teacher-forced step the loss scores): rows of [example, input, target, prediction, accuracy].
         input is what the model reads (the encoder's input, else the decoder's), target and prediction the first
         max_targets scored tokens, separated by '|'. The same windows and masks for every run of the family."""
-        batch = next(self.batches(next(model.parameters()).device))
+        batch = next(self.batches(next(model.parameters()).device), None)
+        if batch is None:  # no exam window (eval.fixed_max_windows=0)
+            return []
         hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
                        encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
-        predicted = model.head(hidden).argmax(-1)
+        predicted = model.head(hidden[:n]).argmax(-1)  # the logits of the n shown windows only
         inputs = batch.encoder_inputs if batch.encoder_inputs is not None else batch.decoder_inputs
         rows = []
         for i in range(min(n, len(inputs))):
