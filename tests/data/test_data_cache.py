@@ -283,3 +283,16 @@ def test_wordpiece_word_starts_are_the_tokens_without_its_continuation_prefix():
     tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(names)}, unk_token="[UNK]"))
     v = vocab_from_tokenizer(tok, 2)
     assert [bool(v.word_start[names.index(t)]) for t in ("the", "##s", "module", "##ing")] == [True, False, True, False]
+
+
+def test_the_scratch_of_a_build_killed_a_day_ago_is_swept_by_the_next_build(corpus_dir, tmp_path):
+    import os
+    import time
+    cache = tmp_path / "c"
+    old, fresh = cache / ".building-0123456789abcdef-dead", cache / ".building-fedcba9876543210-busy"
+    for folder in (old, fresh):
+        folder.mkdir(parents=True)
+        (folder / "train-00000.bin").write_bytes(b"\0" * 10)
+    os.utime(old, (time.time() - 2 * 24 * 3600,) * 2)
+    corpus(corpus_dir, cache).prepare()
+    assert not old.exists() and fresh.exists()  # another build may still be writing a recent one

@@ -43,6 +43,7 @@ from selfsup.data.sources import DataError, document_key, split_keys
 FORMAT_VERSION = 3  # 3: sharded .bin token files, train_keys.npy, end checksums
 SHARD_CHARS = 64_000_000  # default characters per shard (data.shard_chars): one Dataset.map call each
 END_BYTES = 1 << 20  # a shard's checksum covers its first and last MiB: cheap at every start
+STALE_SECONDS = 24 * 3600  # a scratch folder untouched this long is a killed build's: swept by the next build
 PARALLEL_CHARS = 4_000_000  # a slice this large is tokenized in num_proc processes (starting them costs ~1 s)
 
 
@@ -405,6 +406,12 @@ def build_or_load(key: str, cache_dir: str | os.PathLike, build_into: Callable[[
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DataError(f"data.cache_dir: cannot create {cache_dir} ({e.strerror}): pass a writable folder") from None
+    for left in [*cache_dir.glob(".building-*"), *cache_dir.glob(".damaged-*")]:  # of builds killed a day ago
+        try:
+            if time.time() - left.stat().st_mtime > STALE_SECONDS:
+                shutil.rmtree(left, ignore_errors=True)
+        except OSError:
+            pass
     scratch = Path(tempfile.mkdtemp(prefix=f".building-{key[:16]}-", dir=cache_dir))
     try:
         scratch.chmod(0o755)  # mkdtemp makes it private; a cache may be shared
