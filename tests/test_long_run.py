@@ -33,7 +33,7 @@ def test_ten_thousand_steps_keep_resident_memory_flat(tmp_path):
                            CausalLM(vocab, 16), AdamWCosine(warmup_steps=10), max_steps=10_000)
     data = torch.randint(vocab.first_ordinary, vocab.size, (4096, 17))
     probe = MemoryProbe(warmup=1000)
-    trainer = L.Trainer(accelerator="cpu", max_steps=10_000, logger=False, enable_checkpointing=False,
+    trainer = L.Trainer(accelerator="cpu", max_steps=10_000, logger=False,  # LastCheckpoint is its checkpointing
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                         default_root_dir=str(tmp_path),
                         callbacks=[LastCheckpoint(tmp_path / "last.ckpt", every_n_steps=500), probe])
