@@ -180,8 +180,8 @@ class Progress:
 
     every = 2.0
 
-    def __init__(self, what: str, total_chars: int, total_docs: int, quiet: bool = False):
-        self.what, self.total_chars, self.total_docs, self.quiet = what, total_chars, total_docs, quiet
+    def __init__(self, total_chars: int, quiet: bool = False):
+        self.total_chars, self.quiet = total_chars, quiet
         self.started = self.shown = time.perf_counter()
         self.chars = self.docs = 0
 
@@ -273,8 +273,8 @@ def _write_split(dataset, indices: np.ndarray, chars: np.ndarray, split: str, fo
         bounds.append(max(int(np.searchsorted(cumulative, before + shard_chars, side="right")), bounds[-1] + 1))
     shards, total, longest = [], 0, 0
     for start, end in zip(bounds, bounds[1:]):
-        part = dataset.select(indices[start:end])
-        workers = num_proc if num_proc > 1 and chars[indices[start:end]].sum() > PARALLEL_CHARS else None
+        part, part_chars = dataset.select(indices[start:end]), int(chars[indices[start:end]].sum())
+        workers = num_proc if num_proc > 1 and part_chars > PARALLEL_CHARS else None
         encoded = part.map(Encoder(tokenizer_json, eos_id), batched=True, batch_size=256, num_proc=workers,
                            remove_columns=part.column_names, features=features, load_from_cache_file=False,
                            new_fingerprint=f"{split}-{start}-{time.time_ns()}")
@@ -292,7 +292,7 @@ def _write_split(dataset, indices: np.ndarray, chars: np.ndarray, split: str, fo
                 count += values.size
         shards.append({"name": name, "tokens": count, "documents": end - start})
         total += count
-        progress.add(int(chars[indices[start:end]].sum()), end - start)
+        progress.add(part_chars, end - start)
     return shards, total, longest
 
 
@@ -335,8 +335,7 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
         eos_id = Vocab(size=vocab_size, n_sentinels=n_sentinels).eos_id
         dtype = np.uint16 if vocab_size <= 2**16 else np.uint32
         tokenizer_json = tokenizer.to_str()
-        progress = Progress(source, int(chars[train_idx].sum() + val_chars[val_idx].sum()),
-                            len(train_idx) + len(val_idx), quiet)
+        progress = Progress(int(chars[train_idx].sum() + val_chars[val_idx].sum()), quiet)
         shards, tokens, longest = {}, {}, 0
         for split, data, idx, lengths in (("train", dataset, train_idx, chars), ("val", val_set, val_idx, val_chars)):
             shards[split], tokens[split], longest_here = _write_split(data, idx, lengths, split, folder,

@@ -22,7 +22,8 @@ from torch.utils.data import Dataset
 
 from selfsup.data.builtin import BUILTIN_MAX_CHARS, builtin_documents
 from selfsup.data.cache import DocumentKeys, ShardedTokens, build, build_or_load, cache_key
-from selfsup.data.sources import DataError, drop_empty, file_stats, iter_hf_documents, iter_text_file_documents
+from selfsup.data.sources import (DataError, drop_empty, file_stats, iter_hf_documents, iter_text_file_documents,
+                                  local_stats)
 from selfsup.data.tokenizer import check_vocab_size, train_tokenizer, vocab_from_tokenizer
 from selfsup.data.vocab import Vocab
 
@@ -50,26 +51,6 @@ class TokenWindows(Dataset):
             raise IndexError(f"window {index} out of range [0, {self.n_windows})")
         start = index * self.length
         return torch.from_numpy(np.asarray(self.tokens[start : start + self.length], dtype=np.int64))
-
-
-def local_stats(value):
-    """[path, bytes, mtime_ns] of every local file a data_files value or a data set name names (a file, a glob, a
-    folder, ~ expanded; lists and tuples element by element); other values (hub names, URLs) as they are."""
-    import glob
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
-        return [local_stats(v) for v in value]
-    text = os.path.expanduser(str(value))
-    if Path(text).is_dir():
-        files = sorted(p for p in Path(text).rglob("*") if p.is_file() and ".git" not in p.parts)
-    elif any(c in text for c in "*?["):
-        files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
-    elif Path(text).is_file():
-        files = [Path(text)]
-    else:
-        return str(value)
-    return [str(value), *([str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files)]
 
 
 class Corpus:

@@ -246,13 +246,35 @@ def text_file_documents(paths: str | os.PathLike | Sequence[str | os.PathLike], 
     return list(iter_text_file_documents(paths, text_field))
 
 
+def _stat(path: Path) -> list:
+    """[path, bytes, mtime_ns]: what identifies a file's contents without reading it."""
+    stat = path.stat()
+    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+
+
 def file_stats(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[list]:
     """[path, bytes, mtime_ns] of every file data.paths names (what identifies the corpus without reading it)."""
-    out = []
-    for path in _expand_paths(paths):
-        stat = path.stat()
-        out.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
-    return out
+    return [_stat(path) for path in _expand_paths(paths)]
+
+
+def local_stats(value):
+    """[path, bytes, mtime_ns] of every local file a data_files value or a data set name names (a file, a glob, a
+    folder, ~ expanded; lists and tuples element by element); other values (hub names, URLs) as they are."""
+    import glob
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
+        return [local_stats(v) for v in value]
+    text = os.path.expanduser(str(value))
+    if Path(text).is_dir():
+        files = sorted(p for p in Path(text).rglob("*") if p.is_file() and ".git" not in p.parts)
+    elif any(c in text for c in "*?["):
+        files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+    elif Path(text).is_file():
+        files = [Path(text)]
+    else:
+        return str(value)
+    return [str(value), *(_stat(p) for p in files)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ differ (see the downstream probe for that axis).
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import numpy as np
 import torch
 
@@ -78,9 +80,11 @@ class FixedExam:
         batch = next(self.batches(next(model.parameters()).device), None)
         if batch is None:  # no exam window (eval.fixed_max_windows=0)
             return []
+        batch = replace(batch, **{f.name: getattr(batch, f.name)[:n] for f in fields(batch)  # the shown rows only
+                                  if f.name != "n_inputs" and getattr(batch, f.name) is not None})
         hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
                        encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
-        predicted = model.head(hidden[:n]).argmax(-1)  # the logits of the n shown windows only
+        predicted = model.head(hidden).argmax(-1)
         inputs = batch.encoder_inputs if batch.encoder_inputs is not None else batch.decoder_inputs
         rows = []
         for i in range(min(n, len(inputs))):
