@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-import selfsup.data.cache as cache_module
+import selfsup.data.prepare as prepare_module
 import selfsup.data.corpus as corpus_module
 from selfsup.data import Corpus, ShardedTokens, encode_documents, split_documents, text_file_documents
 from helpers import gpt2_like_tokenizer, t5_like_tokenizer, write_corpus
@@ -29,7 +29,7 @@ def test_streamed_shards_hold_the_tokens_of_a_one_shot_encode(corpus_dir, tmp_pa
     encoding every document of each split at once."""
     c = corpus(corpus_dir, tmp_path / "c", shard_chars=8_000, num_proc=2)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cache_module, "PARALLEL_CHARS", 1)  # processes even for these small slices
+        mp.setattr(prepare_module, "PARALLEL_CHARS", 1)  # processes even for these small slices
         c.prepare()
     meta = c.meta
     assert len(meta["shards"]["train"]) >= 5 and len(c.train_tokens.paths) == len(meta["shards"]["train"])
@@ -134,7 +134,7 @@ def test_a_data_sets_own_validation_split_is_used(tmp_path):
 
 
 def test_preparing_prints_progress_with_rates_and_one_summary_line(corpus_dir, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cache_module.Progress, "every", 0.0)  # a line per shard (default: every 2 s)
+    monkeypatch.setattr(prepare_module.Progress, "every", 0.0)  # a line per shard (default: every 2 s)
     corpus(corpus_dir, tmp_path / "c", shard_chars=20_000).prepare()
     lines = capsys.readouterr().err.splitlines()
     progress = [line for line in lines if line.startswith("tokenizing: ")]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-import selfsup.data.cache as cache_module
+import selfsup.data.prepare as prepare_module
 import selfsup.data.corpus as corpus_module
 from selfsup.data import Corpus, DataError, ShardedTokens, Vocab, build_or_load_cache, cache_key
 from selfsup.data.datamodule import SelfSupDataModule
@@ -87,16 +87,16 @@ def test_other_settings_give_another_key(tmp_path):
 def test_concurrent_build_keeps_the_first_copy(tmp_path, monkeypatch):
     docs = [f"Document {i} talks about subject {i % 5} at some length. " * 10 for i in range(30)]
     settings = dict(cache_dir=tmp_path, val_fraction=0.1, vocab_size=400, n_sentinels=10)
-    real_build = cache_module.build
+    real_build = prepare_module.build
 
     def build_while_another_process_finishes_first(folder, *args, **kwargs):
         real_build(folder, *args, **kwargs)
-        monkeypatch.setattr(cache_module, "build", real_build)
+        monkeypatch.setattr(prepare_module, "build", real_build)
         other = build_or_load_cache(docs, **settings)  # the "other process" wins the rename
         assert other.built
         (other.path / "marker").write_text("first")
 
-    monkeypatch.setattr(cache_module, "build", build_while_another_process_finishes_first)
+    monkeypatch.setattr(prepare_module, "build", build_while_another_process_finishes_first)
     ours = build_or_load_cache(docs, **settings)
     assert not ours.built and (ours.path / "marker").read_text() == "first"
     assert [p.name for p in tmp_path.iterdir()] == [ours.path.name]  # scratch folders cleaned up

@@ -2,8 +2,9 @@
 selfsup.data.datamodule adds Lightning's data module around a Corpus."""
 
 from selfsup.data.builtin import builtin_documents
-from selfsup.data.cache import FORMAT_VERSION, DocumentKeys, ShardedTokens, TokenCache, build_or_load_cache, cache_key
+from selfsup.data.cache import FORMAT_VERSION, DocumentKeys, ShardedTokens, TokenCache, cache_key
 from selfsup.data.corpus import SOURCES, Corpus, TokenWindows
+from selfsup.data.prepare import build_or_load_cache
 from selfsup.data.sources import (
     DataError,
     document_bucket,
