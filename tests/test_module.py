@@ -100,6 +100,45 @@ def test_uniform_model_has_perplexity_equal_to_vocabulary_size():
     assert first["val/signal_per_token"] == pytest.approx(0.15, abs=4 * math.sqrt(0.15 * 0.85 / data.numel()))
 
 
+def test_validation_loss_is_token_weighted_over_unequal_batches():
+    """val/loss = total NLL / total scored over the validation set: a batch with 16 scored tokens weighs 8x one
+    with 2 (a mean of batch means, or a weighted MeanMetric that drops its weights, gives another value)."""
+    probs = torch.tensor([0.2, 0.5, 0.1, 0.2])
+    model = FixedDistribution(probs)
+
+    def score_nonzero(tokens, generator):  # every non-zero token is its own target
+        return ObjectiveBatch(targets=torch.where(tokens > 0, tokens, IGNORE), n_inputs=torch.tensor(tokens.numel()),
+                              encoder_inputs=tokens)
+
+    a, b = torch.zeros(2, 8, dtype=torch.long), torch.zeros(2, 8, dtype=torch.long)
+    a[:, :] = 1          # 16 targets of probability 0.5
+    b[0, :2] = 2         # 2 targets of probability 0.1
+    module = SelfSupModule(model, score_nonzero)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    out = trainer.validate(module, torch.utils.data.DataLoader(torch.cat([a, b]), batch_size=2), verbose=False)[0]
+    expected = (16 * -math.log(0.5) + 2 * -math.log(0.1)) / 18
+    assert out["val/loss"] == pytest.approx(expected, rel=1e-6)
+    assert out["val/perplexity"] == pytest.approx(math.exp(expected), rel=1e-6)
+    assert out["val/accuracy"] == pytest.approx(16 / 18, rel=1e-6)  # argmax is token 1
+    assert out["val/signal_per_token"] == pytest.approx(18 / 32, rel=1e-6)
+    assert abs(out["val/loss"] - (-math.log(0.5) - math.log(0.1)) / 2) > 0.3  # not the mean of batch means
+
+
+def test_validation_loss_of_a_nan_batch_is_nan():
+    model = FixedDistribution(torch.tensor([0.25, 0.25, 0.25, 0.25]))
+    with torch.no_grad():
+        model.logits[1] = float("nan")
+
+    def score_all(tokens, generator):
+        return ObjectiveBatch(targets=tokens, n_inputs=torch.tensor(tokens.numel()), encoder_inputs=tokens)
+
+    data = torch.tensor([[2, 3, 2, 3], [1, 1, 1, 1]])  # the second batch's loss is NaN
+    module = SelfSupModule(model, score_all)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    out = trainer.validate(module, torch.utils.data.DataLoader(data, batch_size=1), verbose=False)[0]
+    assert math.isnan(out["val/loss"])
+
+
 def test_validation_uses_the_same_masks_every_time():
     torch.manual_seed(0)
     model = build_model("encoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)

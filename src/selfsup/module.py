@@ -20,7 +20,7 @@ import hashlib
 import lightning as L
 import torch
 from torch.utils.flop_counter import FlopCounterMode
-from torchmetrics import MeanMetric, SumMetric
+from torchmetrics import SumMetric
 
 from selfsup.loss import linear_cross_entropy
 from selfsup.objectives import Objective, ObjectiveBatch
@@ -85,9 +85,11 @@ class SelfSupModule(L.LightningModule):
         self.tokens_seen = 0   # global input tokens consumed by training so far
         self.targets_seen = 0  # global scored targets so far
         self.flops_seen = 0.0  # global training FLOPs so far (the first step's measured count per step)
-        # a NaN batch makes the validation loss NaN (torchmetrics' default would drop it, with a warning)
-        self.val_loss = MeanMetric(nan_strategy="disable")
-        self.val_accuracy = MeanMetric(nan_strategy="disable")
+        # val/loss = total NLL / total scored over the whole validation set, as sums (a weighted MeanMetric with
+        # nan_strategy="disable" drops its weights, torchmetrics#3434); a NaN batch makes it NaN (torchmetrics'
+        # default would drop it, with a warning)
+        self.val_nll = SumMetric(nan_strategy="disable")
+        self.val_correct = SumMetric(nan_strategy="disable")
         self.val_scored = SumMetric(nan_strategy="disable")
         self.val_inputs = SumMetric(nan_strategy="disable")
         self.flops_per_batch = None  # measured on the first step; read by selfsup.throughput.TokenThroughput
@@ -194,17 +196,17 @@ class SelfSupModule(L.LightningModule):
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
         batch = self.objective(tokens, self.generator("val", batch_idx))  # same masks every evaluation
         nll, n, correct = cross_entropy_sums(self.model, batch)
-        if n > 0:
-            self.val_loss.update(nll / n, weight=n)
-            self.val_accuracy.update(correct / n, weight=n)
+        self.val_nll.update(nll)
+        self.val_correct.update(correct)
         self.val_scored.update(n)
         self.val_inputs.update(batch.n_inputs)
 
     def on_validation_epoch_end(self) -> None:
-        loss = self.val_loss.compute()
-        metrics = {"val/loss": loss, "val/perplexity": torch.exp(loss), "val/accuracy": self.val_accuracy.compute(),
-                   "val/signal_per_token": self.val_scored.compute() / self.val_inputs.compute().clamp(min=1)}
-        for metric in (self.val_loss, self.val_accuracy, self.val_scored, self.val_inputs):
+        scored = self.val_scored.compute()  # a validation set without a scored position gives NaN, not 0
+        loss = self.val_nll.compute() / scored
+        metrics = {"val/loss": loss, "val/perplexity": torch.exp(loss), "val/accuracy": self.val_correct.compute() / scored,
+                   "val/signal_per_token": scored / self.val_inputs.compute().clamp(min=1)}
+        for metric in (self.val_nll, self.val_correct, self.val_scored, self.val_inputs):
             metric.reset()
         self.log_dict(metrics)
         # the x-axes in the same row, so every val point has its tokens seen in W&B and the CSV
