@@ -9,6 +9,8 @@
                              logits + F.cross_entropy against selfsup.loss's fused chunks
   selfsup-bench data         preparing generated corpora of 10 and 200 MB (--big: 1 GB too), cold and warm:
                              MB/s, warm-start seconds, peak RSS, beside tokenizers' encode_batch alone
+  selfsup-bench eval         the evaluation's seconds in a warm one-step run on corpora of 10 and 100 MB, by
+                             part (fixed exam, minimal pairs, probe), beside the same run with eval=none
 """
 
 from __future__ import annotations
@@ -344,7 +346,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--big", action="store_true", help="also 1,000 MB")
     p.add_argument("--dir", help="where the corpora are generated (kept, reused) and the caches built")
     p.add_argument("--threads", type=int, default=2)
+    p = sub.add_parser("eval", help="the evaluation's seconds in warm one-step runs on growing corpora, by part")
+    p.add_argument("--sizes", default="10,100", help="comma-separated corpus sizes in MB")
+    p.add_argument("--objectives", default="mlm,clm,span_corruption")
+    p.add_argument("--dir", help="where the corpora are generated (kept, reused) and the runs written")
     args = parser.parse_args(argv)
+    if args.what == "eval":
+        from selfsup.evaluation.bench import bench_eval
+        print(f"{os.cpu_count()} cores; each run a fresh selfsup-train process, warm (token cache and baselines built)")
+        print_table(bench_eval([int(x) for x in args.sizes.split(",")], args.objectives.split(","), args.dir))
+        return
     if args.what == "data":
         from selfsup.data.bench import bench_data
         sizes = [int(x) for x in args.sizes.split(",")] + ([1000] if args.big else [])

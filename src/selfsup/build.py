@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from selfsup.checks import SelfSupError, user_errors
 from selfsup.data import Corpus
 from selfsup.data.vocab import Vocab
-from selfsup.evaluation import EvalError, Evaluation, Task
+from selfsup.evaluation import EvalError, Evaluation, PairSource, Task
 from selfsup.objectives import Objective
 
 
@@ -85,10 +85,20 @@ def check_objective(cfg: DictConfig) -> None:
 
 
 def make_evaluation(cfg: DictConfig) -> Evaluation | None:
-    """The `eval` group's Evaluation, or None when it evaluates nothing (eval=none: no exam, no tasks)."""
-    if not (cfg.eval.fixed or cfg.eval.tasks):
+    """The `eval` group's Evaluation, or None when it evaluates nothing (eval=none: no exam, pairs or tasks)."""
+    if not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
         return None
     conf = OmegaConf.to_container(cfg.eval, resolve=True)
+    for name, source in ((conf.get("pairs") or {}).get("sets") or {}).items():
+        if not isinstance(source, dict):
+            raise EvalError(f"eval.pairs.sets.{name} must be a mapping of settings, e.g. "
+                            f"'+eval.pairs.sets.{name}={{paths: [pairs.jsonl], group_field: UID}}'")
+        source.setdefault("_target_", "selfsup.evaluation.PairSource")
+        if source["_target_"] == "selfsup.evaluation.PairSource":
+            known = [p for p in inspect.signature(PairSource).parameters if p != "name"]
+            unknown = [k for k in source if k != "_target_" and k not in known]
+            if unknown:
+                raise EvalError(f"eval.pairs.sets.{name}.{unknown[0]} is not a pair-set setting: use {', '.join(known)}")
     for name, task in (conf.get("tasks") or {}).items():
         if not isinstance(task, dict):
             raise EvalError(f"eval.tasks.{name} must be a mapping of task settings, e.g. "
@@ -179,7 +189,9 @@ def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
         model.compile()  # in place: checkpoints keep plain parameter names
     if evaluation is not None:
         evaluation.setup(cfg.architecture.name, vocab, corpus.tokenizer, cfg.data.seq_len, corpus.val_tokens,
-                         max_len, cfg.seed, make_model=lambda: shape.build(vocab.size, max_len))
+                         max_len, cfg.seed, make_model=lambda: shape.build(vocab.size, max_len),
+                         train_tokens=corpus.train_tokens, objective=objective.name,
+                         span=getattr(objective, "mean_span_length", None), cache_dir=corpus.cache_dir)
     t = cfg.trainer
     module = SelfSupModule(model, objective, make(cfg.optim, "optim"), max_steps=t.max_steps,
                            accumulate=t.accumulate, seed=cfg.seed, max_tokens=t.max_tokens, max_flops=t.max_flops,

@@ -39,7 +39,7 @@ def check_settings(cfg: DictConfig) -> None:
     if metric not in ("val/loss", "val/perplexity", "val/accuracy") and not metric.startswith("eval/"):
         raise SelfSupError(f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
                            f"val/accuracy or an eval/<task>/<metric> such as eval/probe/accuracy")
-    if metric.startswith("eval/") and not (cfg.eval.fixed or cfg.eval.tasks):
+    if metric.startswith("eval/") and not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
         raise SelfSupError(f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or "
                            f"optimize val/loss")
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():

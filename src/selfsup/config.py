@@ -91,11 +91,34 @@ class ProbeConfig:
 
 
 @dataclass
+class FixedExamConfig:
+    max_tokens: Optional[int] = 131072  # validation tokens the exam reads, from the split's start (null: all)
+
+
+@dataclass
+class PairsConfig:
+    """eval/pairs/...: zero-shot minimal pairs (selfsup.evaluation.pairs.MinimalPairs)."""
+    _target_: str = "selfsup.evaluation.MinimalPairs"
+    builtin: bool = True                # the built-in set from held-out sentences: eval/pairs/accuracy
+    types: List[str] = field(default_factory=lambda: ["swap_1", "replaced_1", "replaced_4"])
+    max_pairs: int = 1000               # per built-in type
+    max_words: int = 12                 # built-in sentences of at most this many words
+    # eval/pairs/<name>/...: your sets in BLiMP's layout, each the keyword arguments of
+    # selfsup.evaluation.PairSource: source text_files (paths) | hf_dataset (hf_name, hf_config, split),
+    # good_field, bad_field, group_field, max_pairs
+    sets: Dict[str, Any] = field(default_factory=dict)
+    random_init_seeds: int = 3          # untrained models of the run's shape scored the same way (cached)
+    denoise: bool = True                # encoder-decoders: also the span pseudo-log-likelihood, eval/pairs/denoise/...
+    batch_tokens: int = 16384           # token positions per forward
+    reference_tokens: int = 10000000    # training tokens the unigram / bigram references count
+
+
+@dataclass
 class EvalConfig:
     _target_: str = "selfsup.evaluation.Evaluation"
     _convert_: str = "all"
-    fixed: bool = True                  # eval/fixed/loss: the family's fixed exam
-    fixed_max_windows: Optional[int] = None  # validation windows the exam reads (default all)
+    fixed: Optional[FixedExamConfig] = field(default_factory=FixedExamConfig)  # eval/fixed/loss (null: none)
+    pairs: Optional[PairsConfig] = field(default_factory=PairsConfig)  # eval/pairs/... (null: none)
     every_n_validations: int = 0        # also evaluate at every k-th validation (0: after training only)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     # eval/<name>/...: the probe's tasks, each the keyword arguments of selfsup.evaluation.Task (or of the

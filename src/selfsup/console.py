@@ -2,7 +2,7 @@
 terminal) a live status line. No line is wider than 100 columns (or the terminal, if narrower).
 
     step 100/200 (50%)  loss 6.518  36,216 tokens/s  0:00:05, 0:00:05 left
-    val at step 200: loss 6.377  fixed exam 6.430  probe 0.511  ppl 588.0  acc 0.088  signal/token 0.151
+    val at step 200: loss 6.377  fixed exam 6.430  pairs 0.508  probe 0.511  ppl 588.0  acc 0.088
 
 Lines go to stderr, so W&B's console log records each once; the live line is written to the terminal
 around W&B's capture (a duplicate of stderr's file descriptor), so its repaints are not recorded.
@@ -21,7 +21,8 @@ from lightning.pytorch.callbacks.progress import ProgressBar
 
 WIDTH = 100
 # the validation line, most important first (a narrow terminal drops the last ones)
-VALIDATION = [("val/loss", "loss", ".3f"), ("eval/fixed/loss", "fixed exam", ".3f"), ("eval/probe/accuracy", "probe", ".3f"),
+VALIDATION = [("val/loss", "loss", ".3f"), ("eval/fixed/loss", "fixed exam", ".3f"), ("eval/pairs/accuracy", "pairs", ".3f"),
+              ("eval/probe/accuracy", "probe", ".3f"),
               ("val/perplexity", "ppl", ".1f"), ("val/accuracy", "acc", ".3f"), ("val/signal_per_token", "signal/token", ".3f")]
 
 
@@ -139,6 +140,11 @@ class ConsoleProgress(ProgressBar):
         head = f"val at step {trainer.global_step}:"
         parts = [f"{label} {m[key]:{fmt}}" for key, label, fmt in VALIDATION if key in m]
         self.line(head + " " + fit(parts, self.width - len(head) - 1))
+        evaluation = getattr(pl_module, "evaluation", None)
+        if step == trainer.global_step and evaluation is not None:  # each pair score with its scorer's name
+            from selfsup.evaluation.pairs import pair_lines
+            for line in pair_lines(m, evaluation.pair_scorers()):
+                self.line("  " + line)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.clear_live()

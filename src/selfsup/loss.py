@@ -17,8 +17,16 @@ the logits is bounded by the chunk. Values match
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 import torch.nn.functional as F
+
+
+def stream_seed(*parts) -> int:
+    """A 63-bit seed from any parts; different parts give unrelated streams (masks, exams, baselines)."""
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
 def chunk_rows(vocab_size: int, device: torch.device) -> int:

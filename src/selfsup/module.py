@@ -15,23 +15,16 @@ at every evaluation.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 
 import lightning as L
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from torchmetrics import SumMetric
 
-from selfsup.loss import linear_cross_entropy
+from selfsup.loss import linear_cross_entropy, stream_seed
 from selfsup.objectives import Objective, ObjectiveBatch
 from selfsup.optim import AdamWCosine
 from selfsup.upstream import align_log_step
-
-
-def stream_seed(*parts) -> int:
-    """A 63-bit seed from any parts; different parts give unrelated streams."""
-    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
 def cross_entropy_sums(model: torch.nn.Module, batch: ObjectiveBatch, accuracy: bool = True

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from selfsup.report.summary import (DEFINITIONS, PROBE, probe_verdict, read_summaries, shown_path, summary_table,
+from selfsup.report.summary import (DEFINITIONS, PAIRS, PROBE, probe_verdict, read_summaries, shown_path, summary_table,
                                     value)
 from selfsup.upstream import failed_job_value
 
@@ -59,6 +59,7 @@ class SweepSummary(Callback):
             summary = json.loads((job_dir / "summary.json").read_text()) if (job_dir / "summary.json").is_file() else {}
             parts = [f"{name} {v:.3f}" for name, v in (("val loss", summary.get("val_loss")),
                                                        ("fixed loss", value(summary, "eval/fixed/loss")),
+                                                       ("pairs acc", value(summary, PAIRS)),
                                                        ("probe acc", value(summary, PROBE))) if v is not None]
             what = ", ".join(parts) or "finished"
         swept = set(os.environ.get("SELFSUP_SWEPT", "").split(","))

@@ -168,6 +168,9 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
                        tokens_seen=module.tokens_seen, targets_seen=module.targets_seen, flops_seen=module.flops_seen,
                        eval={k: v for k, v in metrics.items() if k.startswith("eval/")},
                        eval_seconds=round(module.evaluation.seconds, 2) if module.evaluation else None,
+                       eval_part_seconds={k: round(v, 2) for k, v in module.evaluation.part_seconds.items()}
+                       if module.evaluation else {},
+                       pairs_scorers=module.evaluation.pair_scorers() if module.evaluation else {},
                        tokens_per_sec=throughput.tokens_per_sec(),
                        best_checkpoint=best.best_model_path, last_checkpoint=str(last.path))
         status = ("preempted" if preemption.preempted else "pruned" if pruning is not None and pruning.pruned

@@ -18,7 +18,7 @@ import torch
 
 from conftest import TINY
 
-QUICK = ["logger=csv", "eval.fixed=false", "eval.tasks={}"]  # eval off (TINY sizes its probe)
+QUICK = ["logger=csv", "eval.fixed=null", "eval.pairs=null", "eval.tasks={}"]  # eval off (TINY sizes its probe)
 
 
 def one_error_line(out) -> str:
@@ -173,7 +173,7 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
         pytest.skip("needs root to mount a small tmpfs")
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-        out = subprocess.run(["selfsup-train", *TINY, "eval.fixed=false", "eval.tasks={}", f"data.cache_dir={cache_dir}",
+        out = subprocess.run(["selfsup-train", *TINY, "eval.fixed=null", "eval.pairs=null", "eval.tasks={}", f"data.cache_dir={cache_dir}",
                               f"hydra.run.dir={disk / 'run'}", "trainer.max_steps=40", "trainer.val_check_interval=2"],
                              capture_output=True, text=True, env=env, timeout=600)
         assert out.returncode == 2, out.stderr[-3000:]
@@ -198,7 +198,7 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
 def test_a_secret_is_redacted_in_the_wandb_run_files(train, tmp_path):
     run = tmp_path / "run"
     secret, token = "not-forty-hex-characters-0042", "tok-of-a-user-0099"
-    out = train("eval.fixed=false", "eval.tasks={}", f"+logger.my_token={token}", f"logger.name=run-{secret}", "logger.tags=[t-" + token + "]",
+    out = train("eval.fixed=null", "eval.pairs=null", "eval.tasks={}", f"+logger.my_token={token}", f"logger.name=run-{secret}", "logger.tags=[t-" + token + "]",
                 run_dir=run, env={"WANDB_API_KEY": secret, "WANDB_MODE": "offline"})
     assert out.returncode == 0, out.stderr[-2000:]
     files = [p for p in (run / "wandb").rglob("*") if p.is_file()]

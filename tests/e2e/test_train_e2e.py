@@ -60,9 +60,15 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
         assert key in recorded["summary"], key
     # the comparable evaluation: in the W&B run, the CSV and summary.json alike
     evaluated = summary["eval"]
+    encoder_decoder = OBJECTIVES[objective] == "encoder_decoder"
+    pairs = {f"eval/pairs{scorer}{kind}/{what}accuracy" for scorer in ["", "/denoise"][:1 + encoder_decoder]
+             for kind in ["", "/swap_1", "/replaced_1", "/replaced_4"]
+             for what in ["", "random_init_"] + (["unigram_", "bigram_"] if not scorer else [])}
+    pairs |= {f"{key}_sd" for key in pairs if "random_init" in key}
     assert set(evaluated) == {"eval/fixed/loss", "eval/fixed/perplexity", "eval/probe/accuracy", "eval/probe/macro_f1",
                               "eval/probe/random_init_accuracy", "eval/probe/random_init_macro_f1",
-                              "eval/probe/majority_accuracy"}
+                              "eval/probe/majority_accuracy", *pairs}
+    assert set(summary["pairs_scorers"]) == {"eval/pairs", *(["eval/pairs/denoise"] if encoder_decoder else [])}
     for key, value in evaluated.items():
         assert recorded["summary"][key] == pytest.approx(value, rel=1e-6), key
     assert 0 < evaluated["eval/probe/accuracy"] < 1 and evaluated["eval/fixed/loss"] > 0
@@ -83,7 +89,7 @@ def test_sweep_jobs_share_one_wandb_group_and_print_a_table(sweep):
         assert f"[job {job}] objective={objective}: val loss" in out.stdout
         assert any(line.startswith(f"{job}   | {objective} ") for line in out.stdout.splitlines())  # table row
     assert "val loss" in out.stdout and "signal/token" in out.stdout and "tokens/s" in out.stdout
-    assert "fixed loss" in out.stdout and "probe acc" in out.stdout
+    assert "fixed loss" in out.stdout and "probe acc" in out.stdout and "pairs acc" in out.stdout
     assert "Probe (eval/probe/accuracy): " in out.stdout and " leads with " in out.stdout
 
 

@@ -17,7 +17,7 @@ from selfsup.evaluation.tasks import builtin_examples, probe_sentences, sentence
 from selfsup.build import build, prepare
 from selfsup.train import CONF_DIR
 
-TINY = ["debug=tiny", "eval.fixed_max_windows=12"]
+TINY = ["debug=tiny", "eval.pairs=null"]
 
 
 def config(cache_dir, *overrides):
@@ -219,7 +219,7 @@ def test_evaluation_settings_are_checked():
 
 def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
     import lightning as L
-    cfg = config(cache_dir, "trainer.max_steps=5", "eval.fixed=false", "eval.tasks={}")
+    cfg = config(cache_dir, "trainer.max_steps=5", "eval=none")
     run = build(cfg)
     dm, module = run.data, run.module
     trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -227,7 +227,7 @@ def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
     trainer.fit(module, datamodule=dm)
     per_step = module.flops_seen / trainer.global_step
     assert per_step == module.flops_per_batch > 0  # the first step's measured count, every step
-    cfg = config(cache_dir, "trainer.max_steps=50", f"trainer.max_flops={3.5 * per_step}", "eval.fixed=false",
+    cfg = config(cache_dir, "trainer.max_steps=50", f"trainer.max_flops={3.5 * per_step}", "eval.fixed=null",
                  "eval.tasks={}")
     run = build(cfg)
     dm, module = run.data, run.module
@@ -255,5 +255,17 @@ def test_an_exam_without_windows_shows_no_examples():
     from selfsup.evaluation.fixed import FixedExam
     from selfsup.models import build_model
     model = build_model("decoder", 300, 64, d_model=16, n_layers=1, n_heads=2)
-    exam = FixedExam("decoder", Vocab(300, n_sentinels=8), 32, np.arange(200) % 300, max_windows=0)
+    exam = FixedExam("decoder", Vocab(300, n_sentinels=8), 32, np.arange(200) % 300, max_tokens=32)
     assert exam.examples(model, None) == []
+
+
+def test_the_fixed_exam_reads_at_most_max_tokens_of_the_validation_split():
+    import numpy as np
+
+    from selfsup.data.vocab import Vocab
+    from selfsup.evaluation.fixed import FixedExam
+    val = (np.arange(100_000) % 280 + 20).astype(np.uint16)
+    exam = FixedExam("decoder", Vocab(300, n_sentinels=8), 32, val, max_tokens=1000)
+    assert tuple(exam.windows.shape) == (1000 // 33, 33)  # a decoder's window: seq_len + 1
+    assert exam.windows.flatten().tolist() == val[:30 * 33].tolist()  # the split's start
+    assert len(FixedExam("decoder", Vocab(300, n_sentinels=8), 32, val, max_tokens=None).windows) == 100_000 // 33

@@ -1,4 +1,5 @@
-"""Evaluation on one axis for every run: the fixed exam of its family and downstream probes.
+"""Evaluation on one axis for every run: the fixed exam of its family, zero-shot minimal pairs and
+downstream probes.
 
 A run's own val/loss grades it on its own exam (its mask rate, its span length). `Evaluation`
 scores every run on exams that do not depend on its settings, after training (and, with
@@ -6,6 +7,8 @@ scores every run on exams that do not depend on its settings, after training (an
 `train/tokens_seen`:
 
     eval/fixed/loss, eval/fixed/perplexity      the family's fixed exam (selfsup.evaluation.fixed)
+    eval/pairs/accuracy, eval/pairs/<type>/...   zero-shot minimal pairs, beside their random-init and n-gram
+                                                 references (selfsup.evaluation.pairs)
     eval/predictions                             a table of the exam's first examples with the model's
                                                  predictions (FixedExam.examples; a W&B Table)
     eval/<task>/accuracy, eval/<task>/macro_f1   the probe of each task in eval.tasks (the built-in: probe)
@@ -19,6 +22,7 @@ the LightningModule calls it at the end of a validation.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -27,24 +31,31 @@ from collections.abc import Mapping
 import torch
 
 from selfsup.evaluation.fixed import EXAMS, FixedExam
+from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource
+from selfsup.loss import stream_seed
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
 from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
 
 EXAMPLE_COLUMNS = ["step", "example", "input", "target", "prediction", "accuracy"]
 
-__all__ = ["EXAMPLE_COLUMNS", "BUILTIN_TASKS", "EXAMS", "PROTOCOLS", "EvalError", "Evaluation", "Examples", "FixedExam", "Task"]
+__all__ = ["EXAMPLE_COLUMNS", "BUILTIN_TASKS", "EXAMS", "PAIR_TYPES", "PROTOCOLS", "EvalError", "Evaluation", "Examples",
+           "FixedExam", "MinimalPairs", "PairSource", "Task"]
 
 
 class Evaluation:
-    """The fixed exam and the probes of one run. `check(...)` before training (reads the tasks, refuses
-    bad ones in one line); `setup(...)` once the model exists; `__call__(model)` -> {metric: value}."""
+    """The fixed exam, the minimal pairs and the probes of one run. `check(...)` before training (reads the
+    tasks and pair sets, refuses bad ones in one line); `setup(...)` once the model exists; `__call__(model)`
+    -> {metric: value}. fixed: {max_tokens: N} (the exam reads at most N validation tokens; None: all), or
+    None / False for no exam; pairs: a MinimalPairs, or None."""
 
-    def __init__(self, fixed: bool = True, every_n_validations: int = 0, fixed_max_windows: int | None = None,
-                 probe: Mapping | None = None, tasks: Mapping[str, Task] | None = None):
+    def __init__(self, fixed: Mapping | bool | None = True, every_n_validations: int = 0,
+                 pairs: MinimalPairs | None = None, probe: Mapping | None = None,
+                 tasks: Mapping[str, Task] | None = None):
         probe = dict(probe or {})
-        self.fixed = fixed
+        self.fixed = fixed is not None and fixed is not False
+        self.fixed_max_tokens = fixed.get("max_tokens") if isinstance(fixed, Mapping) else None
+        self.pairs = pairs
         self.every_n_validations = every_n_validations
-        self.fixed_max_windows = fixed_max_windows
         self.protocol = probe.get("protocol", "linear")
         self.finetune_steps = probe.get("finetune_steps", 200)
         self.finetune_lr = probe.get("finetune_lr", 1e-3)
@@ -62,6 +73,7 @@ class Evaluation:
         self.run_seed, self.make_model, self.tokenizer = 0, None, None
         self.examples: list[list] = []  # the last evaluation's EXAMPLE_COLUMNS rows (FixedExam.examples)
         self.seconds = 0.0
+        self.part_seconds: dict[str, float] = {}  # fixed, pairs, probe: seconds over the run's evaluations
 
     # ------------------------------------------------------------------------------ before training
     def check(self, training_documents=None, sharded: bool = False) -> None:
@@ -82,6 +94,11 @@ class Evaluation:
         if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
             raise EvalError(f"eval.probe.l2={self.l2} must be a finite number >= 0, or null (chosen on held-out "
                             f"training examples)")
+        if self.fixed_max_tokens is not None and self.fixed_max_tokens < 1:
+            raise EvalError(f"eval.fixed.max_tokens={self.fixed_max_tokens} must be at least 1, or null (the whole "
+                            f"validation split); eval.fixed=null turns the exam off")
+        if self.pairs is not None:
+            self.pairs.check()
         if self.every_n_validations < 0:
             raise EvalError(f"eval.every_n_validations={self.every_n_validations} must be 0 (after training only) "
                             f"or more")
@@ -96,22 +113,34 @@ class Evaluation:
 
     # ------------------------------------------------------------------------------ once the model exists
     def setup(self, architecture: str, vocab, tokenizer, seq_len: int, val_tokens, model_length: int,
-              run_seed: int = 0, make_model=None) -> None:
-        """The exam's windows and the tasks' encoded examples. make_model() builds an untrained model of the
-        run's shape (the random-init baseline), initialised from run_seed and the probe's seed, so that
-        baselines, like runs, spread over seeds."""
+              run_seed: int = 0, make_model=None, train_tokens=None, objective: str | None = None,
+              span: float | None = None, cache_dir=None) -> None:
+        """The exam's windows, the pairs' token ids and the tasks' encoded examples. make_model() builds an
+        untrained model of the run's shape (the random-init baselines): the probe's initialised from run_seed
+        and the probe's seed, so that its baseline, like runs, spreads over seeds; the pairs' from seeds of
+        their own, the same for every run of a shape (cached in cache_dir). train_tokens: the training split
+        (the pairs' n-gram references); objective, span: the run's objective and mean span length (the
+        pairs' scorer names, the denoise scorer's spans)."""
         self.run_seed, self.make_model, self.tokenizer = run_seed, make_model, tokenizer
         if self.fixed:
-            self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_windows)
+            self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_tokens)
             if self.exam.model_length > model_length:
                 raise EvalError(f"the fixed exam of {architecture} models needs {self.exam.model_length} positions, "
-                                f"the model has {model_length}: set eval.fixed=false")
+                                f"the model has {model_length}: set eval.fixed=null")
+        if self.pairs is not None:
+            self.pairs.setup(architecture, vocab, tokenizer, model_length, train_tokens, objective, span, make_model,
+                             cache_dir)
         for name, task in self.tasks.items():
             train, test = task.load()
             length = min(self.max_length, model_length)
             self.encoded[name] = (encode(tokenizer, train.texts, length, vocab.pad_id), torch.tensor(train.labels),
                                   encode(tokenizer, test.texts, length, vocab.pad_id), torch.tensor(test.labels),
                                   len(task.classes), train, test)
+
+    def pair_scorers(self) -> dict[str, str]:
+        """{metric prefix: the scorer's name} of each set of minimal pairs and scorer, e.g. {'eval/pairs': 'summed
+        log-prob', 'eval/pairs/blimp': 'summed log-prob'} (summary.json: pairs_scorers)."""
+        return self.pairs.prefixes() if self.pairs is not None else {}
 
     def due(self, last: bool) -> bool:
         """Called once per validation: run now? At the last one, and every every_n_validations-th."""
@@ -129,17 +158,31 @@ class Evaluation:
               torch.compiler.set_stance("force_eager")):
             metrics = {}
             if self.exam is not None:
-                loss = self.exam.loss(model)
-                metrics.update({"eval/fixed/loss": loss, "eval/fixed/perplexity": math.exp(min(loss, 80.0))})
-                if self.tokenizer is not None:
-                    self.examples = self.exam.examples(model, self.tokenizer)
-            for name in self.encoded:
-                metrics.update({f"eval/{name}/{k}": v for k, v in self.probe(model, name).items()})
-            if self.encoded and not self.baselines:  # the same for every evaluation of the run: once
-                self.baselines = self.random_init_and_majority(model)
-            metrics.update(self.baselines)
+                with self.timed("fixed"):
+                    loss = self.exam.loss(model)
+                    metrics.update({"eval/fixed/loss": loss, "eval/fixed/perplexity": math.exp(min(loss, 80.0))})
+                    if self.tokenizer is not None:
+                        self.examples = self.exam.examples(model, self.tokenizer)
+            if self.pairs is not None:
+                with self.timed("pairs"):
+                    metrics.update(self.pairs(model))
+            with self.timed("probe"):
+                for name in self.encoded:
+                    metrics.update({f"eval/{name}/{k}": v for k, v in self.probe(model, name).items()})
+                if self.encoded and not self.baselines:  # the same for every evaluation of the run: once
+                    self.baselines = self.random_init_and_majority(model)
+                metrics.update(self.baselines)
         self.seconds += time.perf_counter() - started
         return metrics
+
+    @contextlib.contextmanager
+    def timed(self, part: str):
+        """Adds the seconds of the block to self.part_seconds[part] (summary.json: eval_part_seconds)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.part_seconds[part] = self.part_seconds.get(part, 0.0) + time.perf_counter() - started
 
     def probe(self, model: torch.nn.Module, name: str) -> dict[str, float]:
         (train_ids, train_mask), train_y, (test_ids, test_mask), test_y, n_classes, _, _ = self.encoded[name]
@@ -154,7 +197,6 @@ class Evaluation:
     def random_init_and_majority(self, model: torch.nn.Module) -> dict[str, float]:
         """The baselines of every task: the probe of a model of the same shape, freshly initialised with
         the probe's seed, and the majority class."""
-        from selfsup.module import stream_seed
         torch.manual_seed(stream_seed("random-init", self.seed, self.run_seed))
         fresh = self.fresh_model(model)
         out = {}

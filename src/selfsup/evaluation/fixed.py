@@ -4,7 +4,8 @@
     encoder_decoder  span corruption at noise density 0.15, mean span length 3
     decoder          next-token loss (CLM)
 
-over the validation split, cut into windows of the exam's own length, in batches of EXAM_BATCH, with
+over the start of the validation split (at most max_tokens tokens: the exam's cost does not grow with
+the corpus), cut into windows of the exam's own length, in batches of EXAM_BATCH, with
 masks drawn from generators seeded by (family, batch index) only: two runs with the same data and
 data.seq_len see the same masked windows, whatever their mask rate, span length or seed. Its loss is
 what makes mask-rate and span-length sweeps comparable within a family. Across families the exams
@@ -18,6 +19,7 @@ from dataclasses import fields, replace
 import numpy as np
 import torch
 
+from selfsup.loss import stream_seed
 from selfsup.objectives import Objective, build_objective
 
 EXAMS = {"encoder": ("mlm", {"mask_rate": 0.15, "mask_token_prob": 0.8, "random_token_prob": 0.1}),
@@ -32,21 +34,19 @@ def exam_objective(architecture: str, vocab, seq_len: int) -> Objective:
 
 
 def exam_seed(architecture: str, batch: int) -> int:
-    from selfsup.module import stream_seed
     return stream_seed("fixed-exam", architecture, batch)
 
 
 class FixedExam:
-    """The exam of one family over a flat array of validation token ids."""
+    """The exam of one family over the first max_tokens of a flat array of validation token ids (None:
+    all of them)."""
 
     def __init__(self, architecture: str, vocab, seq_len: int, val_tokens: np.ndarray,
-                 max_windows: int | None = None):
+                 max_tokens: int | None = None):
         self.architecture = architecture
         self.objective = exam_objective(architecture, vocab, seq_len)
         length = self.objective.raw_length
-        n = len(val_tokens) // length
-        if max_windows is not None:
-            n = min(n, max_windows)
+        n = min(len(val_tokens), max_tokens if max_tokens is not None else len(val_tokens)) // length
         self.windows = torch.from_numpy(np.asarray(val_tokens[:n * length], dtype=np.int64).reshape(n, length))
 
     @property
@@ -78,7 +78,7 @@ class FixedExam:
         input is what the model reads (the encoder's input, else the decoder's), target and prediction the first
         max_targets scored tokens, separated by '|'. The same windows and masks for every run of the family."""
         batch = next(self.batches(next(model.parameters()).device), None)
-        if batch is None:  # no exam window (eval.fixed_max_windows=0)
+        if batch is None:  # no exam window (eval.fixed.max_tokens below one window)
             return []
         batch = replace(batch, **{f.name: getattr(batch, f.name)[:n] for f in fields(batch)  # the shown rows only
                                   if f.name != "n_inputs" and getattr(batch, f.name) is not None})

@@ -19,6 +19,7 @@ Every problem is one line (an EvalError) before any training starts.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import random
 import re
@@ -114,33 +115,11 @@ class Task:
     def _hf(self) -> tuple[list, list]:
         if not self.hf_name:
             raise EvalError(f"{self.setting('hf_name')} is not set: name a data set (e.g. glue with hf_config=sst2)")
-        try:
-            import datasets
-        except ImportError:
-            raise EvalError("an hf_dataset task needs the datasets package: pip install datasets") from None
-        data_files = self.data_files
-        if data_files is not None and not isinstance(data_files, str):
-            data_files = {str(k): list(map(str, v)) if not isinstance(v, str) else v for k, v in dict(data_files).items()}
         out = []
-        verbosity = datasets.logging.get_verbosity()
-        datasets.logging.set_verbosity(datasets.logging.CRITICAL)
-        try:
-            for split in (self.train_split, self.test_split):
-                try:
-                    data = datasets.load_dataset(self.hf_name, self.hf_config, split=split, data_files=data_files)
-                except Exception as e:  # noqa: BLE001 - load_dataset raises many kinds
-                    raise EvalError(f"could not load {self.setting('hf_name')}={self.hf_name} split {split}: "
-                                    f"{type(e).__name__}: {_one_line(e)}: check the name, config, splits "
-                                    f"(train_split / test_split) and data_files") from None
-                for field in (self.text_field, self.label_field):
-                    if field not in data.column_names:
-                        key = "text_field" if field == self.text_field else "label_field"
-                        raise EvalError(f"{self.hf_name} split {split} has no column '{field}' (columns: "
-                                        f"{', '.join(data.column_names[:10])}): set {self.setting(key)}")
-                out.append([(t, y) for t, y in zip(data[self.text_field], data[self.label_field], strict=True)
-                            if isinstance(t, str) and t.strip() and y is not None])
-        finally:
-            datasets.logging.set_verbosity(verbosity)
+        for split in (self.train_split, self.test_split):
+            rows = hf_rows(self.hf_name, self.hf_config, split, self.data_files, [self.text_field, self.label_field],
+                           ["text_field", "label_field"], self.setting)
+            out.append([(t, y) for t, y in rows if isinstance(t, str) and t.strip() and y is not None])
         return out[0], out[1]
 
     def _encode_labels(self, train: list, test: list) -> tuple[Examples, Examples]:
@@ -170,10 +149,50 @@ def _cap(rows: list, limit: int | None) -> list:
     return rows if limit is None or len(rows) <= limit else rows[:limit]
 
 
+# ---------------------------------------------------------------------------------------- hf_dataset
+def hf_rows(name: str, config: str | None, split: str, data_files, fields: Sequence[str], keys: Sequence[str],
+            setting) -> list[tuple]:
+    """The values of `fields` of every row of `datasets.load_dataset(name, config, split=split)`, as tuples;
+    one line for a data set that does not load or lacks a field (naming setting(keys[i]))."""
+    try:
+        import datasets
+    except ImportError:
+        raise EvalError("an hf_dataset task needs the datasets package: pip install datasets") from None
+    if data_files is not None and not isinstance(data_files, str):
+        data_files = {str(k): list(map(str, v)) if not isinstance(v, str) else v for k, v in dict(data_files).items()}
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    try:
+        try:
+            data = datasets.load_dataset(name, config, split=split, data_files=data_files)
+        except Exception as e:  # noqa: BLE001 - load_dataset raises many kinds
+            raise EvalError(f"could not load {setting('hf_name')}={name} split {split}: {type(e).__name__}: "
+                            f"{_one_line(e)}: check the name, config, splits and data_files") from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+    for field, key in zip(fields, keys):
+        if field not in data.column_names:
+            raise EvalError(f"{name} split {split} has no column '{field}' (columns: "
+                            f"{', '.join(data.column_names[:10])}): set {setting(key)}")
+    return list(zip(*(data[f] for f in fields), strict=True))
+
+
 # ---------------------------------------------------------------------------------------- files
 def read_labelled(path: str, text_field: str, label_field: str, setting=lambda key: f"eval.tasks.*.{key}"
                   ) -> list[tuple[str, object]]:
     """(text, label) rows of a .jsonl / .csv / .parquet file; empty texts dropped."""
+    rows = [(text, label) for text, label in read_records(path, [text_field, label_field],
+                                                         ["text_field", "label_field"], setting)
+            if isinstance(text, str) and text.strip() and label not in (None, "")]
+    if not rows:
+        raise EvalError(f"{Path(path).expanduser()} has no examples with a non-empty '{text_field}' and "
+                        f"'{label_field}'")
+    return rows
+
+
+def read_records(path: str, fields: Sequence[str], keys: Sequence[str], setting) -> list[tuple]:
+    """The values of `fields` of every record of a .jsonl / .csv / .parquet file, as tuples. A missing field
+    is refused in one line naming the setting (setting(keys[i])) that chooses it."""
     p = Path(path).expanduser()
     if not p.is_file():
         what = ("is a folder" if p.is_dir() else "is not a regular file (a FIFO, socket or device)" if p.exists()
@@ -184,7 +203,7 @@ def read_labelled(path: str, text_field: str, label_field: str, setting=lambda k
         raise EvalError(f"{setting('paths')}: {p} has unsupported extension '{suffix or '(none)'}': use "
                         f"{', '.join(LABELLED_SUFFIXES)}")
     if suffix == ".parquet":
-        records, fields = _parquet_records(p, text_field, label_field)
+        records, columns = _parquet_records(p)
     else:
         try:
             text = p.read_bytes().decode("utf-8-sig")
@@ -192,9 +211,9 @@ def read_labelled(path: str, text_field: str, label_field: str, setting=lambda k
             raise EvalError(f"{p} is not UTF-8 text (invalid byte at offset {e.start}): convert it to UTF-8") from None
         if suffix == ".csv":
             reader = csv.DictReader(text.splitlines())
-            records, fields = list(reader), reader.fieldnames or []
+            records, columns = list(reader), reader.fieldnames or []
         else:
-            records, fields = [], []
+            records, columns = [], []
             for number, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():
                     continue
@@ -205,24 +224,17 @@ def read_labelled(path: str, text_field: str, label_field: str, setting=lambda k
                 if not isinstance(record, dict):
                     raise EvalError(f"{p}:{number}: a JSON {type(record).__name__}, not an object")
                 records.append(record)
-                fields = fields or list(record)
-    for field, key in ((text_field, "text_field"), (label_field, "label_field")):
+                columns = columns or list(record)
+    for field, key in zip(fields, keys):
         missing = next((i for i, r in enumerate(records) if field not in r), None)
         if missing is not None or not records:
-            shown = ", ".join(map(str, fields[:10])) or "none"
+            shown = ", ".join(map(str, columns[:10])) or "none"
             raise EvalError(f"{p}: no field '{field}'" + (f" in record {missing + 1}" if records else "")
                             + f" (fields: {shown}): set {setting(key)}")
-    rows = []
-    for r in records:
-        text, label = r[text_field], r[label_field]
-        if isinstance(text, str) and text.strip() and label not in (None, ""):
-            rows.append((text, label))
-    if not rows:
-        raise EvalError(f"{p} has no examples with a non-empty '{text_field}' and '{label_field}'")
-    return rows
+    return [tuple(r[f] for f in fields) for r in records]
 
 
-def _parquet_records(path: Path, text_field: str, label_field: str) -> tuple[list[dict], list[str]]:
+def _parquet_records(path: Path) -> tuple[list[dict], list[str]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -249,13 +261,21 @@ def sentences(text: str) -> list[str]:
     return found
 
 
+@functools.cache
 def probe_sentences() -> list[str]:
-    """Sentences of the held-out standard-library docstrings that no built-in corpus document holds,
-    each once, in a fixed shuffled order."""
+    """Sentences of the held-out standard-library docstrings that no built-in corpus document holds
+    (not even inside a longer sentence), each once, in a fixed shuffled order."""
     from selfsup.data.builtin import builtin_documents, stdlib_docstrings
-    pretraining = {s for doc in builtin_documents() for s in sentences(doc)}
-    found = [s for text in stdlib_docstrings()["held_out"] for s in sentences(text) if s not in pretraining]
-    found = list(dict.fromkeys(found))
+    text = " ".join(" ".join(doc.split()) for doc in builtin_documents())
+    words = text.split()
+    shingles = {tuple(words[i:i + 4]) for i in range(len(words) - 3)}
+
+    def in_pretraining(sentence: str) -> bool:
+        inner = sentence.split()[1:-1]  # whole words wherever the sentence occurs (its ends may be parts)
+        return all(tuple(inner[i:i + 4]) in shingles for i in range(len(inner) - 3)) and sentence in text
+
+    found = list(dict.fromkeys(s for doc in stdlib_docstrings()["held_out"] for s in sentences(doc)))
+    found = [s for s in found if not in_pretraining(s)]
     random.Random(0).shuffle(found)
     return found
 
@@ -269,21 +289,44 @@ def builtin_examples(task: str, perturb: int) -> list[tuple[str, int]]:
     than two such words are left out.
     """
     rng = random.Random(1)
-    plain = re.compile(r"^[a-z]+$")
-    found = [s for s in probe_sentences() if sum(bool(plain.match(w)) for w in s.split()[1:]) >= 2]
-    words = [w for s in found for w in s.split() if plain.match(w)]
+    found = [s for s in probe_sentences() if sum(bool(PLAIN.match(w)) for w in s.split()[1:]) >= 2]
+    words = [w for s in found for w in s.split() if PLAIN.match(w)]
     examples = []
     for sentence in found:
-        w = sentence.split()
-        slots = [j for j in range(1, len(w)) if plain.match(w[j])]
-        if task == "replaced_word":
-            for j in rng.sample(slots, min(perturb, len(slots))):
-                original = w[j]
-                while w[j] == original:
-                    w[j] = rng.choice(words)
-        else:  # word_order: swap neighbouring plain words
-            pairs = [j for j in slots if j + 1 in slots] or slots[:1]
-            for j in rng.sample(pairs, min(perturb, len(pairs))):
-                w[j], w[j + 1] = w[j + 1], w[j]
-        examples += [(sentence, 0), (" ".join(w), 1)]
+        changed = perturb_words(sentence.split(), task, perturb, rng, words)
+        examples += [(sentence, 0), (" ".join(changed), 1)]
     return examples
+
+
+PLAIN = re.compile(r"^[a-z]+$")
+
+
+def perturb_words(words: list[str], task: str, count: int, rng: random.Random, vocabulary: Sequence[str],
+                  exact: bool = False) -> list[str] | None:
+    """A copy of a sentence's words with `count` plain lower-case words (never the first) replaced by other
+    words of `vocabulary` (task 'replaced_word'), or `count` pairs of neighbouring plain words swapped
+    ('word_order'). exact=False: as many as the sentence has (the probe's examples); exact=True: exactly
+    `count`, of different neighbours and pairs that do not overlap, else None (minimal pairs)."""
+    w = list(words)
+    slots = [j for j in range(1, len(w)) if PLAIN.match(w[j])]
+    if task == "replaced_word":
+        if exact and len(slots) < count:
+            return None
+        for j in rng.sample(slots, min(count, len(slots))):
+            original = w[j]
+            while w[j] == original:
+                w[j] = rng.choice(vocabulary)
+        return w
+    if exact:
+        pairs = [j for j in slots if j + 1 in slots and w[j] != w[j + 1]]
+        if len(pairs) < count:
+            return None
+        chosen = rng.sample(pairs, count)
+        if any(abs(a - b) < 2 for a in chosen for b in chosen if a != b):
+            return None
+    else:
+        pairs = [j for j in slots if j + 1 in slots] or slots[:1]
+        chosen = rng.sample(pairs, min(count, len(pairs)))
+    for j in chosen:
+        w[j], w[j + 1] = w[j + 1], w[j]
+    return w

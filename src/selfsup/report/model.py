@@ -18,7 +18,7 @@ IGNORED_KEYS = {"objective.name", "architecture.name", "data.cache_dir", "data.n
                 "trainer.checkpoint_every_n_steps"}
 IGNORED_PREFIXES = ("logger.", "hydra.", "trial.")  # trial: which Optuna trial a job is
 MASK_RATE, SPAN_LENGTH, SEED = "objective.mask_rate", "objective.mean_span_length", "seed"
-FIXED, PROBE = "eval/fixed/loss", "eval/probe/accuracy"
+FIXED, PROBE, PAIRS = "eval/fixed/loss", "eval/probe/accuracy", "eval/pairs/accuracy"
 
 
 @dataclass
@@ -55,7 +55,9 @@ class Run:
 
     def metrics(self) -> dict:
         return {"val_loss": self.last("val/loss"), "val_perplexity": self.last("val/perplexity"),
-                "fixed_loss": self.last(FIXED), "probe": self.last(PROBE),
+                "fixed_loss": self.last(FIXED), "pairs": self.last(PAIRS),
+                "pairs_random_init": self.last(PAIRS.replace("/accuracy", "/random_init_accuracy")),
+                "probe": self.last(PROBE),
                 "random_init": self.last(PROBE.replace("/accuracy", "/random_init_accuracy")),
                 "signal_per_token": self.last("val/signal_per_token", "train/signal_per_token"),
                 "tokens_seen": self.last("train/tokens_seen"), "flops_seen": self.last("train/flops_seen"),

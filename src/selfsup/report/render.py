@@ -29,8 +29,8 @@ VALUES_NOTE = (
 
 
 def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
-    header = ["run", "objective", "architecture", *keys, "val loss", "val ppl", "fixed loss", "probe acc",
-              "random-init", "val signal/token", "tokens seen", "tokens/s", "wall time", "status", "data"]
+    header = ["run", "objective", "architecture", *keys, "val loss", "val ppl", "fixed loss", "pairs acc",
+              "pairs r-i", "probe acc", "random-init", "val signal/token", "tokens seen", "tokens/s", "wall time", "status", "data"]
     rows = []
     for run in runs:
         m = run.metrics()
@@ -38,7 +38,8 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
         rows.append([run.label, run.objective or "-", run.architecture or "-", *[_show(run.value(k)) for k in keys],
                      "-" if m["val_loss"] is None else f"{m['val_loss']:.4f}",
                      "-" if m["val_perplexity"] is None else f"{m['val_perplexity']:.2f}",
-                     *["-" if m[k] is None else f"{m[k]:.4f}" for k in ("fixed_loss", "probe", "random_init")],
+                     *["-" if m[k] is None else f"{m[k]:.4f}" for k in ("fixed_loss", "pairs", "pairs_random_init",
+                                                                         "probe", "random_init")],
                      "-" if m["signal_per_token"] is None else f"{m['signal_per_token']:.3f}",
                      "-" if m["tokens_seen"] is None else f"{m['tokens_seen']:,.0f}",
                      "-" if m["tokens_per_sec"] is None else f"{m['tokens_per_sec']:,.0f}",

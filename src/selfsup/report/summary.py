@@ -10,15 +10,21 @@ import statistics
 from datetime import timedelta
 from pathlib import Path
 
-PROBE = "eval/probe/accuracy"
+from selfsup.evaluation.pairs import pair_lines
+
+PROBE, PAIRS = "eval/probe/accuracy", "eval/pairs/accuracy"
 COLUMNS = [("job", "job"), ("objective", "objective"), ("architecture", "architecture"), ("parameters", "params"),
            ("steps", "steps"), ("val_loss", "val loss"), ("eval/fixed/loss", "fixed loss"),
+           (PAIRS, "pairs acc"), ("eval/pairs/random_init_accuracy", "pairs r-i"),
            (PROBE, "probe acc"), ("eval/probe/random_init_accuracy", "random-init"),
            ("signal_per_token", "signal/token"), ("tokens_per_sec", "tokens/s"), ("wall_seconds", "wall time"),
            ("status", "status")]
 
 
-DEFINITIONS = ("val loss: the last validation; fixed loss, probe acc, random-init: the last evaluation; "
+DEFINITIONS = ("val loss: the last validation; fixed loss, pairs acc, probe acc: the last evaluation; pairs acc: "
+               "zero-shot minimal pairs (decoders by summed log-probability, encoders by pseudo-log-likelihood, "
+               "encoder-decoders by the decoder's log-probability given a blank encoder input), pairs r-i: the "
+               "same on untrained models of the run's shape (mean of the seeds); random-init: the probe's; "
                "signal/token: scored targets / input tokens of the last validation; tokens/s: input tokens per "
                "second of training time over the run (validation, evaluation and the first step excluded); "
                "wall time: the whole run; job: the run's folder in the sweep dir")
@@ -56,6 +62,7 @@ def run_lines(row: dict) -> list[str]:
                           part(PROBE, "probe acc"), part("eval/probe/random_init_accuracy", "random-init"),
                           part("signal_per_token", "signal/token")) if p]
     lines = [head, "  " + "  ".join(scores)] if scores else [head]
+    lines += ["  " + line for line in pair_lines(row.get("eval") or {}, row.get("pairs_scorers") or {})]
     if row.get("tokens_per_sec"):
         lines.append(f"  tokens/s {_fmt('tokens_per_sec', row['tokens_per_sec'])} (training time: validation, "
                      f"evaluation and the first step excluded)")

@@ -1,0 +1,554 @@
+"""Zero-shot minimal pairs: which of a sentence and its corrupted copy does the model score higher?
+
+No training, no classifier: a pair counts 1 when the model gives the good sentence the higher score,
+0 when the bad one, 1/2 on a tie (|difference| <= TIE nats). Each family gets the score BabyLM uses
+for BLiMP, as `minicons` computes it:
+
+    decoder          summed log-probability of the sentence's tokens after the document start (</s>, as
+                     documents follow one in training); prefix-LM and UL2 decoders are scored as causal ones
+    encoder          pseudo-log-likelihood (Salazar et al. 2020): each token masked in turn and scored,
+                     the sentence between document boundaries; a sentence's masked copies go through the
+                     model as rows of one batch
+    encoder_decoder  the decoder's summed log-probability of the sentence given a blank encoder input
+                     (minicons' Seq2SeqScorer, source_format="blank"); and beside it, `denoise`, a
+                     pseudo-log-likelihood shaped like span corruption: the sentence cut into spans of
+                     the run's mean span length, each span replaced by a sentinel in the encoder input and
+                     written by the decoder, each token scored given the context outside its span and its
+                     span's earlier tokens (with length 1: each token a one-token span)
+
+The built-in set (`builtin_pairs`) corrupts held-out sentences, never in the pretraining corpus, three ways:
+`swap_1` (two adjacent words swapped), `replaced_1` (one word replaced), `replaced_4` (four replaced).
+User sets are BLiMP's jsonl layout (`sentence_good`, `sentence_bad`, an optional group field such as
+`UID`) from local files or a Hugging Face data set, read through the training data's sources.
+
+References beside the model: unigram and bigram counts of the training split's tokens (`NGram`), and the
+same scorer on randomly initialised models of the run's shape (`Evaluation` caches those per shape,
+tokenizer, scorer and seed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from selfsup.loss import stream_seed
+from selfsup.evaluation.tasks import PLAIN, EvalError, hf_rows, perturb_words, probe_sentences, read_records
+
+PAIR_TYPES = ("swap_1", "replaced_1", "replaced_4")
+TIE = 1e-6           # nats: a smaller difference of two scores is float noise of batched scoring, a tie
+BATCH_TOKENS = 16384  # token positions per forward (rows x longest row)
+MAX_WORDS = 12        # built-in pairs: sentences of 6 to 12 words (a pseudo-log-likelihood costs length^2)
+
+SCORERS = {"decoder": "summed log-prob", "encoder": "pseudo-log-likelihood",
+           "encoder_decoder": "decoder log-prob, blank encoder input"}
+
+
+def scorer_name(architecture: str, objective: str | None = None) -> str:
+    """What a printed score means, e.g. 'summed log-prob, prefix_lm scored as a causal decoder'."""
+    name = SCORERS[architecture]
+    if architecture == "decoder" and objective in ("prefix_lm", "ul2"):
+        name += f", {objective} scored as a causal decoder"
+    return name
+
+
+def denoise_name(span: int) -> str:
+    return f"span pseudo-log-likelihood, spans of {span}" if span > 1 else "one-token-span pseudo-log-likelihood"
+
+
+# ------------------------------------------------------------------------------------------ pair sets
+@dataclass
+class PairSet:
+    """good[i] and bad[i] are pair i; groups[i] its group (the built-in set: its type; BLiMP: its UID)."""
+    name: str
+    good: list[str]
+    bad: list[str]
+    groups: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.good)
+
+
+def builtin_pairs(max_pairs: int = 1000, types: Sequence[str] = PAIR_TYPES, max_words: int = MAX_WORDS) -> PairSet:
+    """Up to max_pairs pairs of each type from the probe's held-out sentences of at most max_words words
+    (never in the built-in pretraining corpus), deterministic. A type's sentences are the first that type
+    can corrupt, so the types share most good sentences (each is scored once)."""
+    for kind in types:
+        if kind not in PAIR_TYPES:
+            raise EvalError(f"eval.pairs.types: {kind!r} is not a built-in pair type: use {', '.join(PAIR_TYPES)}")
+    found = [s for s in probe_sentences() if len(s.split()) <= max_words]
+    vocabulary = [w for s in found for w in s.split() if PLAIN.match(w)]
+    good, bad, groups = [], [], []
+    for kind in types:
+        name, count = kind.rsplit("_", 1)
+        rng = random.Random(f"pairs/{kind}")
+        taken = 0
+        for sentence in found:
+            changed = perturb_words(sentence.split(), "word_order" if name == "swap" else "replaced_word",
+                                    int(count), rng, vocabulary, exact=True)
+            if changed is None or " ".join(changed) == sentence:
+                continue
+            good.append(sentence)
+            bad.append(" ".join(changed))
+            groups.append(kind)
+            taken += 1
+            if taken == max_pairs:
+                break
+    return PairSet("builtin", good, bad, groups)
+
+
+# ------------------------------------------------------------------------------------------ scoring
+def accuracy(good: np.ndarray, bad: np.ndarray) -> np.ndarray:
+    """Per pair: 1 where good scores higher, 0 where bad does, 0.5 for a tie (|difference| <= TIE)."""
+    diff = np.asarray(good, dtype=np.float64) - np.asarray(bad, dtype=np.float64)
+    return np.where(np.abs(diff) <= TIE, 0.5, (diff > 0).astype(np.float64))
+
+
+def _batches(lengths: list[int], batch_tokens: int):
+    """Indices of rows in batches of similar length, each at most batch_tokens positions (rows x longest)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    batch: list[int] = []
+    for i in order:
+        if batch and (len(batch) + 1) * lengths[i] > batch_tokens:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def _pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [N, longest], mask [N, longest]: True on the rows' own tokens), padded on the right."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, :len(r)] = True
+    return ids.to(device), mask.to(device)
+
+
+def _token_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) at every position of hidden [N, d] (the output head at those positions only)."""
+    logits = model.head(hidden).float()
+    return logits.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
+
+
+@dataclass
+class Rows:
+    """Forward rows that score sentences: each row's inputs, its scored (position, target) list, and the
+    sentence it belongs to. A sentence's score is the sum of its rows' scored log-probabilities."""
+    encoder: list[list[int]] = field(default_factory=list)
+    decoder: list[list[int]] = field(default_factory=list)
+    scored: list[list[tuple[int, int]]] = field(default_factory=list)
+    sentence: list[int] = field(default_factory=list)
+
+    def add(self, sentence: int, scored: list[tuple[int, int]], encoder: list[int] | None = None,
+            decoder: list[int] | None = None) -> None:
+        self.sentence.append(sentence)
+        self.scored.append(scored)
+        if encoder is not None:
+            self.encoder.append(encoder)
+        if decoder is not None:
+            self.decoder.append(decoder)
+
+
+def decoder_rows(sentences: list[list[int]], vocab) -> Rows:
+    """One row per sentence: </s> t0 ... t(n-2), scoring t0 ... t(n-1)."""
+    rows = Rows()
+    for s, ids in enumerate(sentences):
+        rows.add(s, [(i, t) for i, t in enumerate(ids)], decoder=[vocab.eos_id, *ids[:-1]])
+    return rows
+
+
+def encoder_rows(sentences: list[list[int]], vocab) -> Rows:
+    """One row per token: </s> t0 ... <mask> ... t(n-1) </s>, scoring the masked token."""
+    rows = Rows()
+    for s, ids in enumerate(sentences):
+        text = [vocab.eos_id, *ids, vocab.eos_id]
+        for i, t in enumerate(ids):
+            row = list(text)
+            row[i + 1] = vocab.mask_id
+            rows.add(s, [(i + 1, t)], encoder=row)
+    return rows
+
+
+def blank_rows(sentences: list[list[int]], vocab) -> Rows:
+    """One row per sentence: encoder input </s> (blank), decoder <s> t0 ... t(n-2), scoring t0 ... t(n-1)."""
+    rows = Rows()
+    for s, ids in enumerate(sentences):
+        rows.add(s, [(i, t) for i, t in enumerate(ids)], encoder=[vocab.eos_id], decoder=[vocab.bos_id, *ids[:-1]])
+    return rows
+
+
+def denoise_rows(sentences: list[list[int]], vocab, span: int) -> Rows:
+    """One row per span of `span` tokens (the last may be shorter): encoder </s> (tokens before the span)
+    <extra_id_0> (tokens after) </s>, decoder <s> <extra_id_0> (the span but its last token), scoring the
+    span's tokens, as span corruption trains the decoder."""
+    rows = Rows()
+    sentinel = vocab.sentinel(0)
+    for s, ids in enumerate(sentences):
+        for start in range(0, len(ids), span):
+            part = ids[start:start + span]
+            encoder = [vocab.eos_id, *ids[:start], sentinel, *ids[start + span:], vocab.eos_id]
+            decoder = [vocab.bos_id, sentinel, *part[:-1]]
+            rows.add(s, [(i + 1, t) for i, t in enumerate(part)], encoder=encoder, decoder=decoder)
+    return rows
+
+
+@torch.no_grad()
+def score_rows(model: torch.nn.Module, rows: Rows, n_sentences: int, pad_id: int,
+               batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """Each sentence's summed log-probability over its rows' scored positions (float64), in batches of
+    similar length (padding on the right: causal rows never see it, encoder rows mask it)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(n_sentences, dtype=torch.float64)
+    length = [max(len(rows.encoder[i]) if rows.encoder else 0, len(rows.decoder[i]) if rows.decoder else 0)
+              for i in range(len(rows.sentence))]
+    try:
+        for batch in _batches(length, batch_tokens):
+            kwargs = {}
+            if rows.encoder:
+                ids, mask = _pad([rows.encoder[i] for i in batch], pad_id, device)
+                kwargs.update(encoder_inputs=ids, encoder_mask=mask)
+            if rows.decoder:
+                kwargs["decoder_inputs"] = _pad([rows.decoder[i] for i in batch], pad_id, device)[0]
+            hidden = model(**kwargs)
+            r = torch.tensor([j for j, i in enumerate(batch) for _ in rows.scored[i]], device=device)
+            p = torch.tensor([pos for i in batch for pos, _ in rows.scored[i]], device=device)
+            t = torch.tensor([tok for i in batch for _, tok in rows.scored[i]], device=device)
+            logp = _token_logprobs(model, hidden[r, p], t).double().cpu()
+            owner = torch.tensor([rows.sentence[i] for i in batch for _ in rows.scored[i]])
+            totals.index_add_(0, owner, logp)
+    finally:
+        model.train(was_training)
+    return totals.numpy()
+
+
+# ------------------------------------------------------------------------------------------ n-gram references
+class NGram:
+    """Unigram and bigram references counted on the training split's tokens (at most max_tokens of them):
+    unigram add-one; bigram interpolated with the unigram (Jelinek-Mercer, weight LAMBDA on the bigram)."""
+
+    LAMBDA = 0.8
+
+    def __init__(self, tokens, vocab_size: int, max_tokens: int = 10_000_000):
+        ids = np.asarray(tokens[:max_tokens], dtype=np.int64)
+        self.vocab_size = vocab_size
+        counts = np.bincount(ids, minlength=vocab_size).astype(np.float64)
+        self.unigram = np.log((counts + 1) / (counts.sum() + vocab_size))
+        keys = ids[:-1] * vocab_size + ids[1:]
+        self.keys, self.pair_counts = np.unique(keys, return_counts=True)
+        self.context_counts = np.bincount(ids[:-1], minlength=vocab_size).astype(np.float64)
+
+    def score(self, sentences: list[list[int]], eos_id: int, order: int) -> np.ndarray:
+        out = np.zeros(len(sentences))
+        for s, ids in enumerate(sentences):
+            ids = np.asarray(ids, dtype=np.int64)
+            uni = np.exp(self.unigram[ids])
+            if order == 1:
+                out[s] = self.unigram[ids].sum()
+                continue
+            prev = np.concatenate([[eos_id], ids[:-1]])
+            where = np.searchsorted(self.keys, prev * self.vocab_size + ids)
+            where = np.minimum(where, len(self.keys) - 1)
+            found = self.keys[where] == prev * self.vocab_size + ids
+            pair = np.where(found, self.pair_counts[where], 0) / np.maximum(self.context_counts[prev], 1)
+            weight = np.where(self.context_counts[prev] > 0, self.LAMBDA, 0.0)
+            out[s] = np.log(weight * pair + (1 - weight) * uni).sum()
+        return out
+
+
+def pair_lines(metrics: Mapping[str, float], scorers: Mapping[str, str], width: int = 96) -> list[str]:
+    """Per scorer its accuracy, the scorer's name and the references beside it, e.g.
+    `pairs 0.787 (summed log-prob)  random-init 0.486 +- 0.012  uni/bigram 0.515/0.833`; the references
+    go on a line of their own (indented) when the whole is wider than `width`."""
+    lines = []
+    for prefix, scorer in scorers.items():
+        if f"{prefix}/accuracy" not in metrics:
+            continue
+        head = f"{prefix.removeprefix('eval/').replace('/', ' ')} {metrics[f'{prefix}/accuracy']:.3f} ({scorer})"
+        refs = []
+        mean, sd = metrics.get(f"{prefix}/random_init_accuracy"), metrics.get(f"{prefix}/random_init_accuracy_sd")
+        if mean is not None:
+            refs.append(f"random-init {mean:.3f}" + (f" +- {sd:.3f}" if sd is not None else ""))
+        if f"{prefix}/unigram_accuracy" in metrics and f"{prefix}/bigram_accuracy" in metrics:
+            refs.append(f"uni/bigram {metrics[f'{prefix}/unigram_accuracy']:.3f}/{metrics[f'{prefix}/bigram_accuracy']:.3f}")
+        line = "  ".join([head, *refs])
+        lines += [line] if len(line) <= width or not refs else [head, "  " + "  ".join(refs)]
+    return lines
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    values = list(values)
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return mean, sd
+
+
+# ------------------------------------------------------------------------------------------ user sets
+RESERVED = {*PAIR_TYPES, "denoise", "accuracy", "builtin"}
+GROUP_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class PairSource:
+    """A user set of minimal pairs in BLiMP's layout: one record per pair with a good and a bad sentence and,
+    optionally, a group (BLiMP's `UID`) reported on its own. From .jsonl / .csv / .parquet files
+    (`source=text_files`, `paths`) or a Hugging Face data set (`source=hf_dataset`, `hf_name`, `hf_config`,
+    `split`, `data_files`), at most `max_pairs` of them (the first)."""
+
+    def __init__(self, source: str = "text_files", paths: Sequence[str] = (), hf_name: str | None = None,
+                 hf_config: str | None = None, split: str = "train", data_files=None,
+                 good_field: str = "sentence_good", bad_field: str = "sentence_bad", group_field: str | None = None,
+                 max_pairs: int | None = None, name: str = "pairs"):
+        self.source, self.paths, self.hf_name, self.hf_config = source, list(paths or ()), hf_name, hf_config
+        self.split, self.data_files = split, data_files
+        self.good_field, self.bad_field, self.group_field = good_field, bad_field, group_field
+        self.max_pairs, self.name = max_pairs, name
+        self._loaded: PairSet | None = None
+
+    def setting(self, key: str) -> str:
+        return f"eval.pairs.sets.{self.name}.{key}"
+
+    def load(self) -> PairSet:
+        """The set, read once; EvalError (one line) for anything a user must fix."""
+        if self._loaded is not None:
+            return self._loaded
+        if self.name in RESERVED or GROUP_CHARS.search(self.name):
+            raise EvalError(f"eval.pairs.sets.{self.name}: the name must be letters, digits, '_', '.' or '-' and "
+                            f"not one of {', '.join(sorted(RESERVED))} (it names the metrics eval/pairs/<name>/...)")
+        fields = [self.good_field, self.bad_field] + ([self.group_field] if self.group_field else [])
+        keys = ["good_field", "bad_field", "group_field"]
+        if self.source == "text_files":
+            if not self.paths:
+                raise EvalError(f"{self.setting('paths')} is empty: list .jsonl/.csv/.parquet files with "
+                                f"'{self.good_field}' and '{self.bad_field}' fields")
+            rows = [r for p in self.paths for r in read_records(p, fields, keys, self.setting)]
+        elif self.source == "hf_dataset":
+            if not self.hf_name:
+                raise EvalError(f"{self.setting('hf_name')} is not set: name a data set (e.g. blimp with "
+                                f"hf_config=anaphor_gender_agreement)")
+            rows = hf_rows(self.hf_name, self.hf_config, self.split, self.data_files, fields, keys, self.setting)
+        else:
+            raise EvalError(f"{self.setting('source')}={self.source} is unknown: use text_files or hf_dataset")
+        rows = rows[:self.max_pairs] if self.max_pairs is not None else rows
+        if not rows:
+            raise EvalError(f"eval.pairs.sets.{self.name} has no pairs: add records with '{self.good_field}' and "
+                            f"'{self.bad_field}'")
+        good, bad, groups = [], [], []
+        for i, row in enumerate(rows, start=1):
+            g, b = row[0], row[1]
+            if not (isinstance(g, str) and g.strip() and isinstance(b, str) and b.strip()):
+                raise EvalError(f"eval.pairs.sets.{self.name}: pair {i} has an empty or non-text sentence "
+                                f"({g!r}, {b!r}): every pair needs two sentences")
+            if " ".join(g.split()) == " ".join(b.split()):
+                raise EvalError(f"eval.pairs.sets.{self.name}: pair {i} has the same good and bad sentence "
+                                f"({g[:40]!r}): a minimal pair differs; fix or drop it")
+            good.append(g)
+            bad.append(b)
+            groups.append(GROUP_CHARS.sub("_", str(row[2])) if self.group_field else "")
+        self._loaded = PairSet(self.name, good, bad, groups if self.group_field else [])
+        return self._loaded
+
+
+# ------------------------------------------------------------------------------------------ the evaluation
+CACHE_VERSION = 1
+
+
+class MinimalPairs:
+    """The pair sets of one run and their scores: `check()` before training, `setup(...)` once the model's
+    shape is known, `__call__(model)` -> {metric: value}.
+
+        eval/pairs/accuracy, eval/pairs/<type>/accuracy           the built-in set, pooled and per type
+        eval/pairs/<set>/accuracy, eval/pairs/<set>/<group>/...   each user set, pooled and per group
+        .../random_init_accuracy, .../random_init_accuracy_sd     the same scorer on random_init_seeds untrained
+                                                                  models of the run's shape (mean, sd over seeds)
+        .../unigram_accuracy, .../bigram_accuracy                 counts of the training split's tokens
+        eval/pairs/denoise/...                                    encoder-decoders: the span pseudo-log-likelihood
+    """
+
+    def __init__(self, builtin: bool = True, types: Sequence[str] = PAIR_TYPES, max_pairs: int = 1000,
+                 max_words: int = MAX_WORDS, sets: Mapping[str, PairSource] | None = None, random_init_seeds: int = 3,
+                 denoise: bool = True, batch_tokens: int = BATCH_TOKENS, reference_tokens: int = 10_000_000):
+        self.builtin, self.types, self.max_pairs, self.max_words = builtin, list(types), max_pairs, max_words
+        self.sets = dict(sets or {})
+        for name, source in self.sets.items():
+            source.name = name
+        self.random_init_seeds, self.denoise = random_init_seeds, denoise
+        self.batch_tokens, self.reference_tokens = batch_tokens, reference_tokens
+        self.pair_sets: list[PairSet] = []
+        self.scorers: dict[str, tuple[str, callable]] = {}  # metric prefix -> (scorer's name, rows builder)
+        self.sentences: list[list[int]] = []   # unique sentences' token ids
+        self.index: list[tuple[np.ndarray, np.ndarray]] = []  # per pair set: (good, bad) indices into sentences
+        self.skipped = 0
+        self.baselines: dict[str, float] = {}
+        self.outcomes: dict[str, np.ndarray] = {}  # the last call's per-pair outcomes, by metric prefix + set
+
+    def check(self) -> None:
+        for key, value in (("eval.pairs.max_pairs", self.max_pairs), ("eval.pairs.random_init_seeds",
+                           self.random_init_seeds), ("eval.pairs.batch_tokens", self.batch_tokens),
+                           ("eval.pairs.max_words", self.max_words), ("eval.pairs.reference_tokens",
+                           self.reference_tokens)):
+            if value < 1:
+                raise EvalError(f"{key}={value} must be at least 1")
+        if not (self.builtin or self.sets):
+            raise EvalError("eval.pairs has no pairs: set eval.pairs.builtin=true, add eval.pairs.sets, or turn the "
+                            "pairs off with eval.pairs=null")
+        self.pair_sets = ([builtin_pairs(self.max_pairs, self.types, self.max_words)] if self.builtin else [])
+        self.pair_sets += [source.load() for source in self.sets.values()]
+
+    def setup(self, architecture: str, vocab, tokenizer, model_length: int, train_tokens=None,
+              objective: str | None = None, span: float | None = None, make_model=None,
+              cache_dir: str | os.PathLike | None = None, quiet: bool = False) -> None:
+        """Tokenize the sets (a pair with a sentence longer than the model's positions is left out, counted in
+        `skipped` and, unless quiet, said in a warning line), count the n-gram references, choose the scorers
+        of the family."""
+        if not self.pair_sets:
+            self.check()
+        self.vocab, self.make_model = vocab, make_model
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.tokenizer_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
+        texts = list(dict.fromkeys(t for ps in self.pair_sets for t in ps.good + ps.bad))
+        encoded = {t: e.ids for t, e in zip(texts, tokenizer.encode_batch(texts, add_special_tokens=False))}
+        ids: dict[tuple, int] = {}
+        self.sentences, self.index, self.skipped = [], [], 0
+        for ps in self.pair_sets:
+            keep = [i for i in range(len(ps)) if 0 < len(encoded[ps.good[i]]) <= model_length - 2
+                    and 0 < len(encoded[ps.bad[i]]) <= model_length - 2]
+            self.skipped += len(ps) - len(keep)
+            pair_index = []
+            for which in (ps.good, ps.bad):
+                column = []
+                for i in keep:
+                    key = tuple(encoded[which[i]])
+                    if key not in ids:
+                        ids[key] = len(self.sentences)
+                        self.sentences.append(list(key))
+                    column.append(ids[key])
+                pair_index.append(np.asarray(column, dtype=np.int64))
+            ps.kept = keep
+            self.index.append((pair_index[0], pair_index[1]))
+        if not any(len(g) for g, _ in self.index):
+            raise EvalError(f"eval.pairs: every pair has a sentence longer than the model's {model_length - 2} "
+                            f"positions: raise data.seq_len or use shorter sentences")
+        if self.skipped and not quiet:
+            total = sum(len(ps) for ps in self.pair_sets)
+            print(f"warning: eval.pairs: {self.skipped} of {total} pairs left out: longer than {model_length - 2} "
+                  f"tokens (raise data.seq_len)", file=sys.stderr)
+        self.scorers = {"eval/pairs": (scorer_name(architecture, objective), FAMILY_ROWS[architecture])}
+        if architecture == "encoder_decoder" and self.denoise:
+            k = max(1, int(round(span if span is not None else 3.0)))
+            self.scorers["eval/pairs/denoise"] = (denoise_name(k), lambda s, v, k=k: denoise_rows(s, v, k))
+        self.references = {}
+        if train_tokens is not None and len(train_tokens) > 1:
+            counts = NGram(train_tokens, vocab.size, self.reference_tokens)
+            self.references = {order: counts.score(self.sentences, vocab.eos_id, n)
+                               for order, n in (("unigram", 1), ("bigram", 2))}
+
+    def prefixes(self) -> dict[str, str]:
+        """{metric prefix of a set under a scorer: the scorer's name}: eval/pairs (the built-in set),
+        eval/pairs/<set>, eval/pairs/denoise, eval/pairs/denoise/<set>."""
+        return {prefix if ps.name == "builtin" else f"{prefix}/{ps.name}": name
+                for prefix, (name, _) in self.scorers.items() for ps in self.pair_sets}
+
+    # -------------------------------------------------------------------------------------- scoring
+    def scores(self, model: torch.nn.Module, prefix: str) -> np.ndarray:
+        """Every unique sentence's score under the scorer of `prefix`."""
+        rows = self.scorers[prefix][1](self.sentences, self.vocab)
+        return score_rows(model, rows, len(self.sentences), self.vocab.pad_id, self.batch_tokens)
+
+    def metrics(self, prefix: str, scores: np.ndarray, what: str = "") -> dict[str, float]:
+        """{prefix[/set][/group]/<what>accuracy: value} of sentence scores (pooled and per group)."""
+        out = {}
+        for ps, (good, bad) in zip(self.pair_sets, self.index):
+            if not len(good):
+                continue
+            outcome = accuracy(scores[good], scores[bad])
+            base = prefix if ps.name == "builtin" else f"{prefix}/{ps.name}"
+            out[f"{base}/{what}accuracy"] = float(outcome.mean())
+            if not what:
+                self.outcomes[base] = outcome
+            groups = np.asarray(ps.groups, dtype=object)[ps.kept] if ps.groups else None
+            if groups is not None:
+                for group in dict.fromkeys(groups):
+                    out[f"{base}/{group}/{what}accuracy"] = float(outcome[groups == group].mean())
+        return out
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
+        out = {}
+        for prefix in self.scorers:
+            out.update(self.metrics(prefix, self.scores(model, prefix)))
+        if not self.baselines:
+            self.baselines = self.random_init_and_references(model)
+        out.update(self.baselines)
+        return out
+
+    def random_init_and_references(self, model: torch.nn.Module) -> dict[str, float]:
+        out = {}
+        for order, scores in self.references.items():
+            out.update(self.metrics("eval/pairs", scores, f"{order}_"))
+        if self.make_model is None:
+            return out
+        device = next(model.parameters()).device
+        for prefix in self.scorers:
+            runs = [self.metrics(prefix, self.random_init_scores(prefix, seed, device), "random_init_")
+                    for seed in range(self.random_init_seeds)]
+            for key in runs[0]:
+                mean, sd = mean_sd([r[key] for r in runs])
+                out[key] = mean
+                out[f"{key}_sd"] = sd
+        return out
+
+    def random_init_scores(self, prefix: str, seed: int, device) -> np.ndarray:
+        """The sentence scores of an untrained model of the run's shape, initialised from `seed` (the same
+        for every run of that shape): read from the cache when an earlier run computed them."""
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(stream_seed("pairs-random-init", seed))
+            fresh = self.make_model().to(device)
+        path = self.cache_path(fresh, prefix)
+        if path is not None and path.is_file():
+            try:
+                cached = np.load(path)
+                if cached.shape == (len(self.sentences),):
+                    return cached
+            except (OSError, ValueError):
+                pass  # a damaged entry: computed again and replaced
+        scores = self.scores(fresh, prefix)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with open(scratch, "wb") as f:
+                np.save(f, scores)
+            os.replace(scratch, path)
+        return scores
+
+    def cache_path(self, fresh: torch.nn.Module, prefix: str) -> Path | None:
+        """<cache_dir>/pairs-random-init/<key>.npy, the key a hash of what fixes the scores: the untrained
+        weights (shape, initialisation and seed), the model's settings, the scorer, the sentences' ids."""
+        if self.cache_dir is None:
+            return None
+        digest = hashlib.sha256()
+        config = asdict(fresh.config) if is_dataclass(getattr(fresh, "config", None)) else {}
+        digest.update(json.dumps({"version": CACHE_VERSION, "class": type(fresh).__name__, "config": config,
+                                  "scorer": self.scorers[prefix][0], "tokenizer": self.tokenizer_hash},
+                                 sort_keys=True, default=str).encode())
+        for name, tensor in fresh.state_dict().items():
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        digest.update(json.dumps(self.sentences).encode())
+        return self.cache_dir / "pairs-random-init" / f"{digest.hexdigest()[:32]}.npy"
+
+
+FAMILY_ROWS = {"decoder": decoder_rows, "encoder": encoder_rows, "encoder_decoder": blank_rows}
