@@ -166,7 +166,9 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
                        val_perplexity=metrics.get("val/perplexity"), val_accuracy=metrics.get("val/accuracy"),
                        signal_per_token=metrics.get("val/signal_per_token", metrics.get("train/signal_per_token")),
                        tokens_seen=module.tokens_seen, targets_seen=module.targets_seen, flops_seen=module.flops_seen,
-                       eval={k: v for k, v in metrics.items() if k.startswith("eval/")},
+                       # the evaluation's own values (float64; the logged ones went through float32 tensors)
+                       eval={**{k: v for k, v in metrics.items() if k.startswith("eval/")},
+                             **getattr(module, "last_eval", (None, {}))[1]},
                        eval_seconds=round(module.evaluation.seconds, 2) if module.evaluation else None,
                        eval_part_seconds={k: round(v, 2) for k, v in module.evaluation.part_seconds.items()}
                        if module.evaluation else {},

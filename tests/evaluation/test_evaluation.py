@@ -269,3 +269,25 @@ def test_the_fixed_exam_reads_at_most_max_tokens_of_the_validation_split():
     assert tuple(exam.windows.shape) == (1000 // 33, 33)  # a decoder's window: seq_len + 1
     assert exam.windows.flatten().tolist() == val[:30 * 33].tolist()  # the split's start
     assert len(FixedExam("decoder", Vocab(300, n_sentinels=8), 32, val, max_tokens=None).windows) == 100_000 // 33
+
+
+def test_the_probe_random_init_baseline_is_computed_once_per_shape_and_seed(cache_dir):
+    from pathlib import Path
+    small = ["eval.fixed=null", "eval.tasks.probe.max_train_examples=200", "eval.tasks.probe.max_test_examples=100"]
+    folder = Path(cache_dir) / "probe-random-init"
+
+    def baselines(*overrides):
+        run = build(config(cache_dir, *small, *overrides))
+        return run.module.evaluation.random_init_and_majority(run.model)
+
+    before = set(folder.glob("*.json")) if folder.is_dir() else set()
+    first = baselines()
+    [entry] = set(folder.glob("*.json")) - before
+    stamp = entry.stat().st_mtime_ns
+    assert baselines() == first and entry.stat().st_mtime_ns == stamp  # read back, not computed again
+    assert json.loads(entry.read_text()) == {k.removeprefix("eval/probe/random_init_"): v for k, v in first.items()
+                                             if "random_init" in k}
+    other = baselines("seed=1")  # another run seed: other weights, its own entry
+    assert len(set(folder.glob("*.json")) - before) == 2 and other != first
+    entry.write_text("{not json")  # a damaged entry is computed again
+    assert baselines() == first

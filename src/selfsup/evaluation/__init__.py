@@ -24,17 +24,21 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
+import json
 import math
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 
+from selfsup.evaluation.baselines import cached, untrained_key
 from selfsup.evaluation.fixed import EXAMS, FixedExam
 from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource
-from selfsup.loss import stream_seed
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
 from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
+from selfsup.loss import stream_seed
 
 EXAMPLE_COLUMNS = ["step", "example", "input", "target", "prediction", "accuracy"]
 
@@ -73,6 +77,8 @@ class Evaluation:
         self.run_seed, self.make_model, self.tokenizer = 0, None, None
         self.examples: list[list] = []  # the last evaluation's EXAMPLE_COLUMNS rows (FixedExam.examples)
         self.seconds = 0.0
+        self.cache_dir: Path | None = None  # where random-init baselines are kept (setup's cache_dir)
+        self.tokenizer_hash: str | None = None
         self.part_seconds: dict[str, float] = {}  # fixed, pairs, probe: seconds over the run's evaluations
 
     # ------------------------------------------------------------------------------ before training
@@ -122,6 +128,8 @@ class Evaluation:
         (the pairs' n-gram references); objective, span: the run's objective and mean span length (the
         pairs' scorer names, the denoise scorer's spans)."""
         self.run_seed, self.make_model, self.tokenizer = run_seed, make_model, tokenizer
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.tokenizer_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest() if tokenizer is not None else None
         if self.fixed:
             self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_tokens)
             if self.exam.model_length > model_length:
@@ -195,16 +203,25 @@ class Evaluation:
         return scores(predicted, test_y, n_classes)
 
     def random_init_and_majority(self, model: torch.nn.Module) -> dict[str, float]:
-        """The baselines of every task: the probe of a model of the same shape, freshly initialised with
-        the probe's seed, and the majority class."""
+        """The baselines of every task: the probe of a model of the same shape, freshly initialised from the
+        run's and the probe's seeds (read from <cache_dir>/probe-random-init/ when an earlier run of that
+        shape and seed computed it), and the majority class."""
         torch.manual_seed(stream_seed("random-init", self.seed, self.run_seed))
         fresh = self.fresh_model(model)
         out = {}
         for name, (_, _, _, _, n_classes, train, test) in self.encoded.items():
-            out.update({f"eval/{name}/random_init_{k}": v for k, v in self.probe(fresh, name).items()})
+            path = None
+            if self.cache_dir is not None:
+                examples = hashlib.sha256(json.dumps([train.texts, train.labels, test.texts, test.labels]).encode())
+                key = untrained_key(fresh, probe=[self.protocol, self.l2, self.max_length, self.finetune_steps,
+                                                  self.finetune_lr, self.batch_size, self.seed],
+                                    tokenizer=self.tokenizer_hash, examples=examples.hexdigest())
+                path = self.cache_dir / "probe-random-init" / f"{key}.json"
+            result = cached(path, lambda: self.probe(fresh, name), lambda p: json.loads(p.read_text()),
+                            lambda value, f: f.write(json.dumps(value).encode()))
+            out.update({f"eval/{name}/random_init_{k}": v for k, v in result.items()})
             out[f"eval/{name}/majority_accuracy"] = majority(train, test, n_classes)["accuracy"]
         return out
-
 
     def fresh_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """A new model of `model`'s shape, on its device, initialised from the global RNG: unsharded and not

@@ -36,14 +36,15 @@ import random
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from selfsup.loss import stream_seed
+from selfsup.evaluation.baselines import cached, untrained_key
 from selfsup.evaluation.tasks import PLAIN, EvalError, hf_rows, perturb_words, probe_sentences, read_records
+from selfsup.loss import stream_seed
 
 PAIR_TYPES = ("swap_1", "replaced_1", "replaced_4")
 TIE = 1e-6           # nats: a smaller difference of two scores is float noise of batched scoring, a tie
@@ -364,9 +365,6 @@ class PairSource:
 
 
 # ------------------------------------------------------------------------------------------ the evaluation
-CACHE_VERSION = 1
-
-
 class MinimalPairs:
     """The pair sets of one run and their scores: `check()` before training, `setup(...)` once the model's
     shape is known, `__call__(model)` -> {metric: value}.
@@ -513,42 +511,21 @@ class MinimalPairs:
 
     def random_init_scores(self, prefix: str, seed: int, device) -> np.ndarray:
         """The sentence scores of an untrained model of the run's shape, initialised from `seed` (the same
-        for every run of that shape): read from the cache when an earlier run computed them."""
+        for every run of that shape): read from <cache_dir>/pairs-random-init/ when an earlier run computed
+        them (selfsup.evaluation.baselines)."""
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(stream_seed("pairs-random-init", seed))
             fresh = self.make_model().to(device)
-        path = self.cache_path(fresh, prefix)
-        if path is not None and path.is_file():
-            try:
-                cached = np.load(path)
-                if cached.shape == (len(self.sentences),):
-                    return cached
-            except (OSError, ValueError):
-                pass  # a damaged entry: computed again and replaced
-        scores = self.scores(fresh, prefix)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            with open(scratch, "wb") as f:
-                np.save(f, scores)
-            os.replace(scratch, path)
-        return scores
+        path = None
+        if self.cache_dir is not None:
+            key = untrained_key(fresh, scorer=self.scorers[prefix][0], tokenizer=self.tokenizer_hash,
+                                sentences=hashlib.sha256(json.dumps(self.sentences).encode()).hexdigest())
+            path = self.cache_dir / "pairs-random-init" / f"{key}.npy"
 
-    def cache_path(self, fresh: torch.nn.Module, prefix: str) -> Path | None:
-        """<cache_dir>/pairs-random-init/<key>.npy, the key a hash of what fixes the scores: the untrained
-        weights (shape, initialisation and seed), the model's settings, the scorer, the sentences' ids."""
-        if self.cache_dir is None:
-            return None
-        digest = hashlib.sha256()
-        config = asdict(fresh.config) if is_dataclass(getattr(fresh, "config", None)) else {}
-        digest.update(json.dumps({"version": CACHE_VERSION, "class": type(fresh).__name__, "config": config,
-                                  "scorer": self.scorers[prefix][0], "tokenizer": self.tokenizer_hash},
-                                 sort_keys=True, default=str).encode())
-        for name, tensor in fresh.state_dict().items():
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-        digest.update(json.dumps(self.sentences).encode())
-        return self.cache_dir / "pairs-random-init" / f"{digest.hexdigest()[:32]}.npy"
+        def read(p: Path):
+            scores = np.load(p)
+            return scores if scores.shape == (len(self.sentences),) else None
+        return cached(path, lambda: self.scores(fresh, prefix), read, lambda scores, f: np.save(f, scores))
 
 
 FAMILY_ROWS = {"decoder": decoder_rows, "encoder": encoder_rows, "encoder_decoder": blank_rows}

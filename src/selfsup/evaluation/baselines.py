@@ -1,0 +1,54 @@
+"""Random-init baselines, computed once: a keyed cache under `<data.cache_dir>/<kind>/<key>`.
+
+An untrained model's scores depend only on its weights (shape, initialisation, seed), its settings and
+what it is scored on, so a key hashes exactly those (`untrained_key`); every run of that shape on that
+data (a seed sweep, a rerun, every evaluation of one run) reads the entry instead of computing it again.
+A damaged entry is computed again and replaced; entries are written under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CACHE_VERSION = 1  # raise when a scorer or a model's forward changes what an entry means
+
+
+def untrained_key(model: torch.nn.Module, **what: Any) -> str:
+    """A hash of the model's weights, class and settings and of `what` it is scored on (json-able values)."""
+    digest = hashlib.sha256()
+    config = asdict(model.config) if is_dataclass(getattr(model, "config", None)) else {}
+    digest.update(json.dumps({"version": CACHE_VERSION, "class": type(model).__name__, "config": config, **what},
+                             sort_keys=True, default=str).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:32]
+
+
+def cached(path: Path | None, compute: Callable[[], Any], read: Callable[[Path], Any],
+           write: Callable[[Any, Any], None]) -> Any:
+    """read(path) when it gives a value (not None, no error), else compute() and write(value, file) to path
+    atomically. path None: compute() alone."""
+    if path is not None and path.is_file():
+        try:
+            value = read(path)
+            if value is not None:
+                return value
+        except (OSError, ValueError):
+            pass  # a damaged entry: computed again and replaced
+    value = compute()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(scratch, "wb") as f:
+            write(value, f)
+        os.replace(scratch, path)
+    return value
