@@ -89,27 +89,25 @@ def make_evaluation(cfg: DictConfig) -> Evaluation | None:
     if not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
         return None
     conf = OmegaConf.to_container(cfg.eval, resolve=True)
-    for name, source in ((conf.get("pairs") or {}).get("sets") or {}).items():
-        if not isinstance(source, dict):
-            raise EvalError(f"eval.pairs.sets.{name} must be a mapping of settings, e.g. "
-                            f"'+eval.pairs.sets.{name}={{paths: [pairs.jsonl], group_field: UID}}'")
-        source.setdefault("_target_", "selfsup.evaluation.PairSource")
-        if source["_target_"] == "selfsup.evaluation.PairSource":
-            known = [p for p in inspect.signature(PairSource).parameters if p != "name"]
-            unknown = [k for k in source if k != "_target_" and k not in known]
-            if unknown:
-                raise EvalError(f"eval.pairs.sets.{name}.{unknown[0]} is not a pair-set setting: use {', '.join(known)}")
-    for name, task in (conf.get("tasks") or {}).items():
-        if not isinstance(task, dict):
-            raise EvalError(f"eval.tasks.{name} must be a mapping of task settings, e.g. "
-                            f"'+eval.tasks.{name}={{source: text_files, paths: [examples.jsonl]}}'")
-        task.setdefault("_target_", "selfsup.evaluation.Task")
-        if task["_target_"] == "selfsup.evaluation.Task":
-            known = [p for p in inspect.signature(Task).parameters if p != "name"]
-            unknown = [k for k in task if k != "_target_" and k not in known]
-            if unknown:
-                raise EvalError(f"eval.tasks.{name}.{unknown[0]} is not a task setting: use {', '.join(known)}")
+    with_targets(((conf.get("pairs") or {}).get("sets") or {}), "eval.pairs.sets", PairSource, "pair-set setting",
+                 "{paths: [pairs.jsonl], group_field: UID}")
+    with_targets(conf.get("tasks") or {}, "eval.tasks", Task, "task setting", "{source: text_files, paths: [examples.jsonl]}")
     return make(OmegaConf.create(conf), "eval")
+
+
+def with_targets(nodes: dict, where: str, cls: type, what: str, example: str) -> None:
+    """Each node of `nodes` (name -> settings) gets `_target_: selfsup.evaluation.<cls>` unless it names its own
+    class; a node that is not a mapping, or a setting the class does not take, is refused in one line."""
+    target = f"selfsup.evaluation.{cls.__name__}"
+    for name, node in nodes.items():
+        if not isinstance(node, dict):
+            raise EvalError(f"{where}.{name} must be a mapping of {what}s, e.g. '+{where}.{name}={example}'")
+        node.setdefault("_target_", target)
+        if node["_target_"] == target:
+            known = [p for p in inspect.signature(cls).parameters if p != "name"]
+            unknown = [k for k in node if k != "_target_" and k not in known]
+            if unknown:
+                raise EvalError(f"{where}.{name}.{unknown[0]} is not a {what}: use {', '.join(known)}")
 
 
 def make_corpus(cfg: DictConfig) -> Corpus:

@@ -87,7 +87,8 @@ class ProbeConfig:
     batch_size: int = 32                # finetune batch
     max_length: int = 64                # tokens per example (longer texts are cut)
     l2: Optional[float] = None          # linear: L2 penalty of the classifier (null: chosen on held-out training examples)
-    seed: int = 0                       # finetune batches and the random-init baseline's weights
+    seed: int = 0                       # finetune batches and the random-init baselines' weights
+    random_init_seeds: int = 3          # untrained models of the run's shape probed the same way (cached)
 
 
 @dataclass

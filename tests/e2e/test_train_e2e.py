@@ -65,9 +65,15 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
              for kind in ["", "/swap_1", "/replaced_1", "/replaced_4"]
              for what in ["", "random_init_"] + (["unigram_", "bigram_"] if not scorer else [])}
     pairs |= {f"{key}_sd" for key in pairs if "random_init" in key}
+    pairs |= {key.replace("/accuracy", f"/{m}") for key in pairs if key.endswith("/accuracy")
+              for m in ("margin", "margin_low", "margin_high")}  # beside each accuracy: its margin, its interval
     assert set(evaluated) == {"eval/fixed/loss", "eval/fixed/perplexity", "eval/probe/accuracy", "eval/probe/macro_f1",
-                              "eval/probe/random_init_accuracy", "eval/probe/random_init_macro_f1",
-                              "eval/probe/majority_accuracy", *pairs}
+                              "eval/probe/random_init_accuracy", "eval/probe/random_init_accuracy_sd",
+                              "eval/probe/random_init_macro_f1", "eval/probe/majority_accuracy", "eval/probe/margin",
+                              "eval/probe/margin_low", "eval/probe/margin_high", *pairs}
+    for key in [k for k in evaluated if k.endswith("/margin")]:
+        low, high = evaluated[key + "_low"], evaluated[key + "_high"]
+        assert low <= evaluated[key] <= high and high - low < 0.5, key
     assert set(summary["pairs_scorers"]) == {"eval/pairs", *(["eval/pairs/denoise"] if encoder_decoder else [])}
     for key, value in evaluated.items():
         assert recorded["summary"][key] == pytest.approx(value, rel=1e-6), key
@@ -394,3 +400,44 @@ def test_span_corruption_trains_with_a_pretrained_t5_style_tokenizer(train, tmp_
     import selfsup
     p = selfsup.load(tmp_path / "run")
     assert p.tokenizer.token_to_id("<extra_id_0>") == p.vocab.sentinel(0) and p.tokenizer.id_to_token(2) == "</s>"
+
+
+# ---------------------------------------------------------------- the minimal pairs' scorers against minicons
+PAIR_SENTENCES = [s for line in (Path(__file__).parents[2] / "docs" / "examples" / "pairs.jsonl").read_text().splitlines()
+                  for s in json.loads(line).values() if s.endswith(".")]
+
+
+@pytest.mark.parametrize("job", [0, 1])  # the mlm encoder (pseudo-log-likelihood), the clm decoder (log-prob)
+def test_minicons_scores_the_exported_model_as_the_lab_scores_pairs(sweep, job):
+    """minicons (BabyLM's scorer library) on the Hugging Face export gives the lab's sentence scores: the
+    decoder's log-probability after </s> (conditional_score with </s> as the prefix), the encoder's
+    pseudo-log-likelihood between </s> boundaries (sequence_score, </s> as the CLS and SEP tokens it skips)."""
+    scorer = pytest.importorskip("minicons.scorer")
+    import torch
+    import transformers
+
+    import selfsup
+    from selfsup.evaluation import pairs as P
+    root, _ = sweep
+    p = selfsup.load(root / str(job))
+    ids = [p.encode(s) for s in PAIR_SENTENCES]
+    rows = (P.encoder_rows if job == 0 else P.decoder_rows)(ids, p.vocab)
+    ours = P.score_rows(p.model, rows, len(ids), p.vocab.pad_id)
+    total = lambda x: x.sum(0).item()  # noqa: E731 - minicons' reduction: the summed log-probability
+    if job == 1:
+        tok = transformers.AutoTokenizer.from_pretrained(root / "1" / "hf")
+        lm = scorer.IncrementalLMScorer(transformers.AutoModelForCausalLM.from_pretrained(root / "1" / "hf"),
+                                        tokenizer=tok)
+        theirs = lm.conditional_score(["</s>"] * len(ids), PAIR_SENTENCES, separator="", reduction=total)
+        tolerance = 1e-3
+    else:
+        tok = transformers.AutoTokenizer.from_pretrained(root / "0" / "hf", cls_token="</s>", sep_token="</s>")
+        if not hasattr(tok, "batch_encode_plus"):  # minicons 0.3's MaskedLMScorer calls what transformers 5 removed
+            tok.batch_encode_plus = tok.__call__
+        lm = scorer.MaskedLMScorer(transformers.AutoModelForMaskedLM.from_pretrained(root / "0" / "hf"), tokenizer=tok)
+        theirs = lm.sequence_score([f"</s>{s}</s>" for s in PAIR_SENTENCES], reduction=total)
+        tolerance = 2e-2  # the exported MLM head's second normalisation (selfsup.export): ~1e-3 per logit
+    assert len(theirs) == len(ours) == 24
+    assert max(abs(a - b) for a, b in zip(ours, theirs)) < tolerance
+    good, bad = torch.tensor(theirs[0::2]), torch.tensor(theirs[1::2])
+    assert P.accuracy(ours[0::2], ours[1::2]).tolist() == P.accuracy(good.numpy(), bad.numpy()).tolist()

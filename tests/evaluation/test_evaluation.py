@@ -271,23 +271,33 @@ def test_the_fixed_exam_reads_at_most_max_tokens_of_the_validation_split():
     assert len(FixedExam("decoder", Vocab(300, n_sentinels=8), 32, val, max_tokens=None).windows) == 100_000 // 33
 
 
-def test_the_probe_random_init_baseline_is_computed_once_per_shape_and_seed(cache_dir):
+def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
+    """Three seeds of their own (the same for every run of a shape): a run of another seed reads them, another
+    shape makes its own; the margin over them comes with its paired bootstrap interval."""
     from pathlib import Path
+
+    from selfsup.evaluation.stats import margin
     small = ["eval.fixed=null", "eval.tasks.probe.max_train_examples=200", "eval.tasks.probe.max_test_examples=100"]
     folder = Path(cache_dir) / "probe-random-init"
 
-    def baselines(*overrides):
+    def evaluate(*overrides):
         run = build(config(cache_dir, *small, *overrides))
-        return run.module.evaluation.random_init_and_majority(run.model)
+        return run.module.evaluation, run.module.evaluation(run.model)
 
     before = set(folder.glob("*.json")) if folder.is_dir() else set()
-    first = baselines()
-    [entry] = set(folder.glob("*.json")) - before
-    stamp = entry.stat().st_mtime_ns
-    assert baselines() == first and entry.stat().st_mtime_ns == stamp  # read back, not computed again
-    assert json.loads(entry.read_text()) == {k.removeprefix("eval/probe/random_init_"): v for k, v in first.items()
-                                             if "random_init" in k}
-    other = baselines("seed=1")  # another run seed: other weights, its own entry
-    assert len(set(folder.glob("*.json")) - before) == 2 and other != first
-    entry.write_text("{not json")  # a damaged entry is computed again
-    assert baselines() == first
+    evaluation, first = evaluate()
+    entries = set(folder.glob("*.json")) - before
+    assert len(entries) == 3  # one per seed
+    stamps = {e: e.stat().st_mtime_ns for e in entries}
+    baselines = {k: v for k, v in first.items() if "random_init" in k or "majority" in k}
+    _, again = evaluate("seed=1")  # another run seed: the same untrained models, read back
+    assert {k: again[k] for k in baselines} == baselines and {e: e.stat().st_mtime_ns for e in entries} == stamps
+    assert evaluation.random_init["probe"].shape == (3, 100)
+    m = margin(evaluation.last["probe"], evaluation.random_init["probe"])
+    assert (first["eval/probe/margin"], first["eval/probe/margin_low"], first["eval/probe/margin_high"]) == (
+        m.value, m.low, m.high)
+    assert first["eval/probe/margin"] == pytest.approx(first["eval/probe/accuracy"] - first["eval/probe/random_init_accuracy"])
+    evaluate("architecture.d_model=16")  # another shape: its own entries
+    assert len(set(folder.glob("*.json")) - before) == 6
+    sorted(entries)[0].write_text("{not json")  # a damaged entry is computed again
+    assert {k: evaluate()[1][k] for k in baselines} == baselines

@@ -31,12 +31,14 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from selfsup.evaluation.baselines import cached, untrained_key
 from selfsup.evaluation.fixed import EXAMS, FixedExam
-from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource
+from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
+from selfsup.evaluation.stats import margin
 from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
 from selfsup.loss import stream_seed
 
@@ -67,6 +69,7 @@ class Evaluation:
         self.max_length = probe.get("max_length", 64)
         self.l2 = probe.get("l2")
         self.seed = probe.get("seed", 0)
+        self.random_init_seeds = probe.get("random_init_seeds", 3)
         self.tasks = dict(tasks or {})
         for name, task in self.tasks.items():
             task.name = name
@@ -79,7 +82,9 @@ class Evaluation:
         self.seconds = 0.0
         self.cache_dir: Path | None = None  # where random-init baselines are kept (setup's cache_dir)
         self.tokenizer_hash: str | None = None
-        self.part_seconds: dict[str, float] = {}  # fixed, pairs, probe: seconds over the run's evaluations
+        self.part_seconds: dict[str, float] = {}
+        self.random_init: dict[str, np.ndarray] = {}  # per task: random-init outcomes [seeds, test examples]
+        self.last: dict[str, np.ndarray] = {}         # per task: the last evaluated model's outcomes  # fixed, pairs, probe: seconds over the run's evaluations
 
     # ------------------------------------------------------------------------------ before training
     def check(self, training_documents=None, sharded: bool = False) -> None:
@@ -92,7 +97,8 @@ class Evaluation:
             raise EvalError("eval.probe.protocol=finetune copies the model, which FSDP shards cannot be: use "
                             "eval.probe.protocol=linear with trainer=fsdp")
         for key, value in (("eval.probe.finetune_steps", self.finetune_steps), ("eval.probe.batch_size", self.batch_size),
-                           ("eval.probe.max_length", self.max_length)):
+                           ("eval.probe.max_length", self.max_length),
+                           ("eval.probe.random_init_seeds", self.random_init_seeds)):
             if value < 1:
                 raise EvalError(f"{key}={value} must be at least 1")
         if not (math.isfinite(self.finetune_lr) and self.finetune_lr > 0):
@@ -175,10 +181,10 @@ class Evaluation:
                 with self.timed("pairs"):
                     metrics.update(self.pairs(model))
             with self.timed("probe"):
-                for name in self.encoded:
-                    metrics.update({f"eval/{name}/{k}": v for k, v in self.probe(model, name).items()})
                 if self.encoded and not self.baselines:  # the same for every evaluation of the run: once
                     self.baselines = self.random_init_and_majority(model)
+                for name in self.encoded:
+                    metrics.update(self.probe_metrics(model, name))
                 metrics.update(self.baselines)
         self.seconds += time.perf_counter() - started
         return metrics
@@ -192,34 +198,64 @@ class Evaluation:
         finally:
             self.part_seconds[part] = self.part_seconds.get(part, 0.0) + time.perf_counter() - started
 
-    def probe(self, model: torch.nn.Module, name: str) -> dict[str, float]:
+    def predict(self, model: torch.nn.Module, name: str) -> torch.Tensor:
+        """The probe's predicted class of each test example of task `name`."""
         (train_ids, train_mask), train_y, (test_ids, test_mask), test_y, n_classes, _, _ = self.encoded[name]
         if self.protocol == "finetune":
-            predicted = finetune(self.copy(model), (train_ids, train_mask, train_y), (test_ids, test_mask), n_classes,
-                                 self.finetune_steps, self.finetune_lr, self.batch_size, self.seed)
-        else:
-            predicted = linear_probe(features(model, train_ids, train_mask), train_y,
-                                     features(model, test_ids, test_mask), n_classes, self.l2)
-        return scores(predicted, test_y, n_classes)
+            return finetune(self.copy(model), (train_ids, train_mask, train_y), (test_ids, test_mask), n_classes,
+                            self.finetune_steps, self.finetune_lr, self.batch_size, self.seed)
+        return linear_probe(features(model, train_ids, train_mask), train_y, features(model, test_ids, test_mask),
+                            n_classes, self.l2)
+
+    def probe(self, model: torch.nn.Module, name: str) -> dict[str, float]:
+        """accuracy and macro_f1 of the probe of task `name` on `model`."""
+        _, _, _, test_y, n_classes, _, _ = self.encoded[name]
+        return scores(self.predict(model, name), test_y, n_classes)
+
+    def probe_metrics(self, model: torch.nn.Module, name: str) -> dict[str, float]:
+        """eval/<name>/accuracy, .../macro_f1 and, beside the random-init baselines, the margin of the accuracy
+        over them with its paired bootstrap 95% interval (test examples and random-init seeds resampled)."""
+        _, _, _, test_y, n_classes, _, _ = self.encoded[name]
+        predicted = self.predict(model, name)
+        out = {f"eval/{name}/{k}": v for k, v in scores(predicted, test_y, n_classes).items()}
+        outcome = (predicted.cpu() == test_y).double().numpy()
+        self.last[name] = outcome
+        if name in self.random_init:
+            m = margin(outcome, self.random_init[name])
+            out.update({f"eval/{name}/margin": m.value, f"eval/{name}/margin_low": m.low,
+                        f"eval/{name}/margin_high": m.high})
+        return out
 
     def random_init_and_majority(self, model: torch.nn.Module) -> dict[str, float]:
-        """The baselines of every task: the probe of a model of the same shape, freshly initialised from the
-        run's and the probe's seeds (read from <cache_dir>/probe-random-init/ when an earlier run of that
-        shape and seed computed it), and the majority class."""
-        torch.manual_seed(stream_seed("random-init", self.seed, self.run_seed))
-        fresh = self.fresh_model(model)
+        """The baselines of every task: the probe of models of the same shape, freshly initialised from
+        eval.probe.random_init_seeds seeds of their own (the same for every run of that shape; read from
+        <cache_dir>/probe-random-init/ when an earlier run computed them): accuracy and macro_f1 as the mean
+        over seeds, the accuracy's sd, the per-seed outcomes kept in self.random_init; and the majority class."""
         out = {}
+        runs: dict[str, list] = {name: [] for name in self.encoded}
+        for k in range(self.random_init_seeds):
+            torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
+            fresh = self.fresh_model(model)
+            for name, (_, _, _, test_y, n_classes, train, test) in self.encoded.items():
+                path = None
+                if self.cache_dir is not None:
+                    examples = hashlib.sha256(json.dumps([train.texts, train.labels, test.texts, test.labels]).encode())
+                    key = untrained_key(fresh, probe=[self.protocol, self.l2, self.max_length, self.finetune_steps,
+                                                      self.finetune_lr, self.batch_size, self.seed],
+                                        tokenizer=self.tokenizer_hash, examples=examples.hexdigest())
+                    path = self.cache_dir / "probe-random-init" / f"{key}.json"
+
+                def read(p: Path):
+                    labels = json.loads(p.read_text())
+                    return torch.tensor(labels) if len(labels) == len(test_y) else None
+                predicted = cached(path, lambda: self.predict(fresh, name).cpu(), read,
+                                   lambda value, f: f.write(json.dumps(value.tolist()).encode()))
+                runs[name].append((scores(predicted, test_y, n_classes), (predicted == test_y).double().numpy()))
         for name, (_, _, _, _, n_classes, train, test) in self.encoded.items():
-            path = None
-            if self.cache_dir is not None:
-                examples = hashlib.sha256(json.dumps([train.texts, train.labels, test.texts, test.labels]).encode())
-                key = untrained_key(fresh, probe=[self.protocol, self.l2, self.max_length, self.finetune_steps,
-                                                  self.finetune_lr, self.batch_size, self.seed],
-                                    tokenizer=self.tokenizer_hash, examples=examples.hexdigest())
-                path = self.cache_dir / "probe-random-init" / f"{key}.json"
-            result = cached(path, lambda: self.probe(fresh, name), lambda p: json.loads(p.read_text()),
-                            lambda value, f: f.write(json.dumps(value).encode()))
-            out.update({f"eval/{name}/random_init_{k}": v for k, v in result.items()})
+            self.random_init[name] = np.stack([o for _, o in runs[name]])
+            mean, sd = mean_sd([s["accuracy"] for s, _ in runs[name]])
+            out.update({f"eval/{name}/random_init_accuracy": mean, f"eval/{name}/random_init_accuracy_sd": sd,
+                        f"eval/{name}/random_init_macro_f1": mean_sd([s["macro_f1"] for s, _ in runs[name]])[0]})
             out[f"eval/{name}/majority_accuracy"] = majority(train, test, n_classes)["accuracy"]
         return out
 

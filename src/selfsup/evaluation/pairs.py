@@ -29,6 +29,7 @@ tokenizer, scorer and seed).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -42,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from selfsup.evaluation.stats import Interval, margin
 from selfsup.evaluation.baselines import cached, untrained_key
 from selfsup.evaluation.tasks import PLAIN, EvalError, hf_rows, perturb_words, probe_sentences, read_records
 from selfsup.loss import stream_seed
@@ -130,13 +132,11 @@ def _batches(lengths: list[int], batch_tokens: int):
 
 def _pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids [N, longest], mask [N, longest]: True on the rows' own tokens), padded on the right."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, :len(r)] = True
-    return ids.to(device), mask.to(device)
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    mask = np.arange(lengths.max()) < lengths[:, None]
+    ids = np.full(mask.shape, pad_id, dtype=np.int64)
+    ids[mask] = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    return torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
 
 
 def _token_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -273,14 +273,16 @@ class NGram:
 
 
 def pair_lines(metrics: Mapping[str, float], scorers: Mapping[str, str], width: int = 96) -> list[str]:
-    """Per scorer its accuracy, the scorer's name and the references beside it, e.g.
-    `pairs 0.787 (summed log-prob)  random-init 0.486 +- 0.012  uni/bigram 0.515/0.833`; the references
-    go on a line of their own (indented) when the whole is wider than `width`."""
+    """Per scorer its accuracy, the scorer's name, the margin over random-init with its 95% interval and the
+    references, e.g. `pairs 0.787 (summed log-prob)  margin +0.313 [+0.291, +0.335]` then, indented when
+    the whole is wider than `width`, `random-init 0.474 +- 0.007  uni/bigram 0.511/0.828`."""
     lines = []
     for prefix, scorer in scorers.items():
         if f"{prefix}/accuracy" not in metrics:
             continue
         head = f"{prefix.removeprefix('eval/').replace('/', ' ')} {metrics[f'{prefix}/accuracy']:.3f} ({scorer})"
+        if f"{prefix}/margin" in metrics:
+            head += "  margin " + interval(metrics, prefix)
         refs = []
         mean, sd = metrics.get(f"{prefix}/random_init_accuracy"), metrics.get(f"{prefix}/random_init_accuracy_sd")
         if mean is not None:
@@ -290,6 +292,11 @@ def pair_lines(metrics: Mapping[str, float], scorers: Mapping[str, str], width: 
         line = "  ".join([head, *refs])
         lines += [line] if len(line) <= width or not refs else [head, "  " + "  ".join(refs)]
     return lines
+
+
+def interval(metrics: Mapping[str, float], key: str) -> str:
+    """`+0.313 [+0.291, +0.335]`: the margin of `key` and its 95% interval."""
+    return str(Interval(metrics[f"{key}/margin"], metrics[f"{key}/margin_low"], metrics[f"{key}/margin_high"]))
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -373,6 +380,7 @@ class MinimalPairs:
         eval/pairs/<set>/accuracy, eval/pairs/<set>/<group>/...   each user set, pooled and per group
         .../random_init_accuracy, .../random_init_accuracy_sd     the same scorer on random_init_seeds untrained
                                                                   models of the run's shape (mean, sd over seeds)
+        .../margin, .../margin_low, .../margin_high               accuracy - random-init, its 95% interval
         .../unigram_accuracy, .../bigram_accuracy                 counts of the training split's tokens
         eval/pairs/denoise/...                                    encoder-decoders: the span pseudo-log-likelihood
     """
@@ -392,7 +400,8 @@ class MinimalPairs:
         self.index: list[tuple[np.ndarray, np.ndarray]] = []  # per pair set: (good, bad) indices into sentences
         self.skipped = 0
         self.baselines: dict[str, float] = {}
-        self.outcomes: dict[str, np.ndarray] = {}  # the last call's per-pair outcomes, by metric prefix + set
+        self.random_init: dict[str, np.ndarray] = {}  # per key: random-init outcomes [seeds, pairs]
+        self.last: dict[str, np.ndarray] = {}         # per key: the last evaluated model's outcomes [pairs]
 
     def check(self) -> None:
         for key, value in (("eval.pairs.max_pairs", self.max_pairs), ("eval.pairs.random_init_seeds",
@@ -467,46 +476,54 @@ class MinimalPairs:
         rows = self.scorers[prefix][1](self.sentences, self.vocab)
         return score_rows(model, rows, len(self.sentences), self.vocab.pad_id, self.batch_tokens)
 
-    def metrics(self, prefix: str, scores: np.ndarray, what: str = "") -> dict[str, float]:
-        """{prefix[/set][/group]/<what>accuracy: value} of sentence scores (pooled and per group)."""
+    def outcomes(self, prefix: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+        """{prefix[/set][/group]: per-pair outcomes (1, 0, 0.5 a tie)} of sentence scores, pooled and per group."""
         out = {}
         for ps, (good, bad) in zip(self.pair_sets, self.index):
             if not len(good):
                 continue
             outcome = accuracy(scores[good], scores[bad])
             base = prefix if ps.name == "builtin" else f"{prefix}/{ps.name}"
-            out[f"{base}/{what}accuracy"] = float(outcome.mean())
-            if not what:
-                self.outcomes[base] = outcome
-            groups = np.asarray(ps.groups, dtype=object)[ps.kept] if ps.groups else None
-            if groups is not None:
-                for group in dict.fromkeys(groups):
-                    out[f"{base}/{group}/{what}accuracy"] = float(outcome[groups == group].mean())
+            out[base] = outcome
+            if ps.groups:
+                groups = np.asarray(ps.groups, dtype=object)[ps.kept]
+                out.update({f"{base}/{group}": outcome[groups == group] for group in dict.fromkeys(groups)})
         return out
 
     def __call__(self, model: torch.nn.Module) -> dict[str, float]:
-        out = {}
-        for prefix in self.scorers:
-            out.update(self.metrics(prefix, self.scores(model, prefix)))
+        """The accuracies of `model`, their margins over random-init with a paired bootstrap 95% interval
+        (selfsup.evaluation.stats: pairs and random-init seeds resampled), and the references."""
         if not self.baselines:
             self.baselines = self.random_init_and_references(model)
+        out = {}
+        for prefix in self.scorers:
+            for key, outcome in self.outcomes(prefix, self.scores(model, prefix)).items():
+                self.last[key] = outcome
+                out[f"{key}/accuracy"] = float(outcome.mean())
+                if key in self.random_init:
+                    m = margin(outcome, self.random_init[key])
+                    out.update({f"{key}/margin": m.value, f"{key}/margin_low": m.low, f"{key}/margin_high": m.high})
         out.update(self.baselines)
         return out
 
     def random_init_and_references(self, model: torch.nn.Module) -> dict[str, float]:
+        """The references of every key: unigram and bigram accuracies, and the random-init accuracy (mean and
+        sd over seeds), whose per-seed outcomes [seeds, pairs] are kept in self.random_init."""
         out = {}
         for order, scores in self.references.items():
-            out.update(self.metrics("eval/pairs", scores, f"{order}_"))
+            out.update({f"{key}/{order}_accuracy": float(o.mean())
+                        for key, o in self.outcomes("eval/pairs", scores).items()})
         if self.make_model is None:
             return out
         device = next(model.parameters()).device
         for prefix in self.scorers:
-            runs = [self.metrics(prefix, self.random_init_scores(prefix, seed, device), "random_init_")
+            runs = [self.outcomes(prefix, self.random_init_scores(prefix, seed, device))
                     for seed in range(self.random_init_seeds)]
             for key in runs[0]:
-                mean, sd = mean_sd([r[key] for r in runs])
-                out[key] = mean
-                out[f"{key}_sd"] = sd
+                self.random_init[key] = np.stack([r[key] for r in runs])
+                mean, sd = mean_sd([float(r[key].mean()) for r in runs])
+                out[f"{key}/random_init_accuracy"] = mean
+                out[f"{key}/random_init_accuracy_sd"] = sd
         return out
 
     def random_init_scores(self, prefix: str, seed: int, device) -> np.ndarray:

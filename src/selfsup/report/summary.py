@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import textwrap
 from datetime import timedelta
 from pathlib import Path
 
 from selfsup.evaluation.pairs import pair_lines
+from selfsup.evaluation.stats import Interval
 
 PROBE, PAIRS = "eval/probe/accuracy", "eval/pairs/accuracy"
 COLUMNS = [("job", "job"), ("objective", "objective"), ("architecture", "architecture"), ("parameters", "params"),
@@ -63,6 +65,7 @@ def run_lines(row: dict) -> list[str]:
                           part("signal_per_token", "signal/token")) if p]
     lines = [head, "  " + "  ".join(scores)] if scores else [head]
     lines += ["  " + line for line in pair_lines(row.get("eval") or {}, row.get("pairs_scorers") or {})]
+    lines += pretraining_lines(row)
     if row.get("tokens_per_sec"):
         lines.append(f"  tokens/s {_fmt('tokens_per_sec', row['tokens_per_sec'])} (training time: validation, "
                      f"evaluation and the first step excluded)")
@@ -72,6 +75,30 @@ def run_lines(row: dict) -> list[str]:
     if row.get("wandb_dir"):
         lines.append(f"W&B run files: {shown_path(row['wandb_dir'])}")
         lines.append(f"  upload: wandb sync {shown_path(row['wandb_dir'])}")
+    return lines
+
+
+def margins(row: dict) -> list[tuple[str, Interval]]:
+    """(label, margin over random-init with its 95% interval) of a run's scores: each minimal-pairs scorer
+    and set, then each probe task."""
+    evaluated = row.get("eval") or {}
+    keys = list(row.get("pairs_scorers") or {})
+    keys += [k.removesuffix("/margin") for k in evaluated if k.endswith("/margin") and not k.startswith("eval/pairs")]
+    return [(key.removeprefix("eval/").replace("/", " "), Interval(evaluated[f"{key}/margin"], evaluated[f"{key}/margin_low"],
+             evaluated[f"{key}/margin_high"])) for key in keys if f"{key}/margin" in evaluated]
+
+
+def pretraining_lines(row: dict, width: int = 100) -> list[str]:
+    """Which of the run's scores show pretraining (their margin's 95% interval above 0) and which do not yet
+    (it holds 0, or lies below), each with its margin."""
+    found = margins(row)
+    shown = [f"{label} {m}" for label, m in found if m.low > 0]
+    held = [f"{label} {m}" for label, m in found if m.low <= 0]
+    lines = []
+    for title, parts in (("shows pretraining (margin over random-init, 95% interval above 0)", shown),
+                         ("no pretraining shown yet (the interval holds 0 or lies below)", held)):
+        if parts:
+            lines += textwrap.wrap(f"{title}: " + "; ".join(parts), width, initial_indent="  ", subsequent_indent="    ")
     return lines
 
 
