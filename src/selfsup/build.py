@@ -187,7 +187,7 @@ def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
         model.compile()  # in place: checkpoints keep plain parameter names
     if evaluation is not None:
         evaluation.setup(cfg.architecture.name, vocab, corpus.tokenizer, cfg.data.seq_len, corpus.val_tokens,
-                         max_len, cfg.seed, make_model=lambda: shape.build(vocab.size, max_len),
+                         max_len, make_model=lambda: shape.build(vocab.size, max_len),
                          train_tokens=corpus.train_tokens, objective=objective.name,
                          span=getattr(objective, "mean_span_length", None), cache_dir=corpus.cache_dir)
     t = cfg.trainer

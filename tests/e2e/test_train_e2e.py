@@ -417,12 +417,12 @@ def test_minicons_scores_the_exported_model_as_the_lab_scores_pairs(sweep, job):
     import transformers
 
     import selfsup
-    from selfsup.evaluation import pairs as P
+    from selfsup.evaluation import scoring as S
     root, _ = sweep
     p = selfsup.load(root / str(job))
     ids = [p.encode(s) for s in PAIR_SENTENCES]
-    rows = (P.encoder_rows if job == 0 else P.decoder_rows)(ids, p.vocab)
-    ours = P.score_rows(p.model, rows, len(ids), p.vocab.pad_id)
+    rows = (S.encoder_rows if job == 0 else S.decoder_rows)(ids, p.vocab)
+    ours = S.score_rows(p.model, rows, len(ids), p.vocab.pad_id)
     total = lambda x: x.sum(0).item()  # noqa: E731 - minicons' reduction: the summed log-probability
     if job == 1:
         tok = transformers.AutoTokenizer.from_pretrained(root / "1" / "hf")
@@ -440,4 +440,4 @@ def test_minicons_scores_the_exported_model_as_the_lab_scores_pairs(sweep, job):
     assert len(theirs) == len(ours) == 24
     assert max(abs(a - b) for a, b in zip(ours, theirs)) < tolerance
     good, bad = torch.tensor(theirs[0::2]), torch.tensor(theirs[1::2])
-    assert P.accuracy(ours[0::2], ours[1::2]).tolist() == P.accuracy(good.numpy(), bad.numpy()).tolist()
+    assert S.accuracy(ours[0::2], ours[1::2]).tolist() == S.accuracy(good.numpy(), bad.numpy()).tolist()

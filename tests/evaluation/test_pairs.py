@@ -17,6 +17,7 @@ from selfsup.data.builtin import builtin_documents
 from selfsup.data.vocab import Vocab
 from selfsup.evaluation import EvalError, MinimalPairs, PairSource
 from selfsup.evaluation import pairs as P
+from selfsup.evaluation import scoring as S
 from selfsup.models import build_model
 
 V = Vocab(size=120, n_sentinels=4)
@@ -45,7 +46,7 @@ def logp(model, hidden, target):
 # ---------------------------------------------------------------------------------------- each family's scorer
 def test_decoder_score_is_summed_log_probability_after_the_document_start():
     model, ss = trained_like("decoder"), sentences()
-    got = P.score_rows(model, P.decoder_rows(ss, V), len(ss), V.pad_id, batch_tokens=40)
+    got = S.score_rows(model, S.decoder_rows(ss, V), len(ss), V.pad_id, batch_tokens=40)
     for s, ids in zip(got, ss):
         inputs = torch.tensor([[V.eos_id, *ids]])
         hidden = model(decoder_inputs=inputs)[0]
@@ -54,7 +55,7 @@ def test_decoder_score_is_summed_log_probability_after_the_document_start():
 
 def test_encoder_score_is_pseudo_log_likelihood_each_token_masked_in_turn():
     model, ss = trained_like("encoder"), sentences()
-    got = P.score_rows(model, P.encoder_rows(ss, V), len(ss), V.pad_id, batch_tokens=64)
+    got = S.score_rows(model, S.encoder_rows(ss, V), len(ss), V.pad_id, batch_tokens=64)
     for s, ids in zip(got, ss):
         total = 0.0
         for i, t in enumerate(ids):
@@ -66,7 +67,7 @@ def test_encoder_score_is_pseudo_log_likelihood_each_token_masked_in_turn():
 
 def test_encoder_decoder_blank_score_is_the_decoder_given_a_blank_encoder_input():
     model, ss = trained_like("encoder_decoder"), sentences()
-    got = P.score_rows(model, P.blank_rows(ss, V), len(ss), V.pad_id, batch_tokens=40)
+    got = S.score_rows(model, S.blank_rows(ss, V), len(ss), V.pad_id, batch_tokens=40)
     for s, ids in zip(got, ss):
         hidden = model(encoder_inputs=torch.tensor([[V.eos_id]]), decoder_inputs=torch.tensor([[V.bos_id, *ids]]))[0]
         assert s == pytest.approx(sum(logp(model, hidden[i], t) for i, t in enumerate(ids)), abs=1e-4)
@@ -77,7 +78,7 @@ def test_denoise_score_scores_each_token_inside_its_span_given_the_span_so_far(s
     """Token by token: token i lies in the span starting at i - i % span; the encoder reads the sentence with
     that span replaced by <extra_id_0>, the decoder <s> <extra_id_0> and the span's tokens before i."""
     model, ss = trained_like("encoder_decoder"), sentences()
-    got = P.score_rows(model, P.denoise_rows(ss, V, span), len(ss), V.pad_id, batch_tokens=50)
+    got = S.score_rows(model, S.denoise_rows(ss, V, span), len(ss), V.pad_id, batch_tokens=50)
     s0 = V.sentinel(0)
     for s, ids in zip(got, ss):
         total = 0.0
@@ -92,19 +93,19 @@ def test_denoise_score_scores_each_token_inside_its_span_given_the_span_so_far(s
 
 def test_batching_does_not_change_scores():
     model, ss = trained_like("encoder"), sentences(30, seed=1)
-    rows = P.encoder_rows(ss, V)
-    one = P.score_rows(model, rows, len(ss), V.pad_id, batch_tokens=1)
-    many = P.score_rows(model, rows, len(ss), V.pad_id, batch_tokens=100_000)
+    rows = S.encoder_rows(ss, V)
+    one = S.score_rows(model, rows, len(ss), V.pad_id, batch_tokens=1)
+    many = S.score_rows(model, rows, len(ss), V.pad_id, batch_tokens=100_000)
     np.testing.assert_allclose(one, many, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------------------- accuracy and ties
 def test_ties_count_one_half():
     good = np.array([-1.0, -2.0, -3.0, -4.0])
-    assert P.accuracy(good, good).tolist() == [0.5] * 4
-    assert P.accuracy(good, good - 1).tolist() == [1.0] * 4
-    assert P.accuracy(good, good + 1).tolist() == [0.0] * 4
-    assert P.accuracy(good, good + 1e-9).tolist() == [0.5] * 4  # float noise is a tie
+    assert S.accuracy(good, good).tolist() == [0.5] * 4
+    assert S.accuracy(good, good - 1).tolist() == [1.0] * 4
+    assert S.accuracy(good, good + 1).tolist() == [0.0] * 4
+    assert S.accuracy(good, good + 1e-9).tolist() == [0.5] * 4  # float noise is a tie
 
 
 def word_tokenizer(words):
@@ -157,7 +158,7 @@ def test_builtin_pairs_are_held_out_minimal_pairs_of_each_type():
 # ---------------------------------------------------------------------------------------- references
 def test_ngram_references_are_counts_of_the_training_tokens():
     tokens = np.array([2, 10, 11, 12, 2, 10, 11, 2, 12, 10], dtype=np.uint16)
-    counts = P.NGram(tokens, vocab_size=20)
+    counts = S.NGram(tokens, vocab_size=20)
     n, v = len(tokens), 20
     unigram = lambda t: (np.sum(tokens == t) + 1) / (n + v)  # noqa: E731
     assert counts.score([[10, 11]], eos_id=2, order=1)[0] == pytest.approx(math.log(unigram(10) * unigram(11)))
@@ -197,7 +198,7 @@ def test_a_user_set_in_blimp_layout_with_groups(tmp_path, how):
     model = build_model("decoder", vocab.size, 24, d_model=32, n_layers=1, n_heads=2)
     out = pairs(model)
     ids = [e.ids for e in tok.encode_batch([r[k] for r in BLIMP for k in ("sentence_good", "sentence_bad")])]
-    s = P.score_rows(model, P.decoder_rows(ids, vocab), len(ids), vocab.pad_id)
+    s = S.score_rows(model, S.decoder_rows(ids, vocab), len(ids), vocab.pad_id)
     won = [float(s[2 * i] > s[2 * i + 1]) for i in range(len(BLIMP))]
     assert out["eval/pairs/blimp/accuracy"] == pytest.approx(np.mean(won))
     assert out["eval/pairs/blimp/order/accuracy"] == pytest.approx(np.mean(won[:2]))

@@ -77,7 +77,7 @@ class Evaluation:
         self.encoded: dict[str, tuple] = {}
         self.baselines: dict[str, float] = {}
         self.validations = 0
-        self.run_seed, self.make_model, self.tokenizer = 0, None, None
+        self.make_model, self.tokenizer = None, None
         self.examples: list[list] = []  # the last evaluation's EXAMPLE_COLUMNS rows (FixedExam.examples)
         self.seconds = 0.0
         self.cache_dir: Path | None = None  # where random-init baselines are kept (setup's cache_dir)
@@ -125,15 +125,14 @@ class Evaluation:
 
     # ------------------------------------------------------------------------------ once the model exists
     def setup(self, architecture: str, vocab, tokenizer, seq_len: int, val_tokens, model_length: int,
-              run_seed: int = 0, make_model=None, train_tokens=None, objective: str | None = None,
+              make_model=None, train_tokens=None, objective: str | None = None,
               span: float | None = None, cache_dir=None) -> None:
         """The exam's windows, the pairs' token ids and the tasks' encoded examples. make_model() builds an
-        untrained model of the run's shape (the random-init baselines): the probe's initialised from run_seed
-        and the probe's seed, so that its baseline, like runs, spreads over seeds; the pairs' from seeds of
-        their own, the same for every run of a shape (cached in cache_dir). train_tokens: the training split
+        untrained model of the run's shape (the random-init baselines of the pairs and the probes, each from
+        seeds of their own: the same for every run of a shape, cached in cache_dir). train_tokens: the training split
         (the pairs' n-gram references); objective, span: the run's objective and mean span length (the
         pairs' scorer names, the denoise scorer's spans)."""
-        self.run_seed, self.make_model, self.tokenizer = run_seed, make_model, tokenizer
+        self.make_model, self.tokenizer = make_model, tokenizer
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.tokenizer_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest() if tokenizer is not None else None
         if self.fixed:
