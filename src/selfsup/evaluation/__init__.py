@@ -82,9 +82,9 @@ class Evaluation:
         self.seconds = 0.0
         self.cache_dir: Path | None = None  # where random-init baselines are kept (setup's cache_dir)
         self.tokenizer_hash: str | None = None
-        self.part_seconds: dict[str, float] = {}
+        self.part_seconds: dict[str, float] = {}  # fixed, pairs, probe: seconds over the run's evaluations
         self.random_init: dict[str, np.ndarray] = {}  # per task: random-init outcomes [seeds, test examples]
-        self.last: dict[str, np.ndarray] = {}         # per task: the last evaluated model's outcomes  # fixed, pairs, probe: seconds over the run's evaluations
+        self.last: dict[str, np.ndarray] = {}         # per task: the last evaluated model's outcomes
 
     # ------------------------------------------------------------------------------ before training
     def check(self, training_documents=None, sharded: bool = False) -> None:
@@ -206,11 +206,6 @@ class Evaluation:
         return linear_probe(features(model, train_ids, train_mask), train_y, features(model, test_ids, test_mask),
                             n_classes, self.l2)
 
-    def probe(self, model: torch.nn.Module, name: str) -> dict[str, float]:
-        """accuracy and macro_f1 of the probe of task `name` on `model`."""
-        _, _, _, test_y, n_classes, _, _ = self.encoded[name]
-        return scores(self.predict(model, name), test_y, n_classes)
-
     def probe_metrics(self, model: torch.nn.Module, name: str) -> dict[str, float]:
         """eval/<name>/accuracy, .../macro_f1 and, beside the random-init baselines, the margin of the accuracy
         over them with its paired bootstrap 95% interval (test examples and random-init seeds resampled)."""
@@ -232,16 +227,17 @@ class Evaluation:
         over seeds, the accuracy's sd, the per-seed outcomes kept in self.random_init; and the majority class."""
         out = {}
         runs: dict[str, list] = {name: [] for name in self.encoded}
+        examples = {name: hashlib.sha256(json.dumps([train.texts, train.labels, test.texts, test.labels]).encode())
+                    .hexdigest() for name, (*_, train, test) in self.encoded.items()}
         for k in range(self.random_init_seeds):
             torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
             fresh = self.fresh_model(model)
             for name, (_, _, _, test_y, n_classes, train, test) in self.encoded.items():
                 path = None
                 if self.cache_dir is not None:
-                    examples = hashlib.sha256(json.dumps([train.texts, train.labels, test.texts, test.labels]).encode())
                     key = untrained_key(fresh, probe=[self.protocol, self.l2, self.max_length, self.finetune_steps,
                                                       self.finetune_lr, self.batch_size, self.seed],
-                                        tokenizer=self.tokenizer_hash, examples=examples.hexdigest())
+                                        tokenizer=self.tokenizer_hash, examples=examples[name])
                     path = self.cache_dir / "probe-random-init" / f"{key}.json"
 
                 def read(p: Path):
