@@ -123,6 +123,13 @@ def start_wandb(loggers: list, run_dir: Path) -> list:
         return [lg for lg in loggers if not isinstance(lg, SafeWandbLogger)]
 
 
+def wandb_summary(loggers: list, values: dict) -> None:
+    """Set values of the W&B run's summary (never raises)."""
+    for lg in loggers:
+        if isinstance(lg, SafeWandbLogger):
+            lg.set_summary(values)
+
+
 def finish_wandb(loggers: list, exit_code: int) -> str | None:
     """Finish the W&B run (never raises); its local folder, for `wandb sync`, or None."""
     folders = [lg.finish(exit_code) for lg in loggers if isinstance(lg, SafeWandbLogger)]
@@ -209,6 +216,11 @@ class SafeWandbLogger(WandbLogger):
             run.log_artifact(artifact, aliases=["latest"])
         if wandb_run(self) is not None:
             self._guard(upload)
+
+    def set_summary(self, values: dict) -> None:
+        """Values of the run's W&B summary that are not metrics (the verdict's text)."""
+        if wandb_run(self) is not None:
+            self._guard(lambda: wandb_run(self).summary.update(values))
 
     def finish(self, exit_code: int) -> str | None:
         """Finish the W&B run (never raises); its local folder, or None when it never started."""

@@ -105,3 +105,14 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
         if accuracy:
             correct += (logits.argmax(dim=-1) == t).sum()
     return nll, correct
+
+
+def token_nll(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
+              chunk: int | None = None) -> torch.Tensor:
+    """-log softmax(hidden @ weight.T)[target] of each row (no gradients), chunk by chunk of rows."""
+    chunk = chunk or chunk_rows(vocab_size, hidden.device)
+    out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+    for start in range(0, hidden.shape[0], chunk):
+        logits = (hidden[start:start + chunk] @ weight[:vocab_size].t()).float()
+        out[start:start + chunk] = F.cross_entropy(logits, targets[start:start + chunk], reduction="none")
+    return out

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from selfsup.report.summary import (DEFINITIONS, PAIRS, PROBE, probe_verdict, read_summaries, shown_path, summary_table,
-                                    value)
+from selfsup.report.summary import DEFINITIONS, PAIRS, PROBE, read_summaries, shown_path, summary_table, value
+from selfsup.report.verdict import save_verdict, verdict_lines
 from selfsup.upstream import failed_job_value
 
 
@@ -74,9 +74,8 @@ class SweepSummary(Callback):
             return
         print(summary_table(rows))
         print(textwrap.fill(DEFINITIONS, 100))
-        verdict = probe_verdict(rows)
-        if verdict:
-            print(textwrap.fill(verdict, 100))
+        print("\n".join(verdict_lines(rows)))
+        save_verdict(Path(config.hydra.sweep.dir), rows)
         failed = [r for r in rows if r.get("status") not in ("finished", "pruned")]  # pruned: Optuna stopped it
         wandb_dirs = [r["wandb_dir"] for r in rows if r.get("wandb_dir")]
         print(f"Sweep outputs: {sweep_dir}   (report: selfsup-report {sweep_dir})")

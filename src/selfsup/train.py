@@ -91,9 +91,10 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
 
     from selfsup.build import build, tokenizer_hash
     from selfsup.distributed import strategy_for
-    from selfsup.loggers import finish_wandb, make_loggers, start_wandb
+    from selfsup.loggers import finish_wandb, make_loggers, start_wandb, wandb_summary
     from selfsup.reliability.callbacks import LastCheckpoint, NonFiniteGuard, PreemptionHandler
     from selfsup.reliability.checkpoints import check_resume_compatible, resume_state
+    from selfsup.report.verdict import verdict_text
     from selfsup.throughput import TokenThroughput
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -177,6 +178,11 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
                        best_checkpoint=best.best_model_path, last_checkpoint=str(last.path))
         status = ("preempted" if preemption.preempted else "pruned" if pruning is not None and pruning.pruned
                   else "finished")
+        if rank_zero and module.evaluation is not None and module.evaluation.outcomes():
+            save_outcomes(run_dir, module.evaluation.outcomes())
+        if status == "finished":
+            summary["verdict"] = verdict_text([{**summary, "status": status}])
+            wandb_summary(loggers, {"verdict": summary["verdict"]})
         if rank_zero and cfg.logger.get("log_model"):
             log_model(loggers, run_dir, plain, summary,
                       export=bool(cfg.logger.get("log_export")) and not preemption.preempted)  # the final model
@@ -251,6 +257,22 @@ def stop_on_sigterm(SIGTERMException):
     def stop(signum, frame):
         raise SIGTERMException(143)
     return signal.signal(signal.SIGTERM, stop)
+
+
+def save_outcomes(run_dir: Path, outcomes: dict) -> None:
+    """The evaluation's per-example outcomes as <run_dir>/outcomes.npz (selfsup.report.verdict compares runs on
+    them), written atomically."""
+    import numpy as np
+
+    from selfsup.report.verdict import OUTCOMES
+    tmp = run_dir / f".{OUTCOMES}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **outcomes)
+        os.replace(tmp, run_dir / OUTCOMES)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        log.warning(f"could not write {run_dir / OUTCOMES}: {err.strerror}")
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:

@@ -37,6 +37,7 @@ def mask_sweep(cache_dir, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("report") / "sweep"
     out = sweep(root, cache_dir, "objective.mask_rate=0.1,0.4", "seed=0,1")
     assert out.returncode == 0, out.stderr[-3000:]
+    (root.parent / "console.txt").write_text(out.stdout)
     return root
 
 
@@ -124,7 +125,10 @@ def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
         assert row["tokens/s"] == f"{summary['tokens_per_sec']:,.0f}"  # as the end-of-sweep table shows it
         assert row["fixed loss"] == f"{last('eval/fixed/loss'):.4f}"
         assert row["probe acc"] == f"{last('eval/probe/accuracy'):.4f}"
-        assert row["random-init"] == f"{last('eval/probe/random_init_accuracy'):.4f}"
+        assert row["probe margin"] == (f"{last('eval/probe/margin'):+.3f} [{last('eval/probe/margin_low'):+.3f}, "
+                                       f"{last('eval/probe/margin_high'):+.3f}]")
+        assert row["FLOPs"] == f"{last('train/flops_seen'):.2g}"
+        assert row["targets"] == f"{last('train/targets_seen'):,.0f}"
     assert len({r["val loss"] for r in rows}) > 1
 
 
@@ -142,11 +146,31 @@ def test_html_is_self_contained_with_real_png_plots(html_report):
         assert pixels[..., :3].std() > 0.05, f"{name} is (nearly) one color"
     assert not re.search(r'(src|href)="(?!data:)', text)  # nothing outside the file
     assert "never rank mask rates, span lengths or objectives by it" in text  # a run's own val loss
-    assert "fixed-exam loss (eval/fixed/loss)" in text and "random-init baseline" in text
-    # 2 seeds per mask rate: the verdict names the leader and compares the lead with the seed spread
-    assert re.search(r"Probe \(eval/probe/accuracy\): mlm mask_rate=0\.[14] leads with 0\.\d+ \(0\.\d+-0\.\d+, 2 seeds\)",
-                     text)
-    assert "the seed spread" in text
+    assert "fixed-exam loss (eval/fixed/loss)" in text and "margins over random-init" in text
+    assert "never by raw accuracies" in text
+
+
+def test_the_verdict_is_the_same_in_the_console_the_report_and_verdict_json(html_report, mask_sweep):
+    """One function computes the verdict; the end of the sweep, verdict.json and both report formats print it."""
+    kept = json.loads((mask_sweep / "verdict.json").read_text())
+    verdict = " ".join(kept["verdict"].split())
+    assert kept["runs"] == [str(mask_sweep / str(job)) for job in range(4)]
+    # 2 seeds per mask rate: each setting's margins over its seeds, and the difference with its interval
+    assert verdict.startswith("Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: 6 steps")
+    assert re.search(r"mlm mask_rate=0\.[14] mean [+-]0\.\d{3} \([+-]0\.\d{3} to [+-]0\.\d{3} over 2 seeds, "
+                     r"interval above 0 at \d\)", verdict)
+    assert re.search(r"mlm mask_rate=0\.[14] - mlm mask_rate=0\.[14] [+-]0\.\d{3} \[[+-]0\.\d{3}, [+-]0\.\d{3}\]", verdict)
+    console = (mask_sweep.parent / "console.txt").read_text()
+    printed = console[console.index("Verdict (margin"):console.index("Sweep outputs:")]
+    assert " ".join(printed.split()) == verdict
+    block = re.search(r'<div id="verdict"><p><b>(.*?)</b></p><ul>(.*?)</ul></div>', html_report[0], re.S)
+    shown = [block.group(1)] + re.findall(r"<li>(.*?)</li>", block.group(2))
+    assert " ".join(html.unescape(" ".join(shown)).split()) == verdict
+    out = report(mask_sweep, "--out", mask_sweep.parent / "r.md")
+    assert out.returncode == 0, out.stderr[-2000:]
+    md = (mask_sweep.parent / "r.md").read_text()
+    part = md[md.index("**Verdict"):md.index("## Plots")]
+    assert " ".join(part.replace("**", "").replace("\n- ", "\n").split()) == verdict
 
 
 def test_predictions_show_the_same_exam_examples_for_every_run_with_each_models_guesses(html_report, mask_sweep):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import TINY, wandb_history, wandb_run_record, wandb_summary
@@ -67,7 +68,11 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     pairs |= {f"{key}_sd" for key in pairs if "random_init" in key}
     pairs |= {key.replace("/accuracy", f"/{m}") for key in pairs if key.endswith("/accuracy")
               for m in ("margin", "margin_low", "margin_high")}  # beside each accuracy: its margin, its interval
-    assert set(evaluated) == {"eval/fixed/loss", "eval/fixed/perplexity", "eval/probe/accuracy", "eval/probe/macro_f1",
+    split = {"encoder": ["masked", "random", "unchanged"],
+             "encoder_decoder": ["first", "later", "sentinel"]}.get(OBJECTIVES[objective], [])
+    fixed = {f"eval/fixed/{kind}/{what}" for kind in split for what in ("loss", "fraction", "unigram_loss")
+             if (kind, what) != ("sentinel", "unigram_loss")} or {"eval/fixed/unigram_loss"}
+    assert set(evaluated) == {*fixed, "eval/fixed/loss", "eval/fixed/perplexity", "eval/probe/accuracy", "eval/probe/macro_f1",
                               "eval/probe/random_init_accuracy", "eval/probe/random_init_accuracy_sd",
                               "eval/probe/random_init_macro_f1", "eval/probe/majority_accuracy", "eval/probe/margin",
                               "eval/probe/margin_low", "eval/probe/margin_high", *pairs}
@@ -77,6 +82,14 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     assert set(summary["pairs_scorers"]) == {"eval/pairs", *(["eval/pairs/denoise"] if encoder_decoder else [])}
     for key, value in evaluated.items():
         assert recorded["summary"][key] == pytest.approx(value, rel=1e-6), key
+    # the run's verdict, in summary.json and the W&B summary alike; its per-example outcomes beside it
+    assert summary["verdict"].startswith("Verdict (margin over random-init") and "  pairs: " in summary["verdict"]
+    assert recorded["summary"]["verdict"] == summary["verdict"]
+    with np.load(run / "outcomes.npz") as kept:
+        for key in ["eval/pairs", "eval/probe"] + (["eval/pairs/denoise"] if encoder_decoder else []):
+            n = kept[key].shape[0]
+            assert kept[f"{key}|random_init"].shape == (3, n) and len(str(kept[f"{key}|examples"])) == 64
+            assert kept[key].mean() == pytest.approx(evaluated[f"{key}/accuracy"], abs=1e-7)  # (the probe's: float32)
     assert 0 < evaluated["eval/probe/accuracy"] < 1 and evaluated["eval/fixed/loss"] > 0
     rows = [r for r in csv.DictReader(open(run / "csv" / "metrics.csv")) if r.get("eval/probe/accuracy")]
     assert len(rows) == 1 and float(rows[0]["train/tokens_seen"]) == summary["tokens_seen"]  # after training, once
@@ -96,7 +109,12 @@ def test_sweep_jobs_share_one_wandb_group_and_print_a_table(sweep):
         assert any(line.startswith(f"{job}   | {objective} ") for line in out.stdout.splitlines())  # table row
     assert "val loss" in out.stdout and "signal/token" in out.stdout and "tokens/s" in out.stdout
     assert "fixed loss" in out.stdout and "probe acc" in out.stdout and "pairs acc" in out.stdout
-    assert "Probe (eval/probe/accuracy): " in out.stdout and " leads with " in out.stdout
+    assert "pairs margin" in out.stdout and "probe margin" in out.stdout and "FLOPs" in out.stdout
+    # the sweep's verdict, as printed, is the one kept in verdict.json
+    verdict = json.loads((root / "verdict.json").read_text())["verdict"]
+    assert verdict.startswith("Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: 6 steps")
+    printed = out.stdout[out.stdout.index("Verdict (margin"):out.stdout.index("Sweep outputs:")]
+    assert " ".join(printed.split()) == " ".join(verdict.split())
 
 
 def test_signal_per_token_follows_the_objective(sweep):

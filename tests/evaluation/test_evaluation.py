@@ -73,6 +73,57 @@ def test_fixed_exam_is_mlm_at_15_percent_and_its_loss_is_token_weighted(cache_di
     assert exam.loss(model) == pytest.approx(float(nll) / scored, rel=1e-5)
 
 
+@pytest.mark.parametrize("family", ["mlm", "span_corruption", "clm"])
+def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, family):
+    """eval/fixed/<kind>/...: each kind's loss weighted by its share of the targets is the exam's loss; each
+    kind is what it says (MLM: what the encoder read; span corruption: sentinels, first and later tokens of
+    spans), beside the training split's unigram on the same targets."""
+    from selfsup.evaluation.fixed import KINDS
+    from selfsup.evaluation.scoring import unigram_logprobs
+    cfg = config(cache_dir, f"objective={family}", "eval.tasks={}", "eval.fixed.max_tokens=null")
+    run = build(cfg)
+    model, exam = run.model, run.module.evaluation.exam
+    model.eval()
+    found = exam.metrics(model)
+    kinds = KINDS[exam.architecture]
+    if len(kinds) > 1:
+        assert sum(found[f"eval/fixed/{k}/fraction"] for k in kinds) == pytest.approx(1.0, abs=1e-12)
+        total = sum(found[f"eval/fixed/{k}/fraction"] * found[f"eval/fixed/{k}/loss"] for k in kinds)
+        assert total == pytest.approx(found["eval/fixed/loss"], rel=1e-9)
+    assert found["eval/fixed/loss"] == pytest.approx(exam.loss(model), rel=1e-12)
+    batches = list(exam.batches())
+    with torch.no_grad():
+        nll = sum(float(F.cross_entropy(model.head(model(encoder_inputs=b.encoder_inputs, decoder_inputs=b.decoder_inputs,
+                                                         encoder_mask=b.encoder_mask))[b.scored].float(),
+                                        b.targets[b.scored], reduction="sum")) for b in batches)
+    scored = sum(int(b.n_scored) for b in batches)
+    assert found["eval/fixed/loss"] == pytest.approx(nll / scored, rel=1e-5)  # the dense head's loss
+    vocab = exam.objective.vocab
+    unigram = torch.as_tensor(unigram_logprobs(run.data.corpus.train_tokens, vocab.size))
+    codes = torch.cat([exam.kinds(b) for b in batches])
+    targets = torch.cat([b.targets[b.scored] for b in batches])
+    for code, kind in enumerate(kinds):
+        key = f"eval/fixed/{kind}/unigram_loss" if len(kinds) > 1 else "eval/fixed/unigram_loss"
+        if kind == "sentinel":
+            assert key not in found  # never in the text
+        else:
+            assert found[key] == pytest.approx(float(-unigram[targets[codes == code]].mean()), rel=1e-9)
+    if family == "mlm":  # 80% <mask>, 10% random, 10% unchanged (a random token may be the same: unchanged)
+        n = len(codes)
+        for kind, p in (("masked", 0.8), ("random", 0.1), ("unchanged", 0.1)):
+            assert abs(found[f"eval/fixed/{kind}/fraction"] - p) < 4 * math.sqrt(p * (1 - p) / n) + 1 / vocab.size
+        read = torch.cat([b.encoder_inputs[b.scored] for b in batches])
+        assert bool((read[codes == 0] == vocab.mask_id).all()) and bool((read[codes == 2] == targets[codes == 2]).all())
+        assert not bool((read[codes == 1] == targets[codes == 1]).any())
+    if family == "span_corruption":  # every row: spans sentinels and one eos; one first token per span
+        per_row = batches[0].targets.shape[1]
+        spans = int(((batches[0].targets[0] >= vocab.sentinel_start) & (batches[0].targets[0] < vocab.first_ordinary)).sum())
+        assert found["eval/fixed/sentinel/fraction"] == pytest.approx((spans + 1) / per_row, abs=1e-12)
+        assert found["eval/fixed/first/fraction"] == pytest.approx(spans / per_row, abs=1e-12)
+        after = torch.cat([torch.roll(b.targets, 1, dims=1)[b.scored] for b in batches])
+        assert bool(((after[codes == 0] >= vocab.sentinel_start) & (after[codes == 0] < vocab.first_ordinary)).all())
+
+
 def test_decoder_exam_is_next_token_loss(cache_dir):
     cfg = config(cache_dir, "objective=prefix_lm", "eval.tasks={}")
     run = build(cfg)

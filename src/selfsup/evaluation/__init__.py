@@ -7,6 +7,10 @@ scores every run on exams that do not depend on its settings, after training (an
 `train/tokens_seen`:
 
     eval/fixed/loss, eval/fixed/perplexity      the family's fixed exam (selfsup.evaluation.fixed)
+    eval/fixed/<kind>/loss, .../fraction, .../unigram_loss
+                                                 the exam's loss split by kind of target (MLM: masked, random,
+                                                 unchanged; span corruption: first, later, sentinel), beside
+                                                 the training split's unigram on the same targets
     eval/pairs/accuracy, eval/pairs/<type>/...   zero-shot minimal pairs, beside their random-init and n-gram
                                                  references (selfsup.evaluation.pairs)
     eval/predictions                             a table of the exam's first examples with the model's
@@ -38,6 +42,7 @@ from selfsup.evaluation.baselines import cached, untrained_key
 from selfsup.evaluation.fixed import EXAMS, FixedExam
 from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
+from selfsup.evaluation.scoring import unigram_logprobs
 from selfsup.evaluation.stats import margin
 from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
 from selfsup.loss import stream_seed
@@ -85,6 +90,7 @@ class Evaluation:
         self.part_seconds: dict[str, float] = {}  # fixed, pairs, probe: seconds over the run's evaluations
         self.random_init: dict[str, np.ndarray] = {}  # per task: random-init outcomes [seeds, test examples]
         self.last: dict[str, np.ndarray] = {}         # per task: the last evaluated model's outcomes
+        self.fingerprints: dict[str, str] = {}         # per task: a hash of its examples
 
     # ------------------------------------------------------------------------------ before training
     def check(self, training_documents=None, sharded: bool = False) -> None:
@@ -136,7 +142,9 @@ class Evaluation:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.tokenizer_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest() if tokenizer is not None else None
         if self.fixed:
-            self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_tokens)
+            unigram = (unigram_logprobs(train_tokens, vocab.size) if train_tokens is not None and len(train_tokens)
+                       else None)
+            self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_tokens, unigram)
             if self.exam.model_length > model_length:
                 raise EvalError(f"the fixed exam of {architecture} models needs {self.exam.model_length} positions, "
                                 f"the model has {model_length}: set eval.fixed=null")
@@ -149,11 +157,29 @@ class Evaluation:
             self.encoded[name] = (encode(tokenizer, train.texts, length, vocab.pad_id), torch.tensor(train.labels),
                                   encode(tokenizer, test.texts, length, vocab.pad_id), torch.tensor(test.labels),
                                   len(task.classes), train, test)
+            self.fingerprints[name] = hashlib.sha256(json.dumps([train.texts, train.labels, test.texts,
+                                                                 test.labels]).encode()).hexdigest()
 
     def pair_scorers(self) -> dict[str, str]:
         """{metric prefix: the scorer's name} of each set of minimal pairs and scorer, e.g. {'eval/pairs': 'summed
         log-prob', 'eval/pairs/blimp': 'summed log-prob'} (summary.json: pairs_scorers)."""
         return self.pairs.prefixes() if self.pairs is not None else {}
+
+    def outcomes(self) -> dict[str, np.ndarray]:
+        """The last evaluation's per-example outcomes (1 right, 0 wrong, 0.5 a tie), for comparing runs on the
+        same examples (selfsup.report.verdict; the run dir's outcomes.npz): for every score key K with a margin
+        (eval/pairs..., eval/<task>), K: the model's [n], K|random_init: its baselines' [seeds, n], K|examples:
+        a hash of the examples."""
+        found = []
+        if self.pairs is not None:
+            found = [(key, self.pairs.last, self.pairs.random_init, self.pairs.fingerprints().get(key), key)
+                     for key in self.pairs.last]
+        found += [(name, self.last, self.random_init, self.fingerprints.get(name), f"eval/{name}") for name in self.last]
+        out = {}
+        for name, last, random_init, examples, key in found:
+            if name in random_init and examples is not None:
+                out.update({key: last[name], f"{key}|random_init": random_init[name], f"{key}|examples": np.array(examples)})
+        return out
 
     def due(self, last: bool) -> bool:
         """Called once per validation: run now? At the last one, and every every_n_validations-th."""
@@ -172,8 +198,7 @@ class Evaluation:
             metrics = {}
             if self.exam is not None:
                 with self.timed("fixed"):
-                    loss = self.exam.loss(model)
-                    metrics.update({"eval/fixed/loss": loss, "eval/fixed/perplexity": math.exp(min(loss, 80.0))})
+                    metrics.update(self.exam.metrics(model))
                     if self.tokenizer is not None:
                         self.examples = self.exam.examples(model, self.tokenizer)
             if self.pairs is not None:
@@ -227,8 +252,6 @@ class Evaluation:
         over seeds, the accuracy's sd, the per-seed outcomes kept in self.random_init; and the majority class."""
         out = {}
         runs: dict[str, list] = {name: [] for name in self.encoded}
-        examples = {name: hashlib.sha256(json.dumps([train.texts, train.labels, test.texts, test.labels]).encode())
-                    .hexdigest() for name, (*_, train, test) in self.encoded.items()}
         for k in range(self.random_init_seeds):
             torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
             fresh = self.fresh_model(model)
@@ -237,7 +260,7 @@ class Evaluation:
                 if self.cache_dir is not None:
                     key = untrained_key(fresh, probe=[self.protocol, self.l2, self.max_length, self.finetune_steps,
                                                       self.finetune_lr, self.batch_size, self.seed],
-                                        tokenizer=self.tokenizer_hash, examples=examples[name])
+                                        tokenizer=self.tokenizer_hash, examples=self.fingerprints[name])
                     path = self.cache_dir / "probe-random-init" / f"{key}.json"
 
                 def read(p: Path):

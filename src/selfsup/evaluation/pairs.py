@@ -329,6 +329,23 @@ class MinimalPairs:
                 out.update({f"{base}/{group}": outcome[groups == group] for group in dict.fromkeys(groups)})
         return out
 
+    def fingerprints(self) -> dict[str, str]:
+        """{key: a hash of the texts of its pairs, in outcome order} for every key of `outcomes` under each scorer:
+        two runs' outcomes of a key are paired when their hashes agree."""
+        out = {}
+        for ps in self.pair_sets:
+            kept = [[ps.good[i], ps.bad[i], ps.groups[i] if ps.groups else ""] for i in ps.kept]
+            out[ps.name] = {"": kept, **{group: [k for k in kept if k[2] == group] for group in dict.fromkeys(ps.groups)}}
+        hashes = {}
+        for prefix in self.scorers:
+            for ps in self.pair_sets:
+                base = prefix if ps.name == "builtin" else f"{prefix}/{ps.name}"
+                for group, pairs in out[ps.name].items():
+                    if pairs:
+                        key = f"{base}/{group}" if group else base
+                        hashes[key] = hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
+        return hashes
+
     def __call__(self, model: torch.nn.Module) -> dict[str, float]:
         """The accuracies of `model`, their margins over random-init with a paired bootstrap 95% interval
         (selfsup.evaluation.stats: pairs and random-init seeds resampled), and the references."""

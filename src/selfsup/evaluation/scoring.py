@@ -147,6 +147,12 @@ def score_rows(model: torch.nn.Module, rows: Rows, n_sentences: int, pad_id: int
 
 
 # ------------------------------------------------------------------------------------------ n-gram references
+def unigram_logprobs(tokens, vocab_size: int, max_tokens: int = 10_000_000) -> np.ndarray:
+    """log p of each token id under the add-one unigram of the first max_tokens tokens: [vocab_size]."""
+    counts = np.bincount(np.asarray(tokens[:max_tokens], dtype=np.int64), minlength=vocab_size).astype(np.float64)
+    return np.log((counts + 1) / (counts.sum() + vocab_size))
+
+
 class NGram:
     """Unigram and bigram references counted on the training split's tokens (at most max_tokens of them):
     unigram add-one; bigram interpolated with the unigram (Jelinek-Mercer, weight LAMBDA on the bigram)."""
@@ -156,8 +162,7 @@ class NGram:
     def __init__(self, tokens, vocab_size: int, max_tokens: int = 10_000_000):
         ids = np.asarray(tokens[:max_tokens], dtype=np.int64)
         self.vocab_size = vocab_size
-        counts = np.bincount(ids, minlength=vocab_size).astype(np.float64)
-        self.unigram = np.log((counts + 1) / (counts.sum() + vocab_size))
+        self.unigram = unigram_logprobs(ids, vocab_size)
         keys = ids[:-1] * vocab_size + ids[1:]
         self.keys, self.pair_counts = np.unique(keys, return_counts=True)
         self.context_counts = np.bincount(ids[:-1], minlength=vocab_size).astype(np.float64)

@@ -10,7 +10,8 @@ test set's binomial error, which a bootstrap over examples alone leaves out):
 
 The 95% interval is the 2.5th and 97.5th percentiles of `REPLICATES` replicates, drawn from a fixed
 seed (the same arrays give the same interval). `difference` does the same for the margins of two runs
-scored on the same examples (which of two objectives leads), drawing the examples once for both.
+scored on the same examples (which of two objectives leads), drawing the examples once for both (and the
+random-init seeds once for both when the runs share them).
 """
 
 from __future__ import annotations
@@ -47,10 +48,13 @@ def _counts(n: int, replicates: int, rng: np.random.Generator):
         left -= size
 
 
-def _seed_means(random_init: np.ndarray, counts: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Per replicate: the mean over seeds drawn with replacement of each seed's mean over the drawn examples."""
+def _seed_means(random_init: np.ndarray, counts: np.ndarray, n: int, rng: np.random.Generator,
+                drawn: np.ndarray | None = None) -> np.ndarray:
+    """Per replicate: the mean over seeds drawn with replacement (or the `drawn` ones) of each seed's mean over
+    the drawn examples."""
     per_seed = counts @ random_init.T / n                                     # [chunk, seeds]
-    drawn = rng.integers(0, random_init.shape[0], size=per_seed.shape)       # seeds drawn, per replicate
+    if drawn is None:
+        drawn = rng.integers(0, random_init.shape[0], size=per_seed.shape)   # seeds drawn, per replicate
     return np.take_along_axis(per_seed, drawn, axis=1).mean(axis=1)
 
 
@@ -75,14 +79,19 @@ def margin(trained, random_init, replicates: int = REPLICATES, seed: int = 0) ->
 
 def difference(a, a_random_init, b, b_random_init, replicates: int = REPLICATES, seed: int = 0) -> Interval:
     """The margin of run a minus the margin of run b, scored on the same examples, with its interval (the
-    examples drawn once per replicate for both, each run's random-init seeds drawn on their own)."""
+    examples drawn once per replicate for both; each run's random-init seeds drawn on their own, or once for
+    both when the runs share their random-init models: runs of one shape)."""
     a, a_random_init = _check(a, a_random_init)
     b, b_random_init = _check(b, b_random_init)
     if len(a) != len(b):
         raise ValueError(f"runs scored on {len(a)} and {len(b)} examples: a difference needs the same examples")
     n, rng = len(a), np.random.default_rng(seed)
-    draws = [(counts @ a / n - _seed_means(a_random_init, counts, n, rng))
-             - (counts @ b / n - _seed_means(b_random_init, counts, n, rng)) for counts in _counts(n, replicates, rng)]
+    shared = a_random_init.shape == b_random_init.shape and np.array_equal(a_random_init, b_random_init)
+    draws = []
+    for counts in _counts(n, replicates, rng):
+        drawn = rng.integers(0, a_random_init.shape[0], size=(len(counts), a_random_init.shape[0])) if shared else None
+        draws.append((counts @ a / n - _seed_means(a_random_init, counts, n, rng, drawn))
+                     - (counts @ b / n - _seed_means(b_random_init, counts, n, rng, drawn)))
     value = (a.mean() - a_random_init.mean()) - (b.mean() - b_random_init.mean())
     return _interval(value, np.concatenate(draws))
 

@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from selfsup.evaluation.stats import Interval
+
 
 class ReportError(Exception):
     """A problem the user can fix; printed as one line `error: ...`, exit status 2."""
@@ -56,14 +58,19 @@ class Run:
     def metrics(self) -> dict:
         return {"val_loss": self.last("val/loss"), "val_perplexity": self.last("val/perplexity"),
                 "fixed_loss": self.last(FIXED), "pairs": self.last(PAIRS),
-                "pairs_random_init": self.last(PAIRS.replace("/accuracy", "/random_init_accuracy")),
-                "probe": self.last(PROBE),
-                "random_init": self.last(PROBE.replace("/accuracy", "/random_init_accuracy")),
+                "pairs_margin": self.margin(PAIRS), "probe": self.last(PROBE), "probe_margin": self.margin(PROBE),
+                "targets_seen": self.last("train/targets_seen"),
                 "signal_per_token": self.last("val/signal_per_token", "train/signal_per_token"),
                 "tokens_seen": self.last("train/tokens_seen"), "flops_seen": self.last("train/flops_seen"),
                 # the run's own (summary.json: training time over the run), else the last logging window's
                 "tokens_per_sec": self.summary.get("tokens_per_sec") or self.last("perf/tokens_per_sec"),
                 "wall_seconds": self.summary.get("wall_seconds")}
+
+    def margin(self, accuracy_key: str) -> str | None:
+        """`+0.121 [+0.102, +0.140]`: the last logged margin over random-init of a score and its 95% interval."""
+        key = accuracy_key.removesuffix("/accuracy")
+        found = [self.last(f"{key}/{part}") for part in ("margin", "margin_low", "margin_high")]
+        return None if None in found else str(Interval(*found))
 
     def curve(self, y_key: str = "val/loss", x_key: str = "train/tokens_seen") -> list[tuple[float, float]]:
         """(x, y) of every logged row that has both."""
@@ -78,11 +85,9 @@ class Run:
         return self.curve("val/loss")
 
     def as_summary_row(self, keys: list[str]) -> dict:
-        """The shape of a summary.json row (for selfsup.report.summary.probe_verdict)."""
-        return {"objective": self.objective, "status": self.status,
-                "swept": {k: self.value(k) for k in keys if k not in ("objective.name", "architecture.name")},
-                "eval": {k: self.last(k) for k in (PROBE, PROBE.replace("/accuracy", "/random_init_accuracy"),
-                                                   PROBE.replace("/accuracy", "/majority_accuracy"), FIXED)}}
+        """Its summary.json with the report's swept keys and its own folder (for selfsup.report.verdict)."""
+        return {**self.summary, "objective": self.objective, "status": self.status, "run_dir": str(self.path),
+                "swept": {k: self.value(k) for k in keys if k not in ("objective.name", "architecture.name")}}
 
     def value(self, key: str):
         """A config value; n/a for an objective setting this run's objective does not have."""

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from selfsup.report.model import Run, _show
-from selfsup.report.summary import DEFINITIONS, probe_verdict
+from selfsup.report.summary import DEFINITIONS
+from selfsup.report.verdict import verdict_text
 from selfsup.version import describe
 
 COMPARISON_NOTE = (
@@ -17,11 +18,12 @@ COMPARISON_NOTE = (
     "that task, not which setting is better: never rank mask rates, span lengths or objectives by it. "
     "The fixed-exam loss (eval/fixed/loss) scores every run of a family on the same task with the same masks "
     "(encoders: MLM at 15%; encoder-decoders: span corruption at 0.15, mean span 3; decoders: next-token loss): "
-    "compare it across mask rates, span lengths and seeds within a family. The probe accuracy (eval/probe/accuracy) "
-    "scores what the pretrained features are for, on a task none of the runs trained on, the same for every "
-    "family: compare it across objectives, beside its random-init baseline (the same probe on an untrained model "
-    "of the same shape) and at equal tokens seen or FLOPs. A difference smaller than the spread over seeds is not "
-    "a difference: run seed=0,1,2.")
+    "compare it across mask rates, span lengths and seeds within a family. The minimal pairs (eval/pairs/accuracy) "
+    "and the probe (eval/probe/accuracy) score every family on the same examples: compare objectives by their "
+    "margins over random-init (the same score on untrained models of the same shape), never by raw accuracies, "
+    "at equal steps, tokens seen or FLOPs. The verdict below says which runs show pretraining (the margin's 95% "
+    "interval above 0 at every seed) and calls a lead only when the difference of two margins exceeds its own "
+    "interval and the spread over seeds: run seed=0,1,2.")
 VALUES_NOTE = (
     "Values, as the end-of-sweep table shows them: " + DEFINITIONS + ". Read from (column data): the W&B run "
     "files (offline runs, with `wandb leet inspect`), the W&B API (online runs), else csv/metrics.csv, else "
@@ -30,27 +32,35 @@ VALUES_NOTE = (
 
 def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     header = ["run", "objective", "architecture", *keys, "val loss", "val ppl", "fixed loss", "pairs acc",
-              "pairs r-i", "probe acc", "random-init", "val signal/token", "tokens seen", "tokens/s", "wall time", "status", "data"]
+              "pairs margin", "probe acc", "probe margin", "val signal/token", "tokens seen", "FLOPs", "targets",
+              "tokens/s", "wall time", "status", "data"]
     rows = []
     for run in runs:
         m = run.metrics()
+
+        def number(key: str, form: str) -> str:
+            return "-" if m[key] is None else format(m[key], form)
         status = run.status if not run.error else f"{run.status}: {run.error}"
         rows.append([run.label, run.objective or "-", run.architecture or "-", *[_show(run.value(k)) for k in keys],
-                     "-" if m["val_loss"] is None else f"{m['val_loss']:.4f}",
-                     "-" if m["val_perplexity"] is None else f"{m['val_perplexity']:.2f}",
-                     *["-" if m[k] is None else f"{m[k]:.4f}" for k in ("fixed_loss", "pairs", "pairs_random_init",
-                                                                         "probe", "random_init")],
-                     "-" if m["signal_per_token"] is None else f"{m['signal_per_token']:.3f}",
-                     "-" if m["tokens_seen"] is None else f"{m['tokens_seen']:,.0f}",
-                     "-" if m["tokens_per_sec"] is None else f"{m['tokens_per_sec']:,.0f}",
+                     number("val_loss", ".4f"), number("val_perplexity", ".2f"), number("fixed_loss", ".4f"),
+                     number("pairs", ".4f"), m["pairs_margin"] or "-", number("probe", ".4f"), m["probe_margin"] or "-",
+                     number("signal_per_token", ".3f"), number("tokens_seen", ",.0f"), number("flops_seen", ".2g"),
+                     number("targets_seen", ",.0f"), number("tokens_per_sec", ",.0f"),
                      "-" if m["wall_seconds"] is None else str(timedelta(seconds=round(m["wall_seconds"]))),
                      status, run.source])
     return header, rows
 
 
-def verdict(runs: list[Run], keys: list[str]) -> str | None:
-    """Which setting leads on the probe, by how much, and whether that exceeds the seed spread."""
-    return probe_verdict([r.as_summary_row(keys) for r in runs])
+def verdict(runs: list[Run], keys: list[str]) -> list[str]:
+    """The verdict's lines (selfsup.report.verdict), as the end of a sweep prints them: runs are told apart by
+    their objective and the keys that vary among runs of one objective (those that change with the objective,
+    such as its own defaults, say nothing more)."""
+    by_objective: dict[tuple, set] = {}
+    for run in runs:
+        for key in keys:
+            by_objective.setdefault((key, run.objective), set()).add(_show(run.value(key)))
+    told = [k for k in keys if any(len(v) > 1 for (key, _), v in by_objective.items() if key == k)]
+    return verdict_text([r.as_summary_row(told) for r in runs if r.summary]).splitlines()
 
 
 def code_line(runs: list[Run]) -> str:
@@ -94,8 +104,8 @@ figcaption { font-size: 0.9em; color: #555; }
 code { background: #f3f3f3; padding: 0 0.2em; }
 """
 
-NUMERIC = {"val loss", "val ppl", "fixed loss", "probe acc", "random-init", "val signal/token", "tokens seen",
-           "tokens/s", "wall time"}
+NUMERIC = {"val loss", "val ppl", "fixed loss", "pairs acc", "pairs margin", "probe acc", "probe margin",
+           "val signal/token", "tokens seen", "FLOPs", "targets", "tokens/s", "wall time"}
 
 
 PREDICTIONS_NOTE = ("The first examples of the fixed exam at each run's last evaluation (the same text windows and "
@@ -155,12 +165,20 @@ def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, by
 {"<ul>" + "".join(notes) + "</ul>" if notes else ""}
 <h2>How to compare</h2>
 <p class="note">{esc(COMPARISON_NOTE)}</p>
-{f"<p><b>{esc(verdict(runs, keys))}</b></p>" if verdict(runs, keys) else ""}
+{_verdict_html(runs, keys)}
 <h2>Plots</h2>
 {figures or "<p>No validation values were logged: nothing to plot.</p>"}
 {_predictions_html(runs)}
 </body></html>
 """
+
+
+def _verdict_html(runs: list[Run], keys: list[str]) -> str:
+    lines = verdict(runs, keys)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in lines[1:])
+    return f'<div id="verdict"><p><b>{html.escape(lines[0])}</b></p><ul>{items}</ul></div>'
 
 
 def _predictions_html(runs: list[Run]) -> str:
@@ -193,8 +211,9 @@ def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str
     lines += ["", VALUES_NOTE, ""]
     lines += [f"- **{r.label}**: {r.note}" for r in runs if r.note]
     lines += ["", "## How to compare", "", COMPARISON_NOTE, ""]
-    if verdict(runs, keys):
-        lines += [f"**{verdict(runs, keys)}**", ""]
+    found = verdict(runs, keys)
+    if found:
+        lines += [f"**{found[0]}**", "", *[f"- {line.strip()}" for line in found[1:]], ""]
     lines += ["## Plots", ""]
     files = []
     for name, caption, png in plots:

@@ -1,0 +1,178 @@
+"""The measured blocks of README.md and docs/evaluation.md, regenerated from one run of the main job.
+
+    python -m selfsup.report.docs                  runs `selfsup-train experiment=compare` (into
+                                                   outputs/docs/<date>_<time>), then rewrites the blocks
+    python -m selfsup.report.docs --sweep DIR      rewrites them from a finished sweep of the main job
+    python -m selfsup.report.docs --print          prints the blocks, writes nothing
+
+A block lies between `<!-- selfsup.report.docs:NAME -->` and `<!-- /selfsup.report.docs:NAME -->`; the
+text between is replaced, the rest of the file kept. The tables are printed by the same functions as the
+end of a sweep (selfsup.report.summary, selfsup.report.verdict).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from selfsup.evaluation.fixed import KINDS
+from selfsup.report.summary import DEFINITIONS, read_summaries, summary_table
+from selfsup.report.verdict import run_margin, verdict_lines
+
+FILES = ("README.md", "docs/evaluation.md")
+MARK = "selfsup.report.docs"
+
+
+class DocsError(Exception):
+    """One line: what is wrong and how to fix it."""
+
+
+def console(rows: list[dict]) -> str:
+    """The end of the sweep as it prints (its table, the definitions, the verdict), in a text block."""
+    text = "\n".join([summary_table(rows), textwrap.fill(DEFINITIONS, 100), *verdict_lines(rows)])
+    return f"```\n{text}\n```"
+
+
+def _random_init(row: dict, key: str) -> str:
+    evaluated = row.get("eval") or {}
+    mean, sd = evaluated.get(f"{key}/random_init_accuracy"), evaluated.get(f"{key}/random_init_accuracy_sd")
+    return "-" if mean is None else f"{mean:.3f} ± {sd:.3f}"
+
+
+def _number(value, form: str) -> str:
+    return "-" if value is None else format(value, form)
+
+
+def scores(rows: list[dict]) -> str:
+    """Each run's scores beside its random-init baselines, with the margins and their intervals."""
+    lines = ["| objective | steps | FLOPs | val loss | fixed loss | pairs acc | pairs random-init | pairs margin "
+             "| probe acc | probe random-init | probe margin |", "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+    for row in rows:
+        evaluated = row.get("eval") or {}
+        lines.append(" | ".join([
+            f"| {row.get('objective')}", str(row.get("steps")), _number(row.get("flops_seen"), ".2g"),
+            _number(row.get("val_loss"), ".3f"), _number(evaluated.get("eval/fixed/loss"), ".3f"),
+            _number(evaluated.get("eval/pairs/accuracy"), ".3f"), _random_init(row, "eval/pairs"),
+            str(run_margin(row, "eval/pairs") or "-"), _number(evaluated.get("eval/probe/accuracy"), ".3f"),
+            _random_init(row, "eval/probe"), str(run_margin(row, "eval/probe") or "-")]) + " |")
+    return "\n".join(lines)
+
+
+def fixed_split(rows: list[dict]) -> str:
+    """The fixed exam's loss by kind of target beside the unigram on the same targets."""
+    lines = ["| objective | target | share | loss (nats) | unigram on the same targets |", "|---|---|---:|---:|---:|"]
+    for row in rows:
+        evaluated = row.get("eval") or {}
+        for kinds in KINDS.values():
+            for kind in kinds:
+                if f"eval/fixed/{kind}/loss" in evaluated:
+                    lines.append(f"| {row.get('objective')} | {kind} | {evaluated[f'eval/fixed/{kind}/fraction']:.1%} | "
+                                 f"{evaluated[f'eval/fixed/{kind}/loss']:.2f} | "
+                                 f"{_number(evaluated.get(f'eval/fixed/{kind}/unigram_loss'), '.2f')} |")
+        if "eval/fixed/unigram_loss" in evaluated:
+            lines.append(f"| {row.get('objective')} | next | 100% | {evaluated['eval/fixed/loss']:.2f} | "
+                         f"{evaluated['eval/fixed/unigram_loss']:.2f} |")
+    return "\n".join(lines)
+
+
+def cost(rows: list[dict], elapsed: float | None) -> str:
+    """The evaluation's seconds by part beside each run's wall time, and the whole job's."""
+    names = [str(r.get("objective")) for r in rows]
+    lines = ["| seconds | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for part, title in (("fixed", "fixed exam"), ("pairs", "minimal pairs"), ("probe", "probe")):
+        lines.append(f"| {title} | " + " | ".join(_number((r.get("eval_part_seconds") or {}).get(part), ".1f")
+                                                   for r in rows) + " |")
+    lines.append("| evaluation | " + " | ".join(_number(r.get("eval_seconds"), ".1f") for r in rows) + " |")
+    lines.append("| the run's wall time | " + " | ".join(_number(r.get("wall_seconds"), ".0f") for r in rows) + " |")
+    total = sum(r.get("wall_seconds") or 0 for r in rows)
+    whole = (f"the whole command {timedelta(seconds=round(elapsed))} ({elapsed:.0f} s)" if elapsed is not None
+             else "the command's own time was not measured (--sweep)")
+    return "\n".join(lines) + f"\n\nThe runs' wall time: {total:.0f} s; {whole}."
+
+
+def timing(rows: list[dict], elapsed: float | None, cached: bool | None = None) -> str:
+    """One sentence: when and where the job was measured, and how long it took."""
+    total = sum(r.get("wall_seconds") or 0 for r in rows)
+    evaluation = sum(r.get("eval_seconds") or 0 for r in rows)
+    whole = f" (the whole command {elapsed:.0f} s)" if elapsed is not None else ""
+    state = {True: ", the random-init baselines read from the cache of an earlier run",
+             False: ", the random-init baselines computed (a first run)", None: ""}[cached]
+    return (f"Measured on {os.cpu_count()} CPU cores ({datetime.now():%Y-%m-%d}{state}): the {len(rows)} runs "
+            f"take {total:.0f} s of wall time{whole}, of which the evaluation (fixed exam, minimal pairs, probe) "
+            f"{evaluation:.0f} s.")
+
+
+def blocks(rows: list[dict], elapsed: float | None = None, cached: bool | None = None) -> dict[str, str]:
+    return {"console": console(rows), "timing": timing(rows, elapsed, cached), "scores": scores(rows),
+            "fixed-split": fixed_split(rows), "cost": cost(rows, elapsed)}
+
+
+def rewrite(text: str, found: dict[str, str], where: str) -> str:
+    """text with every block it holds replaced; a block opened and not closed is refused."""
+    def replace(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in found:
+            raise DocsError(f"{where}: unknown block {name!r}: use one of {', '.join(found)}")
+        return f"<!-- {MARK}:{name} -->\n{found[name]}\n<!-- /{MARK}:{name} -->"
+    opened = re.findall(rf"<!-- {re.escape(MARK)}:([\w-]+) -->", text)
+    pattern = re.compile(rf"<!-- {re.escape(MARK)}:([\w-]+) -->\n.*?<!-- /{re.escape(MARK)}:\1 -->", re.S)
+    if len(pattern.findall(text)) != len(opened):
+        raise DocsError(f"{where}: a block opened with <!-- {MARK}:NAME --> has no <!-- /{MARK}:NAME --> after it")
+    return pattern.sub(replace, text)
+
+
+def run_main_job(root: Path) -> tuple[Path, float, bool]:
+    """Runs the main job into root/<date>_<time>: (its sweep dir, its seconds, whether the random-init
+    baselines were already cached in the default data.cache_dir)."""
+    sweep_dir = root / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    cached = any(Path(".cache/selfsup/pairs-random-init").glob("*.npy"))
+    started = time.perf_counter()
+    done = subprocess.run(["selfsup-train", "experiment=compare", f"hydra.sweep.dir={sweep_dir}"], check=False)
+    if done.returncode != 0:
+        raise DocsError(f"the main job failed (exit {done.returncode}): nothing was written; see {sweep_dir}")
+    return sweep_dir, time.perf_counter() - started, cached
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m selfsup.report.docs", description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", type=Path, help="a finished sweep dir of `selfsup-train experiment=compare`")
+    parser.add_argument("--print", action="store_true", help="print the blocks, write nothing")
+    parser.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
+    args = parser.parse_args(argv)
+    try:
+        paths = [args.root / name for name in FILES]
+        for path in paths:
+            if not path.is_file():
+                raise DocsError(f"{path} does not exist: run from the repository root or pass --root")
+        elapsed, cached = None, None
+        if args.sweep is None:
+            args.sweep, elapsed, cached = run_main_job(args.root / "outputs" / "docs")
+        if not args.sweep.is_dir():
+            raise DocsError(f"--sweep {args.sweep} is not a folder: pass the sweep dir the main job printed")
+        rows = read_summaries(args.sweep)
+        if not rows or any(r.get("status") != "finished" for r in rows):
+            raise DocsError(f"{args.sweep} holds no finished sweep (every job's summary.json with status finished)")
+        found = blocks(rows, elapsed, cached)
+        if args.print:
+            print("\n\n".join(f"{name}:\n{text}" for name, text in found.items()))
+            return
+        new = {path: rewrite(path.read_text(), found, str(path)) for path in paths}  # all checked before any write
+        for path, text in new.items():
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+            print(f"rewrote {path}")
+    except DocsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""The verdict: which runs show pretraining and which setting leads, with the uncertainty of each claim.
+
+One function, `verdict_lines(rows)`, computes it from run summaries (summary.json dicts) and, for the
+comparisons, the per-example outcomes each run keeps in `<run_dir>/outcomes.npz`; the end of a run, the
+end of a sweep, `selfsup-report` and the W&B summary (`verdict`) print what it returns.
+
+Every score is read as a margin over its own random-init baselines (the same scorer on untrained models
+of the run's shape) with its paired bootstrap 95% interval (selfsup.evaluation.stats); raw accuracies of
+different families are never ranked. Runs of the same setting at different seeds form one group.
+
+    shows pretraining      the interval lies above 0 at every seed of the group
+    A leads B              the difference of their margins has an interval that excludes 0 and exceeds
+                           the seed spread (the larger range of either group's margins over its seeds)
+    no difference at this scale
+                           the interval of the difference holds 0, or the difference is within the seed
+                           spread; with one seed per group the spread is not measured and no lead is called
+
+The first line says what the runs held equal (steps, input tokens, FLOPs) and what they did not.
+"""
+
+from __future__ import annotations
+
+import statistics
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from selfsup.evaluation.stats import Interval, difference
+
+OUTCOMES = "outcomes.npz"
+VERDICT = "verdict.json"  # a sweep's, in its sweep dir
+EQUAL_WITHIN = 0.01  # FLOPs and tokens differ by up to a step when trainer.max_flops / max_tokens stops a run
+NO_LEAD = "no difference at this scale"
+
+
+@dataclass
+class Group:
+    """The runs of one setting (its seeds)."""
+    label: str
+    rows: list[dict]
+
+    def margins(self, key: str) -> list[Interval]:
+        return [m for m in (run_margin(row, key) for row in self.rows) if m is not None]
+
+    def spread(self, key: str) -> float | None:
+        """The range of the group's margins over its seeds; None with one seed."""
+        values = [m.value for m in self.margins(key)]
+        return max(values) - min(values) if len(values) > 1 else None
+
+
+def run_margin(row: dict, key: str) -> Interval | None:
+    evaluated = row.get("eval") or {}
+    if f"{key}/margin" not in evaluated:
+        return None
+    return Interval(evaluated[f"{key}/margin"], evaluated[f"{key}/margin_low"], evaluated[f"{key}/margin_high"])
+
+
+def score_keys(row: dict) -> list[str]:
+    """The scores of a run that have margins: each minimal-pairs scorer and set, then each probe task."""
+    evaluated = row.get("eval") or {}
+    keys = list(row.get("pairs_scorers") or {})
+    keys += [k.removesuffix("/margin") for k in evaluated if k.endswith("/margin") and not k.startswith("eval/pairs")]
+    return [k for k in keys if f"{k}/margin" in evaluated]
+
+
+def score_label(key: str) -> str:
+    return key.removeprefix("eval/").replace("/", " ")
+
+
+def setting_label(row: dict) -> str:
+    """What a row's run was, seed aside: its objective and swept values."""
+    swept = {k: v for k, v in (row.get("swept") or {}).items() if k != "seed"}
+    parts = [f"{k.split('.')[-1]}={f'{v:.4g}' if isinstance(v, float) else v}" for k, v in swept.items()]
+    return " ".join([row.get("objective") or "?", *parts])
+
+
+def groups_of(rows: list[dict]) -> list[Group]:
+    found: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("status") == "finished" and row.get("eval"):
+            found.setdefault(setting_label(row), []).append(row)
+    return [Group(label, members) for label, members in found.items()]
+
+
+# ------------------------------------------------------------------------------------------ what was held equal
+def count(value: float) -> str:
+    """A count in 3 digits: 950, 95.2k, 1.23M, 4.5G."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.0f}"
+
+
+def _amount(name: str, value: float) -> str:
+    if name == "steps":
+        return f"{value:,.0f} steps"
+    if name == "FLOPs":
+        return f"{value:.2g} FLOPs"
+    return f"{count(value)} {name}"
+
+
+def held_equal(rows: list[dict]) -> str:
+    """`held equal: 300 steps, 0.614M tokens; not equal: FLOPs 1.7e+12 to 3.4e+12, scored targets ...` (one run:
+    its amounts)."""
+    same, differ = [], []
+    for key, name in (("steps", "steps"), ("tokens_seen", "tokens"), ("flops_seen", "FLOPs"),
+                      ("targets_seen", "scored targets")):
+        values = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if not values:
+            continue
+        low, high = min(values), max(values)
+        if high <= low * (1 + EQUAL_WITHIN) or high == low:
+            same.append(_amount(name, statistics.fmean(values)) + ("" if high == low else " (within 1%)"))
+        else:
+            differ.append(f"{name} {_amount(name, low).removesuffix(' ' + name)} to "
+                          f"{_amount(name, high).removesuffix(' ' + name)}")
+    if len(rows) == 1:
+        return ", ".join(same)
+    text = "held equal: " + (", ".join(same) or "none of steps, tokens, FLOPs")
+    return text + ("; not equal: " + ", ".join(differ) if differ else "")
+
+
+# ------------------------------------------------------------------------------------------ comparisons
+def load_outcomes(row: dict) -> dict[str, np.ndarray] | None:
+    """A run's per-example outcomes (selfsup.evaluation.Evaluation.outcomes), or None where it kept none."""
+    path = Path(row.get("run_dir") or "") / OUTCOMES
+    if not row.get("run_dir") or not path.is_file():
+        return None
+    try:
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError):
+        return None
+
+
+def pooled(group: Group, key: str, outcomes: dict) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """The group's outcomes on `key`: trained [n] (the mean over its seeds), random-init [seeds, n] (shared by
+    the runs of a shape), and the examples' hash; None where a run kept none or its runs saw other examples."""
+    kept = [outcomes.get(id(row)) for row in group.rows]
+    if any(o is None or key not in o or f"{key}|random_init" not in o for o in kept):
+        return None
+    examples = {str(o[f"{key}|examples"]) for o in kept}
+    if len(examples) != 1 or len({o[key].shape for o in kept}) != 1:
+        return None
+    return np.mean([o[key] for o in kept], axis=0), kept[0][f"{key}|random_init"], examples.pop()
+
+
+ONE_SEED = "the seed spread is not measured, so no lead is called (add seed=0,1,2)"
+
+
+def compare(a: Group, b: Group, key: str, outcomes: dict) -> tuple[str, str | None]:
+    """(the difference of a's and b's margins on `key` and what it says, or it alone and a note shared by the
+    comparisons it ends with: one seed)."""
+    x, y = pooled(a, key, outcomes), pooled(b, key, outcomes)
+    if x is None or y is None or x[2] != y[2]:
+        gap = statistics.fmean(m.value for m in a.margins(key)) - statistics.fmean(m.value for m in b.margins(key))
+        why = "scored on other examples" if x is not None and y is not None else "no per-example outcomes kept"
+        return f"{a.label} - {b.label} {gap:+.3f}, not bounded ({why}): no lead called", None
+    d = difference(x[0], x[1], y[0], y[1])
+    if not d.excludes_zero:
+        return f"{a.label} - {b.label} {d}: {NO_LEAD}", None
+    if len(a.rows) < 2 or len(b.rows) < 2:
+        return f"{a.label} - {b.label} {d}", f"one seed {'each' if len(a.rows) == len(b.rows) else 'in one'}: {ONE_SEED}"
+    spread = max(s for s in (a.spread(key), b.spread(key)) if s is not None)
+    if abs(d.value) <= spread:
+        return f"{a.label} - {b.label} {d} is within the seed spread ({spread:.3f}): {NO_LEAD}", None
+    leader, other = (a, b) if d.value > 0 else (b, a)
+    return (f"{leader.label} leads {other.label} by {abs(d.value):.3f} ({a.label} - {b.label} {d}; seed spread "
+            f"{spread:.3f})"), None
+
+
+def joined(found: list[tuple[str, str | None]]) -> str:
+    """The comparisons, those that share a note followed by it once."""
+    parts, pending = [], []
+    for text, note in found + [("", None)]:
+        if pending and note != pending[-1][1]:
+            parts.append("; ".join(t for t, _ in pending) + f": {pending[-1][1]}")
+            pending = []
+        if note is None:
+            parts.append(text) if text else None
+        else:
+            pending.append((text, note))
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------ the verdict
+def describe(group: Group, key: str) -> str:
+    found = group.margins(key)
+    if len(found) == 1:
+        return f"{group.label} {found[0]}"
+    values = [m.value for m in found]
+    above = sum(m.low > 0 for m in found)
+    return (f"{group.label} mean {statistics.fmean(values):+.3f} ({min(values):+.3f} to {max(values):+.3f} over "
+            f"{len(found)} seeds, interval above 0 at {above})")
+
+
+def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
+    """The verdict of runs (summary.json dicts): what was held equal; per score, which groups show pretraining
+    and which do not yet; between groups, the leader's margin against each other's (see the module's doc)."""
+    groups = groups_of(rows)
+    if not groups:
+        return []
+    members = [row for g in groups for row in g.rows]
+    keys = list(dict.fromkeys(k for row in members for k in score_keys(row)))
+    keys.sort(key=lambda k: not k.startswith("eval/pairs"))  # the pairs' scorers, then the probe tasks
+    if not keys:
+        return []
+    lines = textwrap.wrap(f"Verdict (margin over random-init, 95% paired-bootstrap interval; {held_equal(members)}):",
+                          width, subsequent_indent="    ")
+    outcomes = {}
+    if len(groups) > 1:
+        outcomes = {id(row): load_outcomes(row) for row in members}
+    for key in keys:
+        having = [g for g in groups if len(g.margins(key)) == len(g.rows)]
+        shown = [g for g in having if all(m.low > 0 for m in g.margins(key))]
+        held = [g for g in having if g not in shown]
+        parts = []
+        if shown:
+            parts.append("shows pretraining: " + "; ".join(describe(g, key) for g in shown))
+        if held:
+            parts.append("no pretraining shown yet: " + "; ".join(describe(g, key) for g in held))
+        if len(having) > 1:
+            best = max(having, key=lambda g: statistics.fmean(m.value for m in g.margins(key)))
+            parts.append(joined([compare(best, g, key, outcomes) for g in having if g is not best]))
+        text = f"{score_label(key)}: " + ". ".join(parts)
+        lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ")
+    return lines
+
+
+def verdict_text(rows: list[dict]) -> str:
+    """The verdict as one string (W&B summary, summary.json, a sweep's verdict.json)."""
+    return "\n".join(verdict_lines(rows, width=10_000))
+
+
+def save_verdict(sweep_dir: Path, rows: list[dict]) -> None:
+    """The sweep's verdict as <sweep_dir>/verdict.json: {"verdict": the text, "runs": the run dirs it read}."""
+    import json
+    import os
+    text = verdict_text(rows)
+    if not text:
+        return
+    tmp = sweep_dir / f".{VERDICT}.tmp"
+    tmp.write_text(json.dumps({"verdict": text, "runs": [row.get("run_dir") for row in rows]}, indent=2))
+    os.replace(tmp, sweep_dir / VERDICT)

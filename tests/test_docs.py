@@ -1,0 +1,93 @@
+"""python -m selfsup.report.docs: the measured blocks of README.md and docs/evaluation.md, rewritten from a sweep;
+the rest of each file kept; bad blocks refused with nothing written."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from selfsup.report.docs import FILES, MARK, blocks, main, rewrite
+from selfsup.report.summary import summary_table
+
+ROOT = Path(__file__).parents[1]
+
+
+def row(objective: str, margin: float, run_dir: Path) -> dict:
+    return {"status": "finished", "objective": objective, "architecture": "encoder", "swept": {},
+            "run_dir": str(run_dir), "steps": 300, "tokens_seen": 614400, "flops_seen": 1.7e12, "targets_seen": 95000,
+            "val_loss": 6.2, "wall_seconds": 60.0, "eval_seconds": 12.0,
+            "eval_part_seconds": {"fixed": 0.3, "pairs": 9.0, "probe": 2.7},
+            "pairs_scorers": {"eval/pairs": "pseudo-log-likelihood"},
+            "eval": {"eval/fixed/loss": 6.0, "eval/fixed/masked/loss": 6.5, "eval/fixed/masked/fraction": 0.8,
+                     "eval/fixed/masked/unigram_loss": 6.6, "eval/fixed/random/loss": 6.9,
+                     "eval/fixed/random/fraction": 0.1, "eval/fixed/random/unigram_loss": 6.6,
+                     "eval/fixed/unchanged/loss": 2.1, "eval/fixed/unchanged/fraction": 0.1,
+                     "eval/fixed/unchanged/unigram_loss": 6.7, "eval/pairs/accuracy": 0.5 + margin,
+                     "eval/pairs/random_init_accuracy": 0.5, "eval/pairs/random_init_accuracy_sd": 0.01,
+                     "eval/pairs/margin": margin, "eval/pairs/margin_low": margin - 0.02,
+                     "eval/pairs/margin_high": margin + 0.02}}
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """A repository root with both files, each with blocks and text around them, and a finished sweep."""
+    for name in FILES:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {name}\nbefore\n<!-- {MARK}:console -->\nold\n<!-- /{MARK}:console -->\nbetween\n"
+                        f"<!-- {MARK}:cost -->\nold\n<!-- /{MARK}:cost -->\nafter\n")
+    sweep = tmp_path / "sweep"
+    for job, (objective, margin) in enumerate((("mlm", 0.01), ("clm", 0.3))):
+        (sweep / str(job)).mkdir(parents=True)
+        (sweep / str(job) / "summary.json").write_text(json.dumps(row(objective, margin, sweep / str(job))))
+    return tmp_path
+
+
+def test_the_blocks_are_replaced_and_the_rest_kept(repo, capsys):
+    main(["--root", str(repo), "--sweep", str(repo / "sweep")])
+    rows = [json.loads((repo / "sweep" / str(j) / "summary.json").read_text()) for j in (0, 1)]
+    found = blocks(rows)
+    for name in FILES:
+        text = (repo / name).read_text()
+        assert text.startswith(f"# {name}\nbefore\n") and "\nbetween\n" in text and text.endswith("after\n")
+        assert "\nold\n" not in text and summary_table(rows) in text  # the sweep's own table
+        assert f"<!-- {MARK}:cost -->\n{found['cost']}\n<!-- /{MARK}:cost -->" in text
+        assert "pairs: shows pretraining: clm +0.300 [+0.280, +0.320]. no pretraining shown yet: mlm +0.010" in text
+    assert "| minimal pairs | 9.0 | 9.0 |" in found["cost"]
+    assert "| mlm | unchanged | 10.0% | 2.10 | 6.70 |" in found["fixed-split"]
+    assert "rewrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("broken,message", [
+    (f"<!-- {MARK}:console -->\nno end\n", "has no <!-- /selfsup.report.docs:NAME --> after it"),
+    (f"<!-- {MARK}:nonsense -->\nx\n<!-- /{MARK}:nonsense -->\n", "unknown block 'nonsense'"),
+])
+def test_a_bad_block_is_refused_and_nothing_is_written(repo, capsys, broken, message):
+    readme = repo / "README.md"
+    readme.write_text(readme.read_text() + broken)
+    before = {name: (repo / name).read_text() for name in FILES}
+    with pytest.raises(SystemExit) as exit_:
+        main(["--root", str(repo), "--sweep", str(repo / "sweep")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1
+    assert {name: (repo / name).read_text() for name in FILES} == before
+
+
+def test_a_sweep_that_is_not_finished_is_refused(repo, capsys):
+    (repo / "sweep" / "2").mkdir()
+    (repo / "sweep" / "2" / "error.txt").write_text("error: boom")
+    with pytest.raises(SystemExit):
+        main(["--root", str(repo), "--sweep", str(repo / "sweep")])
+    assert "holds no finished sweep" in capsys.readouterr().err
+
+
+def test_the_repositorys_blocks_are_all_known():
+    """README.md and docs/evaluation.md: every block opened is closed and is one the command writes."""
+    names = set(blocks([row("mlm", 0.0, ROOT)]))
+    for name in FILES:
+        text = (ROOT / name).read_text()
+        found = re.findall(rf"<!-- {re.escape(MARK)}:([\w-]+) -->", text)
+        assert found and set(found) <= names, name
+        rewrite(text, {n: "x" for n in names}, name)  # raises on a block without its end
