@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from selfsup.report.docs import FILES, MARK, blocks, main, rewrite
+from selfsup.report.docs import BLOCKS, FILES, MARK, blocks, main, rewrite
 from selfsup.report.summary import summary_table
 
 ROOT = Path(__file__).parents[1]
@@ -85,9 +85,26 @@ def test_a_sweep_that_is_not_finished_is_refused(repo, capsys):
 
 def test_the_repositorys_blocks_are_all_known():
     """README.md and docs/evaluation.md: every block opened is closed and is one the command writes."""
-    names = set(blocks([row("mlm", 0.0, ROOT)]))
+    names = set(BLOCKS)
     for name in FILES:
         text = (ROOT / name).read_text()
         found = re.findall(rf"<!-- {re.escape(MARK)}:([\w-]+) -->", text)
         assert found and set(found) <= names, name
         rewrite(text, {n: "x" for n in names}, name)  # raises on a block without its end
+
+
+def test_the_seeds_block_is_kept_unless_seeds_are_given(repo):
+    doc = repo / "docs" / "evaluation.md"
+    doc.write_text(doc.read_text() + f"<!-- {MARK}:seeds -->\nearlier seeds\n<!-- /{MARK}:seeds -->\n")
+    main(["--root", str(repo), "--sweep", str(repo / "sweep")])
+    assert "\nearlier seeds\n" in doc.read_text()  # no seeds run: the block as it was
+    seeds = repo / "seeds"
+    for job, (objective, margin, seed) in enumerate((("mlm", 0.02, 1), ("clm", 0.31, 1))):
+        (seeds / str(job)).mkdir(parents=True)
+        summary = {**row(objective, margin, seeds / str(job)), "swept": {"seed": seed}}
+        (seeds / str(job) / "summary.json").write_text(json.dumps(summary))
+    main(["--root", str(repo), "--sweep", str(repo / "sweep"), "--seeds-sweep", str(seeds)])
+    text = doc.read_text()
+    assert "earlier seeds" not in text and "| clm | 1 | 6.200 | +0.310 [+0.290, +0.330] | - | 60 s |" in text
+    # two seeds per objective: each objective's margins over its seeds, the difference beside their spread
+    assert "clm mean +0.305 (+0.300 to +0.310 over 2 seeds, interval above 0 at 2)" in " ".join(text.split())

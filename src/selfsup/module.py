@@ -15,6 +15,7 @@ at every evaluation.
 from __future__ import annotations
 
 import contextlib
+import math
 
 import lightning as L
 import torch
@@ -118,6 +119,7 @@ class SelfSupModule(L.LightningModule):
                                                     backward=self.manual_backward, accuracy=logging)
         if counter is not None:
             self.flops_per_batch = counter.get_total_flops() * self.trainer.world_size
+            self.fit_schedule_to_budget(total_inputs)
         sums = self.trainer.strategy.reduce(torch.stack([nll_sum, correct.float()]), reduce_op="sum")
         loss = sums[0] / max(total_scored, 1.0)
         # a finite loss can still give non-finite gradients (a huge learning rate): both are checked before
@@ -156,6 +158,20 @@ class SelfSupModule(L.LightningModule):
         if logging or self.trainer.should_stop:
             self.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
         return loss
+
+    def fit_schedule_to_budget(self, inputs_per_step: float) -> None:
+        """A run that trainer.max_flops or trainer.max_tokens stops before max_steps decays its learning rate to
+        the step at which it reaches that budget (known once the first step is counted), unless
+        optim.lr_decay_steps says otherwise: runs at equal compute each get their whole schedule."""
+        if not hasattr(self.optim, "lr_decay_steps") or self.optim.lr_decay_steps is not None:
+            return
+        steps = [self.max_steps] if self.max_steps > 0 else []
+        if self.max_flops and self.flops_per_batch:
+            steps.append(math.ceil(self.max_flops / self.flops_per_batch))
+        if self.max_tokens and inputs_per_step:
+            steps.append(math.ceil(self.max_tokens / inputs_per_step))
+        if steps and min(steps) < self.max_steps:
+            self.optim.lr_decay_steps = min(steps)
 
     def configure_model(self) -> None:
         mesh = self.device_mesh  # set by the FSDP strategy (selfsup.strategies), else None

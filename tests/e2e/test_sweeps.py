@@ -1,6 +1,7 @@
 """Sweeps: shipped definitions compose, bad values refused before any job, a failing job does not end the sweep,
 resumed jobs keep their W&B identity, the config tree whatever the working directory, Optuna, submitit."""
 
+import csv
 import json
 import os
 import subprocess
@@ -212,3 +213,27 @@ def test_submitit_local_launcher_runs_two_jobs(cache_dir, tmp_path):
         assert summary["status"] == "finished" and summary["objective"] == objective
         assert wandb_summary(tmp_path / str(job))["state"] == "finished"
     assert list(tmp_path.glob(".submitit/*"))  # submitit's own job files
+
+
+def test_compare_flops_stops_every_objective_at_the_same_training_flops(cache_dir, tmp_path):
+    """experiment=compare_flops (tiny): each objective runs to its own step count at one FLOP budget, its cosine
+    ending at that step, and the verdict says that FLOPs were held equal and steps were not."""
+    sweep_dir = tmp_path / "sweep"
+    budget = 4.4e9  # about 100 steps of the tiny CLM model, 200 of the MLM one: the last step overshoots < 1%
+    out = run_sweep(cache_dir, sweep_dir, "experiment=compare_flops", f"trainer.max_flops={budget}",
+                    "trainer.max_steps=1000", "trainer.val_check_interval=1000", "eval.tasks={}", "logger=csv")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads((sweep_dir / str(job) / "summary.json").read_text()) for job in range(3)]
+    assert [r["objective"] for r in rows] == ["mlm", "clm", "span_corruption"]
+    steps = [r["steps"] for r in rows]
+    assert len(set(steps)) == 3 and steps[0] > steps[2] > steps[1] >= 100  # MLM's steps are the cheapest
+    for row in rows:
+        per_step = row["flops_seen"] / row["steps"]
+        assert budget <= row["flops_seen"] < budget + per_step  # stopped at the first step past the budget
+        lr = [float(r["train/lr"]) for r in csv.DictReader(open(Path(row["run_dir"]) / "csv" / "metrics.csv"))
+              if r.get("train/lr")]
+        assert lr[-1] == pytest.approx(3e-3 * 0.1, rel=0.05)  # the cosine reached its floor at the last step
+    verdict = json.loads((sweep_dir / "verdict.json").read_text())["verdict"]
+    assert verdict.startswith("Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: ")
+    head = verdict.splitlines()[0]
+    assert "FLOPs (within 1%)" in head and f"not equal: steps {min(steps)} to {max(steps)}" in head

@@ -279,13 +279,16 @@ def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
     per_step = module.flops_seen / trainer.global_step
     assert per_step == module.flops_per_batch > 0  # the first step's measured count, every step
     cfg = config(cache_dir, "trainer.max_steps=50", f"trainer.max_flops={3.5 * per_step}", "eval.fixed=null",
-                 "eval.tasks={}")
+                 "eval.tasks={}", "optim.warmup_steps=1", "optim.lr=1e-3")
     run = build(cfg)
     dm, module = run.data, run.module
     trainer = L.Trainer(max_steps=50, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path))
     trainer.fit(module, datamodule=dm)
     assert trainer.global_step == 4 and module.flops_seen == pytest.approx(4 * per_step)
+    # its cosine ends where the budget does (step 4 of 50): the run's whole schedule, as at equal steps
+    assert module.optim.lr_decay_steps == 4
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(1e-3 * module.optim.min_lr_ratio)
 
 
 def test_the_finetune_protocol_trains_a_copy(cache_dir):

@@ -3,10 +3,14 @@
     python -m selfsup.report.docs                  runs `selfsup-train experiment=compare` (into
                                                    outputs/docs/<date>_<time>), then rewrites the blocks
     python -m selfsup.report.docs --sweep DIR      rewrites them from a finished sweep of the main job
+    python -m selfsup.report.docs --seeds          also runs seeds 1 and 2 of the main job (about 15 more
+                                                   minutes) and rewrites the `seeds` block: the verdict over
+                                                   seeds 0, 1, 2 (--seeds-sweep DIR: from a finished one)
     python -m selfsup.report.docs --print          prints the blocks, writes nothing
+    ... --only seeds                               rewrites the blocks named alone
 
 A block lies between `<!-- selfsup.report.docs:NAME -->` and `<!-- /selfsup.report.docs:NAME -->`; the
-text between is replaced, the rest of the file kept. The tables are printed by the same functions as the
+text between is replaced, the rest of the file kept (the `seeds` block only when seeds were run or given). The tables are printed by the same functions as the
 end of a sweep (selfsup.report.summary, selfsup.report.verdict).
 """
 
@@ -103,23 +107,44 @@ def timing(rows: list[dict], elapsed: float | None, cached: bool | None = None) 
     evaluation = sum(r.get("eval_seconds") or 0 for r in rows)
     whole = f" (the whole command {elapsed:.0f} s)" if elapsed is not None else ""
     state = {True: ", the random-init baselines read from the cache of an earlier run",
-             False: ", the random-init baselines computed (a first run)", None: ""}[cached]
+             False: ", the random-init baselines computed in the run, as from a clean working directory",
+             None: ""}[cached]
     return (f"Measured on {os.cpu_count()} CPU cores ({datetime.now():%Y-%m-%d}{state}): the {len(rows)} runs "
             f"take {total:.0f} s of wall time{whole}, of which the evaluation (fixed exam, minimal pairs, probe) "
             f"{evaluation:.0f} s.")
 
 
-def blocks(rows: list[dict], elapsed: float | None = None, cached: bool | None = None) -> dict[str, str]:
-    return {"console": console(rows), "timing": timing(rows, elapsed, cached), "scores": scores(rows),
-            "fixed-split": fixed_split(rows), "cost": cost(rows, elapsed)}
+def seeds(rows: list[dict]) -> str:
+    """The margins of every run of the main job at each seed, and the verdict over the seeds."""
+    lines = ["| objective | seed | val loss | pairs margin | probe margin | wall time |", "|---|---:|---:|---|---|---:|"]
+    for row in sorted(rows, key=lambda r: (str(r.get("objective")), (r.get("swept") or {}).get("seed", 0))):
+        lines.append(f"| {row.get('objective')} | {(row.get('swept') or {}).get('seed', 0)} | "
+                     f"{_number(row.get('val_loss'), '.3f')} | {run_margin(row, 'eval/pairs') or '-'} | "
+                     f"{run_margin(row, 'eval/probe') or '-'} | {_number(row.get('wall_seconds'), '.0f')} s |")
+    return "\n".join(lines) + "\n\n```\n" + "\n".join(verdict_lines(rows)) + "\n```"
+
+
+def blocks(rows: list[dict], elapsed: float | None = None, cached: bool | None = None,
+           seed_rows: list[dict] | None = None) -> dict[str, str]:
+    found = {"console": console(rows), "timing": timing(rows, elapsed, cached), "scores": scores(rows),
+             "fixed-split": fixed_split(rows), "cost": cost(rows, elapsed)}
+    if seed_rows:
+        found["seeds"] = seeds(rows + seed_rows)
+    return found
+
+
+BLOCKS = ("console", "timing", "scores", "fixed-split", "cost", "seeds")
 
 
 def rewrite(text: str, found: dict[str, str], where: str) -> str:
-    """text with every block it holds replaced; a block opened and not closed is refused."""
+    """text with every block it holds replaced by `found`'s (a block `found` lacks is kept); a block opened and
+    not closed, or of an unknown name, is refused."""
     def replace(match: re.Match) -> str:
         name = match.group(1)
+        if name not in BLOCKS:
+            raise DocsError(f"{where}: unknown block {name!r}: use one of {', '.join(BLOCKS)}")
         if name not in found:
-            raise DocsError(f"{where}: unknown block {name!r}: use one of {', '.join(found)}")
+            return match.group(0)
         return f"<!-- {MARK}:{name} -->\n{found[name]}\n<!-- /{MARK}:{name} -->"
     opened = re.findall(rf"<!-- {re.escape(MARK)}:([\w-]+) -->", text)
     pattern = re.compile(rf"<!-- {re.escape(MARK)}:([\w-]+) -->\n.*?<!-- /{re.escape(MARK)}:\1 -->", re.S)
@@ -128,21 +153,35 @@ def rewrite(text: str, found: dict[str, str], where: str) -> str:
     return pattern.sub(replace, text)
 
 
-def run_main_job(root: Path) -> tuple[Path, float, bool]:
-    """Runs the main job into root/<date>_<time>: (its sweep dir, its seconds, whether the random-init
-    baselines were already cached in the default data.cache_dir)."""
+def run_main_job(root: Path, *overrides: str) -> tuple[Path, float, bool]:
+    """Runs the main job into root/<date>_<time>: (its sweep dir, its seconds, whether its random-init
+    baselines were read from the default data.cache_dir rather than computed by it)."""
     sweep_dir = root / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    cached = any(Path(".cache/selfsup/pairs-random-init").glob("*.npy"))
-    started = time.perf_counter()
-    done = subprocess.run(["selfsup-train", "experiment=compare", f"hydra.sweep.dir={sweep_dir}"], check=False)
+    began, started = time.time(), time.perf_counter()
+    done = subprocess.run(["selfsup-train", "experiment=compare", *overrides, f"hydra.sweep.dir={sweep_dir}"],
+                          check=False)
     if done.returncode != 0:
         raise DocsError(f"the main job failed (exit {done.returncode}): nothing was written; see {sweep_dir}")
-    return sweep_dir, time.perf_counter() - started, cached
+    written = [p for p in Path(".cache/selfsup").glob("*-random-init/*") if p.stat().st_mtime >= began]
+    return sweep_dir, time.perf_counter() - started, not written
+
+
+def finished(sweep_dir: Path, option: str) -> list[dict]:
+    """The rows of a finished sweep dir: every job's summary.json with status finished."""
+    if not sweep_dir.is_dir():
+        raise DocsError(f"{option} {sweep_dir} is not a folder: pass the sweep dir the main job printed")
+    rows = read_summaries(sweep_dir)
+    if not rows or any(r.get("status") != "finished" for r in rows):
+        raise DocsError(f"{sweep_dir} holds no finished sweep (every job's summary.json with status finished)")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m selfsup.report.docs", description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", type=Path, help="a finished sweep dir of `selfsup-train experiment=compare`")
+    parser.add_argument("--seeds", action="store_true", help="also run seeds 1 and 2 (the `seeds` block)")
+    parser.add_argument("--seeds-sweep", type=Path, help="a finished sweep of `experiment=compare seed=1,2`")
+    parser.add_argument("--only", nargs="+", choices=BLOCKS, help="rewrite these blocks alone")
     parser.add_argument("--print", action="store_true", help="print the blocks, write nothing")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
     args = parser.parse_args(argv)
@@ -154,12 +193,12 @@ def main(argv: list[str] | None = None) -> None:
         elapsed, cached = None, None
         if args.sweep is None:
             args.sweep, elapsed, cached = run_main_job(args.root / "outputs" / "docs")
-        if not args.sweep.is_dir():
-            raise DocsError(f"--sweep {args.sweep} is not a folder: pass the sweep dir the main job printed")
-        rows = read_summaries(args.sweep)
-        if not rows or any(r.get("status") != "finished" for r in rows):
-            raise DocsError(f"{args.sweep} holds no finished sweep (every job's summary.json with status finished)")
-        found = blocks(rows, elapsed, cached)
+        if args.seeds and args.seeds_sweep is None:
+            args.seeds_sweep = run_main_job(args.root / "outputs" / "docs", "seed=1,2")[0]
+        rows = finished(args.sweep, "--sweep")
+        found = blocks(rows, elapsed, cached, finished(args.seeds_sweep, "--seeds-sweep") if args.seeds_sweep else None)
+        if args.only:
+            found = {name: text for name, text in found.items() if name in args.only}
         if args.print:
             print("\n\n".join(f"{name}:\n{text}" for name, text in found.items()))
             return
