@@ -178,8 +178,9 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
                        best_checkpoint=best.best_model_path, last_checkpoint=str(last.path))
         status = ("preempted" if preemption.preempted else "pruned" if pruning is not None and pruning.pruned
                   else "finished")
-        if rank_zero and module.evaluation is not None and module.evaluation.outcomes():
-            save_outcomes(run_dir, module.evaluation.outcomes())
+        outcomes = module.evaluation.outcomes() if rank_zero and module.evaluation is not None else {}
+        if outcomes:
+            save_outcomes(run_dir, outcomes)
         if status == "finished":
             summary["verdict"] = verdict_text([{**summary, "status": status}])
             wandb_summary(loggers, {"verdict": summary["verdict"]})

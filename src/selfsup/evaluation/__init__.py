@@ -172,8 +172,8 @@ class Evaluation:
         a hash of the examples."""
         found = []
         if self.pairs is not None:
-            found = [(key, self.pairs.last, self.pairs.random_init, self.pairs.fingerprints().get(key), key)
-                     for key in self.pairs.last]
+            fingerprints = self.pairs.fingerprints()
+            found = [(key, self.pairs.last, self.pairs.random_init, fingerprints.get(key), key) for key in self.pairs.last]
         found += [(name, self.last, self.random_init, self.fingerprints.get(name), f"eval/{name}") for name in self.last]
         out = {}
         for name, last, random_init, examples, key in found:
