@@ -24,6 +24,16 @@ def user_errors() -> tuple[type[BaseException], ...]:
     return (SelfSupError, DataError, ObjectiveError, CheckpointError, NonFiniteLossError)
 
 
+def error_line(err: BaseException) -> str:
+    """A user error's message; one raised in a data-loader worker is re-raised by torch with the worker's
+    traceback in its message ("Caught DataError in DataLoader worker process 0. Original Traceback ..."): the
+    message is its last line, after the error's name."""
+    text = str(err)
+    if text.startswith("Caught ") and "\nOriginal Traceback" in text:
+        text = text.rstrip().splitlines()[-1].split(": ", 1)[-1]
+    return text
+
+
 def check_settings(cfg: DictConfig) -> None:
     """The cheap checks of the settings, before any data is read."""
     from selfsup.build import make, objective_class

@@ -32,7 +32,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from selfsup.build import check_objective, objective_name, prepared
-from selfsup.checks import check_settings, config_error_line, user_errors
+from selfsup.checks import check_settings, config_error_line, error_line, user_errors
 from selfsup.config import register
 from selfsup.distributed import launched_rank, leave_distributed
 from selfsup.reliability.run_dir import requeue_checkpoint, resumed_config
@@ -201,7 +201,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
             print(f"{error}: continue the run with selfsup-train resume={run_dir}", file=sys.stderr, flush=True)
         raise SystemExit(143 if isinstance(err, SIGTERMException) else 130) from None
     except Exception as err:  # recorded in the run dir and W&B, then re-raised
-        error = str(err) if isinstance(err, user_errors()) else f"{type(err).__name__}: {err}"
+        error = error_line(err) if isinstance(err, user_errors()) else f"{type(err).__name__}: {err}"
         raise
     finally:
         if before_sigterm is not None:
@@ -345,7 +345,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
         summary = fit(cfg, run_dir, rank_zero=rank == 0, loggers_first=multirun, progress=progress)
     except Exception as err:
         user_error = isinstance(err, user_errors())
-        message = f"error: {err}" if user_error else f"error: {type(err).__name__}: {err}"
+        message = f"error: {error_line(err)}" if user_error else f"error: {type(err).__name__}: {err}"
         if rank == 0 and (not earlier_run or progress.get("training")):  # a refused resume changes nothing
             with contextlib.suppress(OSError):  # a full disk: the message still reaches the console
                 (run_dir / "error.txt").write_text(message + "\n")
@@ -396,7 +396,7 @@ def main() -> None:
         if wants_trace:
             raise
         if isinstance(err, user_errors()):  # re-raised by a job for Optuna's sweeper
-            print(f"error: {err}", file=sys.stderr)
+            print(f"error: {error_line(err)}", file=sys.stderr)
             raise SystemExit(2) from None
         frames = traceback.extract_tb(err.__traceback__)
         hydra_cli = isinstance(err, ValueError) and f"{os.sep}hydra{os.sep}" in frames[-1].filename  # e.g. -m --cfg

@@ -10,9 +10,10 @@ import pytest
 
 import selfsup.data.prepare as prepare_module
 import selfsup.data.corpus as corpus_module
-from selfsup.data import Corpus, ShardedTokens, encode_documents, split_documents, text_file_documents
+import selfsup.data.cache as cache_module
+from selfsup.data import FORMAT_VERSION, Corpus, ShardedTokens, encode_documents, split_documents, text_file_documents
 from helpers import gpt2_like_tokenizer, t5_like_tokenizer, write_corpus
-from selfsup.data.sources import document_key
+from selfsup.data.sources import DataError, document_key
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def test_a_truncated_shard_or_another_versions_cache_is_rebuilt(corpus_dir, tmp_
         expected = "train-00001.bin has"
     elif damage == "other version":
         meta = first.cache_path / "meta.json"
-        meta.write_text(meta.read_text().replace('"format_version": 3', '"format_version": 2'))
+        meta.write_text(meta.read_text().replace(f'"format_version": {FORMAT_VERSION}', '"format_version": 2'))
         expected = "it was written by another version of selfsup (format 2)"
     else:  # a folder left without its manifest
         (first.cache_path / "meta.json").unlink()
@@ -100,6 +101,37 @@ def test_a_truncated_shard_or_another_versions_cache_is_rebuilt(corpus_dir, tmp_
     again.prepare()
     assert f"is damaged ({expected}" in caplog.text and "rebuilding it" in caplog.text
     assert np.array_equal(np.asarray(again.train_tokens), good)
+
+
+@pytest.mark.parametrize("value", [5, 65535])  # a valid id, and one past the vocabulary
+def test_bytes_overwritten_in_a_shards_middle_stop_the_read_and_the_next_start_rebuilds(corpus_dir, tmp_path,
+                                                                                       monkeypatch, caplog, value):
+    """The warm start checks each shard's ends only (cheap); the middle is hashed per chunk as it is read."""
+    monkeypatch.setattr(cache_module, "END_BYTES", 512)
+    monkeypatch.setattr(cache_module, "CHUNK_BYTES", 512)
+    first = corpus(corpus_dir, tmp_path / "c", shard_chars=8_000)
+    first.prepare()
+    good = {p.name: p.read_bytes() for p in first.cache_path.glob("*.bin")}
+    shard = first.cache_path / "train-00001.bin"
+    assert len(good[shard.name]) > 3 * 512
+    data = np.fromfile(shard, dtype="<u2")
+    data[300:310] = value  # bytes 600-620: in the second chunk, outside the first and last 512 bytes
+    data.tofile(shard)
+    again = corpus(corpus_dir, tmp_path / "c", shard_chars=8_000)
+    again.prepare()
+    assert "damaged" not in caplog.text and again.cache_path == first.cache_path  # the ends only: reused
+    before = int(again.train_tokens.offsets[1])
+    assert np.array_equal(again.train_tokens[:before], np.frombuffer(good["train-00000.bin"], "<u2"))  # intact
+    with pytest.raises(DataError, match=r"token cache .* is damaged: train-00001\.bin bytes 512 to 1,024 do not "
+                                        r"match their checksum .* the next start rebuilds"):
+        again.train_tokens[before + 250:before + 260]  # tokens 250-260 of the shard: its second chunk
+    assert (first.cache_path / "DAMAGED").is_file()
+    rebuilt = corpus(corpus_dir, tmp_path / "c", shard_chars=8_000)
+    rebuilt.prepare()
+    assert "train-00001.bin bytes 512 to 1,024" in caplog.text and "rebuilding it" in caplog.text
+    assert {p.name: p.read_bytes() for p in rebuilt.cache_path.glob("*.bin")} == good  # byte-identical
+    assert not (rebuilt.cache_path / "DAMAGED").exists()
+    assert len(np.asarray(rebuilt.train_tokens)) == sum(len(b) for n, b in good.items() if n.startswith("train")) // 2
 
 
 def test_the_tokenizer_trains_on_a_bounded_sample_of_the_training_split(corpus_dir, tmp_path, monkeypatch):

@@ -206,3 +206,40 @@ def test_a_secret_is_redacted_in_the_wandb_run_files(train, tmp_path):
     for p in files:
         data = p.read_bytes()
         assert secret.encode() not in data and token.encode() not in data, p
+
+
+@pytest.mark.slow  # a corpus with shards over 2 MiB (8 MB of text); the default suite: test_data_cache.py, in-process
+def test_a_shard_overwritten_in_its_middle_stops_training_in_one_line_and_is_rebuilt(tmp_path):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    words = np.array(["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), int(rng.integers(3, 9))))
+                      for _ in range(3000)])
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("".join(" ".join(rng.choice(words, 300)) + ".\n\n" for _ in range(4000)))
+    cache = tmp_path / "cache"
+    args = ["selfsup-train", "debug=tiny", "eval=none", "data.source=text_files", f"data.paths=[{tmp_path / 'corpus'}]",
+            f"data.cache_dir={cache}", "data.shard_chars=100000000", "trainer.max_steps=200", "data.num_workers=2"]
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    first = subprocess.run([*args, f"hydra.run.dir={tmp_path / 'a'}", "trainer.max_steps=2"], capture_output=True,
+                           text=True, env=env, timeout=600)
+    assert first.returncode == 0, first.stderr
+    [shard] = cache.glob("*/train-00000.bin")
+    good = shard.read_bytes()
+    assert len(good) > 4 << 20  # the warm start checks its first and last MiB only
+    data = np.memmap(shard, dtype="<u2", mode="r+")
+    for k in range(5):  # ids past the vocabulary, in five places of the middle
+        data[len(data) // 2 + k * 100_000:][:1000] = 65535
+    data.flush()
+    del data
+    damaged = subprocess.run([*args, f"hydra.run.dir={tmp_path / 'b'}"], capture_output=True, text=True, env=env,
+                             timeout=600)
+    assert damaged.returncode == 2
+    line = one_error_line(damaged)
+    assert "is damaged: train-00000.bin bytes" in line and "the next start rebuilds the cache" in line
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["error"] == line.removeprefix("error: ")
+    again = subprocess.run([*args, f"hydra.run.dir={tmp_path / 'c'}"], capture_output=True, text=True, env=env,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr
+    said = again.stdout + again.stderr
+    assert "do not match their checksum" in said and "rebuilding it" in said
+    assert shard.read_bytes() == good  # rebuilt byte-identical

@@ -371,6 +371,35 @@ def test_export_refuses_a_folder_that_holds_files_and_says_what_it_wrote(sweep, 
     assert lines[1].startswith("note: GPT-2 attends causally everywhere")
 
 
+def test_a_bit_flipped_checkpoint_is_refused_by_export_sample_and_load(sweep, tmp_path, capsys):
+    """64 bytes XOR-ed inside a tensor of last.ckpt: the zip's CRC-32 no longer matches; nothing is written."""
+    import shutil
+    import zipfile
+
+    import selfsup
+    from selfsup.export import main as export
+    from selfsup.sample import main as sample
+    root, _ = sweep
+    copy = tmp_path / "run"
+    shutil.copytree(root / "1", copy, ignore=shutil.ignore_patterns("hf", "wandb"))
+    last = copy / "checkpoints" / "last.ckpt"
+    with zipfile.ZipFile(last) as archive:
+        entry = max(archive.infolist(), key=lambda i: i.file_size)  # the largest tensor: the embedding
+    data = bytearray(last.read_bytes())
+    start = entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra) + entry.file_size // 2
+    data[start:start + 64] = bytes(b ^ 0x5A for b in data[start:start + 64])
+    last.write_bytes(bytes(data))
+    for run in (lambda: export([str(last), str(tmp_path / "hf")]), lambda: sample([str(last), "--max-new-tokens", "2"])):
+        with pytest.raises(SystemExit) as done:
+            run()
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and len(err.splitlines()) == 1, err
+        assert err.startswith(f"error: {last} is damaged: its entry {entry.filename} does not match its CRC-32")
+    assert not (tmp_path / "hf").exists()
+    with pytest.raises(selfsup.reliability.errors.CheckpointCorrupt, match="does not match its CRC-32"):
+        selfsup.load(last)
+
+
 @pytest.mark.slow
 def test_a_decoder_trained_a_few_hundred_steps_samples_the_corpus_words(train, tmp_path, capsys):
     """selfsup-sample of a decoder after 600 steps (byte-level pieces: a 512-token vocabulary, so words must be

@@ -5,16 +5,18 @@
         train-00000.bin ...       training documents' ids, each followed by eos (raw uint16 / uint32, little-endian)
         val-00000.bin ...         the same for validation
         train_keys.npy            the sorted 64-bit keys of the training documents (a probe must not hold one)
-        meta.json                 counts, settings and each file's size and checksum of its first and last MiB
-                                  (written last)
+        meta.json                 counts, settings, each file's size and checksum of its first and last MiB,
+                                  and each shard's checksum per MiB chunk (written last)
 
 selfsup.data.prepare builds it (documents streamed through Hugging Face `datasets` into the shards); training
 reads the shards by memory map (`ShardedTokens`).
 
 The cache is found by a key of what identifies the corpus without reading it (file paths, sizes and
 modification times; a data set's name, config, split and revision) and the tokenizer settings, so a warm
-start reads no document. It is checked cheaply (every file's size, the checksums of its ends): a damaged
-cache is rebuilt, with a warning. A cache folder is built under a temporary name and renamed into place,
+start reads no document. It is checked cheaply at every start (every file's size, the checksums of its ends):
+a damaged cache is rebuilt, with a warning. The middle of a shard is checked as it is read: the first read of
+each MiB chunk hashes it against meta.json, and a chunk that does not match stops the run with a DataError and
+marks the cache (a `DAMAGED` file), so the next start rebuilds it. A cache folder is built under a temporary name and renamed into place,
 so it is either complete or absent; when another process got there first, its copy is kept.
 """
 
@@ -36,8 +38,10 @@ from tokenizers import Tokenizer
 
 from selfsup.data.sources import DataError, document_key
 
-FORMAT_VERSION = 3  # 3: sharded .bin token files, train_keys.npy, end checksums
+FORMAT_VERSION = 4  # 3: sharded .bin token files, train_keys.npy, end checksums; 4: chunk checksums
 END_BYTES = 1 << 20  # a shard's checksum covers its first and last MiB: cheap at every start
+CHUNK_BYTES = 1 << 20  # a shard's bytes are checked in chunks of this size, each the first time it is read
+DAMAGED = "DAMAGED"  # written into a cache found damaged while reading: the next start rebuilds it
 STALE_SECONDS = 24 * 3600  # a scratch folder untouched this long is a killed build's: swept by the next build
 
 
@@ -49,13 +53,18 @@ def cache_key(identity: dict) -> str:
 
 class ShardedTokens:
     """The token files of a split as one flat, read-only array: len() and slices [a:b] (copied out of the
-    memory maps). Pickles without its maps (a data-loader worker reopens them)."""
+    memory maps). Pickles without its maps (a data-loader worker reopens them).
 
-    def __init__(self, paths: list[Path], dtype: str):
+    With `chunks` (each file's blake2b per CHUNK_BYTES, from meta.json) every chunk a slice touches is hashed
+    the first time it is read; one that does not match raises DataError and writes `DAMAGED` beside the files."""
+
+    def __init__(self, paths: list[Path], dtype: str, chunks: list[list[str]] | None = None):
         self.paths, self.dtype = [str(p) for p in paths], np.dtype(dtype).newbyteorder("<")  # as written
         sizes = [os.path.getsize(p) // self.dtype.itemsize for p in self.paths]
         self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         self._maps: list[np.ndarray] | None = None
+        self.chunks = chunks
+        self.verified = [np.zeros(len(c), bool) for c in chunks] if chunks is not None else None
 
     @property
     def maps(self) -> list[np.ndarray]:
@@ -88,8 +97,34 @@ class ShardedTokens:
             lo, hi = self.offsets[i], self.offsets[i + 1]
             if lo >= stop:
                 break
-            pieces.append(self.maps[i][max(start, lo) - lo: min(stop, hi) - lo])
+            a, b = max(start, lo) - lo, min(stop, hi) - lo
+            if self.verified is not None:
+                self._verify(i, a, b)
+            pieces.append(self.maps[i][a:b])
         return pieces[0].copy() if len(pieces) == 1 else np.concatenate(pieces)
+
+    def _verify(self, i: int, a: int, b: int) -> None:
+        """Hash the chunks of file i that tokens [a, b) lie in and were not checked yet, against meta.json."""
+        size = self.dtype.itemsize
+        first, last = a * size // CHUNK_BYTES, ((b * size) - 1) // CHUNK_BYTES
+        if self.verified[i][first:last + 1].all():
+            return
+        data = self.maps[i].view(np.uint8)
+        for c in range(first, last + 1):
+            if self.verified[i][c]:
+                continue
+            if chunk_digest(data[c * CHUNK_BYTES:(c + 1) * CHUNK_BYTES]) != self.chunks[i][c]:
+                path = Path(self.paths[i])
+                damage = (f"{path.name} bytes {c * CHUNK_BYTES:,} to {min((c + 1) * CHUNK_BYTES, data.size):,} "
+                          f"do not match their checksum (they were changed after the cache was built)")
+                try:
+                    (path.parent / DAMAGED).write_text(damage + "\n")
+                    fix = "the next start rebuilds the cache: run the command again"
+                except OSError:  # a read-only cache
+                    fix = f"delete {path.parent} (or have its owner do so), then run the command again"
+                raise DataError(f"token cache {path.parent} is damaged: {damage}; nothing was read from them, and "
+                                f"{fix} (selfsup-train resume=RUN for a run this stopped)")
+            self.verified[i][c] = True
 
     def __array__(self, dtype=None, copy=None):
         out = self[:]
@@ -125,6 +160,19 @@ class TokenCache:
     built: bool  # False when an existing cache was reused
 
 
+def chunk_digest(data) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def chunk_checksums(path: Path) -> list[str]:
+    """blake2b of each CHUNK_BYTES of a file, in order."""
+    out = []
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            out.append(chunk_digest(chunk))
+    return out
+
+
 def end_checksum(path: Path) -> str:
     """blake2b of a file's size, first and last MiB."""
     digest = hashlib.blake2b(str(path.stat().st_size).encode())
@@ -145,6 +193,8 @@ def cache_damage(folder: Path) -> str | None:
         return "meta.json is unreadable or records no files"
     if meta.get("format_version") != FORMAT_VERSION:
         return f"it was written by another version of selfsup (format {meta.get('format_version')})"
+    if (folder / DAMAGED).exists():
+        return (folder / DAMAGED).read_text(errors="replace").strip() or "a run found it damaged"
     for name, record in recorded.items():
         path = folder / name
         if not path.is_file():
@@ -159,10 +209,13 @@ def cache_damage(folder: Path) -> str | None:
 def load_cache(folder: Path, built: bool = False) -> TokenCache:
     from selfsup.data.tokenizer import load_tokenizer
     meta = json.loads((folder / "meta.json").read_text())
-    shards = {split: [folder / s["name"] for s in meta["shards"][split]] for split in ("train", "val")}
+    shards = {split: [s["name"] for s in meta["shards"][split]] for split in ("train", "val")}
+
+    def tokens(split: str) -> ShardedTokens:
+        return ShardedTokens([folder / name for name in shards[split]], meta["dtype"],
+                             [meta["files"][name]["chunks"] for name in shards[split]])
     return TokenCache(path=folder, tokenizer=load_tokenizer(folder / "tokenizer.json"),
-                      train_tokens=ShardedTokens(shards["train"], meta["dtype"]),
-                      val_tokens=ShardedTokens(shards["val"], meta["dtype"]),
+                      train_tokens=tokens("train"), val_tokens=tokens("val"),
                       train_keys=DocumentKeys(np.load(folder / "train_keys.npy", mmap_mode="r")),
                       meta=meta, built=built)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from selfsup.data.cache import FORMAT_VERSION, TokenCache, build_or_load, cache_key, end_checksum
+from selfsup.data.cache import FORMAT_VERSION, TokenCache, build_or_load, cache_key, chunk_checksums, end_checksum
 from selfsup.data.sources import DataError, document_key, split_keys
 
 SHARD_CHARS = 64_000_000  # default characters per shard (data.shard_chars): one Dataset.map call each
@@ -225,7 +225,8 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
         "build_seconds": round(seconds, 3),
         "phase_seconds": {"read and split": round(phases["read"], 3), "tokenizer": round(phases["tokenizer"], 3),
                           "tokenize and write": round(seconds - phases["read"] - phases["tokenizer"], 3)},
-        "files": {name: {"bytes": (folder / name).stat().st_size, "ends": end_checksum(folder / name)}
+        "files": {name: {"bytes": (folder / name).stat().st_size, "ends": end_checksum(folder / name),
+                         **({"chunks": chunk_checksums(folder / name)} if name.endswith(".bin") else {})}
                   for name in names},
     }
     (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -8,12 +8,16 @@ A `Task` reads its examples from one of the lab's sources:
   (label 1). `task=replaced_word`: `perturb` of its words replaced by words drawn from the same text;
   `task=word_order`: `perturb` pairs of neighbouring words swapped. Neither can be told from the bag
   of words alone: they ask whether words fit their context, which is what pretraining learns.
-- `source=text_files`: `.jsonl` / `.csv` / `.parquet` files with a text and a label field; test
-  examples from `test_paths`, else a deterministic `test_fraction` of the examples.
+- `source=text_files`: `.jsonl` / `.csv` / `.parquet` files with a text and a label field, read a
+  record at a time; test examples from `test_paths`, else a deterministic `test_fraction` of the examples.
 - `source=hf_dataset`: `datasets.load_dataset(hf_name, hf_config)`, its `train_split` and
   `test_split` (e.g. GLUE SST-2: `sentence` / `label`, splits train / validation).
 
-Every problem is one line (an EvalError) before any training starts.
+Labels are classes: strings, ints or bools (whole-number floats too); examples with an empty text or
+label are left out. `max_train_examples` / `max_test_examples` keep at most that many examples: of the
+built-in task the first ones (a sentence and its change stay together), of files and data sets a uniform
+random sample in their order (reservoir sampling with a fixed seed: the same files give the same sample;
+of files only the sample is held). Every problem is one line (an EvalError) before any training starts.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import numbers
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +87,6 @@ class Task:
             train, test = self._files()
         else:
             train, test = self._hf()
-        train, test = _cap(train, self.max_train_examples), _cap(test, self.max_test_examples)
         self._loaded = self._encode_labels(train, test)
         return self._loaded
 
@@ -94,32 +98,40 @@ class Task:
             raise EvalError(f"{self.setting('perturb')}={self.perturb} must be at least 1 (words changed per sentence)")
         examples = builtin_examples(self.task, self.perturb)
         cut = 2 * int(len(examples) / 2 * (1 - self.test_fraction))  # a sentence and its change: one split
-        return examples[:cut], examples[cut:]
+        return examples[:cut][:self.max_train_examples], examples[cut:][:self.max_test_examples]
 
     def _files(self) -> tuple[list, list]:
         if not self.paths:
             raise EvalError(f"{self.setting('paths')} is empty: list .jsonl/.csv/.parquet files with "
                             f"'{self.text_field}' and '{self.label_field}' fields")
-        rows = [r for p in self.paths for r in read_labelled(p, self.text_field, self.label_field, self.setting)]
+
+        def rows(paths):
+            return (r for p in paths for r in read_labelled(p, self.text_field, self.label_field, self.setting))
+
+        train, test = Reservoir(self.max_train_examples), Reservoir(self.max_test_examples)
         if self.test_paths:
-            test = [r for p in self.test_paths for r in read_labelled(p, self.text_field, self.label_field,
-                                                                       self.setting)]
-            return rows, test
-        if not 0 < self.test_fraction < 1:
-            raise EvalError(f"{self.setting('test_fraction')}={self.test_fraction} must be between 0 and 1")
-        threshold = self.test_fraction * 10_000
-        train = [r for r in rows if document_bucket(r[0]) >= threshold]
-        test = [r for r in rows if document_bucket(r[0]) < threshold]
-        return train, test
+            train.extend(rows(self.paths))
+            test.extend(rows(self.test_paths))
+        else:
+            if not 0 < self.test_fraction < 1:
+                raise EvalError(f"{self.setting('test_fraction')}={self.test_fraction} must be between 0 and 1")
+            threshold = self.test_fraction * 10_000
+            for row in rows(self.paths):
+                (test if document_bucket(row[0]) < threshold else train).add(row)
+        return train.rows(), test.rows()
 
     def _hf(self) -> tuple[list, list]:
         if not self.hf_name:
             raise EvalError(f"{self.setting('hf_name')} is not set: name a data set (e.g. glue with hf_config=sst2)")
         out = []
-        for split in (self.train_split, self.test_split):
+        for split, limit in ((self.train_split, self.max_train_examples), (self.test_split, self.max_test_examples)):
             rows = hf_rows(self.hf_name, self.hf_config, split, self.data_files, [self.text_field, self.label_field],
                            ["text_field", "label_field"], self.setting)
-            out.append([(t, y) for t, y in rows if isinstance(t, str) and t.strip() and y is not None])
+            kept = Reservoir(limit)
+            kept.extend((t, class_label(y, f"{self.hf_name} split {split} row {i}", self.label_field, self.setting))
+                        for i, (t, y) in enumerate(rows, start=1)
+                        if isinstance(t, str) and t.strip() and y not in (None, ""))
+            out.append(kept.rows())
         return out[0], out[1]
 
     def _encode_labels(self, train: list, test: list) -> tuple[Examples, Examples]:
@@ -135,7 +147,7 @@ class Task:
             raise EvalError(f"task {self.name}: {len(train)} training examples for {len(values)} classes: a task "
                             f"needs at least one example per class: add examples or check "
                             f"{self.setting('label_field')}")
-        unseen = {y for _, y in test} - set(values)
+        unseen = {y for _, y in test} - {y for _, y in train}
         if unseen:
             raise EvalError(f"task {self.name}: test labels {sorted(map(str, unseen))[:5]} never occur in training: "
                             f"the probe cannot predict them; fix the labels or the split")
@@ -145,8 +157,39 @@ class Task:
                 Examples([t for t, _ in test], [ids[y] for _, y in test]))
 
 
-def _cap(rows: list, limit: int | None) -> list:
-    return rows if limit is None or len(rows) <= limit else rows[:limit]
+class Reservoir:
+    """A uniform random sample of at most `size` of the rows added (all of them when None or fewer), in the
+    order added: reservoir sampling with a fixed seed, holding only the sample."""
+
+    def __init__(self, size: int | None, seed: int = 0):
+        self.size, self.rng, self.seen, self.kept = size, random.Random(seed), 0, []
+
+    def add(self, row) -> None:
+        if self.size is None or self.seen < self.size:
+            self.kept.append((self.seen, row))
+        else:
+            j = self.rng.randrange(self.seen + 1)
+            if j < self.size:
+                self.kept[j] = (self.seen, row)
+        self.seen += 1
+
+    def extend(self, rows: Iterable) -> None:
+        for row in rows:
+            self.add(row)
+
+    def rows(self) -> list:
+        return [row for _, row in sorted(self.kept, key=lambda kept: kept[0])]
+
+
+def class_label(value, where: str, field: str, setting):
+    """`value` if it can be a class label (a string, int or bool, or a whole-number float), else one line
+    naming where it is (a file and line or record) and the field."""
+    if isinstance(value, (str, numbers.Integral)) or (isinstance(value, float) and value.is_integer()):
+        return value
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    kind = f"the number {value}" if isinstance(value, float) else f"a {type(value).__name__} ({shown})"
+    raise EvalError(f"{where}: field '{field}' holds {kind}, not a class label: pass a string, int or bool label "
+                    f"per example, or set {setting('label_field')} to the field that holds one")
 
 
 # ---------------------------------------------------------------------------------------- hf_dataset
@@ -179,20 +222,27 @@ def hf_rows(name: str, config: str | None, split: str, data_files, fields: Seque
 
 # ---------------------------------------------------------------------------------------- files
 def read_labelled(path: str, text_field: str, label_field: str, setting=lambda key: f"eval.tasks.*.{key}"
-                  ) -> list[tuple[str, object]]:
-    """(text, label) rows of a .jsonl / .csv / .parquet file; empty texts dropped."""
-    rows = [(text, label) for text, label in read_records(path, [text_field, label_field],
-                                                         ["text_field", "label_field"], setting)
-            if isinstance(text, str) and text.strip() and label not in (None, "")]
-    if not rows:
+                  ) -> Iterator[tuple[str, object]]:
+    """(text, label) rows of a .jsonl / .csv / .parquet file, a record at a time; rows with an empty text or
+    label left out, a label that is not a class refused (see class_label)."""
+    found = False
+    for where, (text, label) in _records(path, [text_field, label_field], ["text_field", "label_field"], setting):
+        if isinstance(text, str) and text.strip() and label not in (None, ""):
+            found = True
+            yield text, class_label(label, where, label_field, setting)
+    if not found:
         raise EvalError(f"{Path(path).expanduser()} has no examples with a non-empty '{text_field}' and "
                         f"'{label_field}'")
-    return rows
 
 
 def read_records(path: str, fields: Sequence[str], keys: Sequence[str], setting) -> list[tuple]:
     """The values of `fields` of every record of a .jsonl / .csv / .parquet file, as tuples. A missing field
     is refused in one line naming the setting (setting(keys[i])) that chooses it."""
+    return [values for _, values in _records(path, fields, keys, setting)]
+
+
+def _records(path: str, fields: Sequence[str], keys: Sequence[str], setting) -> Iterator[tuple[str, tuple]]:
+    """(where: file and line or record, values of `fields`) of each record of a file, read a record at a time."""
     p = Path(path).expanduser()
     if not p.is_file():
         what = ("is a folder" if p.is_dir() else "is not a regular file (a FIFO, socket or device)" if p.exists()
@@ -202,48 +252,79 @@ def read_records(path: str, fields: Sequence[str], keys: Sequence[str], setting)
     if suffix not in LABELLED_SUFFIXES:
         raise EvalError(f"{setting('paths')}: {p} has unsupported extension '{suffix or '(none)'}': use "
                         f"{', '.join(LABELLED_SUFFIXES)}")
-    if suffix == ".parquet":
-        records, columns = _parquet_records(p)
-    else:
-        try:
-            text = p.read_bytes().decode("utf-8-sig")
-        except UnicodeDecodeError as e:
-            raise EvalError(f"{p} is not UTF-8 text (invalid byte at offset {e.start}): convert it to UTF-8") from None
-        if suffix == ".csv":
-            reader = csv.DictReader(text.splitlines())
-            records, columns = list(reader), reader.fieldnames or []
-        else:
-            records, columns = [], []
-            for number, line in enumerate(text.splitlines(), start=1):
+    read = {".parquet": _parquet_records, ".csv": _csv_records, ".jsonl": _jsonl_records}[suffix]
+    number = 0
+    for number, (where, record, columns) in enumerate(read(p, fields), start=1):
+        for field, key in zip(fields, keys):
+            if field not in record:
+                shown = ", ".join(map(str, columns[:10])) or "none"
+                raise EvalError(f"{p}: no field '{field}' in record {number} (fields: {shown}): set {setting(key)}")
+        yield where, tuple(record[f] for f in fields)
+    if not number:
+        raise EvalError(f"{p} has no records (no field '{fields[0]}'): add records with the fields "
+                        f"{', '.join(map(repr, fields))}")
+
+
+def _jsonl_records(path: Path, fields) -> Iterator[tuple[str, dict, list]]:
+    try:
+        with open(path, encoding="utf-8-sig", newline="\n") as f:
+            for number, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise EvalError(f"{p}:{number}: not valid JSON ({e.msg}): each line must be one JSON object") from None
+                    raise EvalError(f"{path}:{number}: not valid JSON ({e.msg}): each line must be one JSON "
+                                    f"object") from None
                 if not isinstance(record, dict):
-                    raise EvalError(f"{p}:{number}: a JSON {type(record).__name__}, not an object")
-                records.append(record)
-                columns = columns or list(record)
-    for field, key in zip(fields, keys):
-        missing = next((i for i, r in enumerate(records) if field not in r), None)
-        if missing is not None or not records:
-            shown = ", ".join(map(str, columns[:10])) or "none"
-            raise EvalError(f"{p}: no field '{field}'" + (f" in record {missing + 1}" if records else "")
-                            + f" (fields: {shown}): set {setting(key)}")
-    return [tuple(r[f] for f in fields) for r in records]
+                    raise EvalError(f"{path}:{number}: a JSON {type(record).__name__}, not an object")
+                yield f"{path}:{number}", record, list(record)
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
 
 
-def _parquet_records(path: Path) -> tuple[list[dict], list[str]]:
+def _csv_records(path: Path, fields) -> Iterator[tuple[str, dict, list]]:
+    number = 0
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:  # newline="": quoted newlines stay in the text
+            reader = csv.DictReader(f)
+            for number, record in enumerate(reader, start=1):
+                yield f"{path}: record {number}", record, reader.fieldnames or []
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
+    except csv.Error as e:
+        raise EvalError(f"{path}: record {number + 1} is not valid CSV ({_one_line(e)}): fix the file") from None
+
+
+def _not_utf8(path: Path) -> EvalError:
+    offset = 0
+    with open(path, "rb") as f:
+        for line in f:  # a UTF-8 character never holds a newline byte
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                offset += e.start
+                break
+            offset += len(line)
+    return EvalError(f"{path} is not UTF-8 text (invalid byte at offset {offset}): convert it to UTF-8")
+
+
+def _parquet_records(path: Path, fields) -> Iterator[tuple[str, dict, list]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise EvalError(f"reading {path} needs pyarrow: pip install pyarrow") from None
+    number = 0
     try:
-        table = pq.read_table(path)
+        file = pq.ParquetFile(path)
+        columns = file.schema_arrow.names
+        batches = file.iter_batches(batch_size=1024, columns=[f for f in dict.fromkeys(fields) if f in columns])
+        for batch in batches:  # records without a missing field: the caller names it
+            for record in batch.to_pylist():
+                number += 1
+                yield f"{path}: record {number}", record, columns
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds
         raise EvalError(f"{path} is not a readable parquet file ({_one_line(e)})") from None
-    return table.to_pylist(), table.column_names
 
 
 # ---------------------------------------------------------------------------------------- built-in

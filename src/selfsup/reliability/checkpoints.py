@@ -99,12 +99,28 @@ def _why_unreadable(path: Path, err: BaseException) -> str:
     return f"{type(err).__name__}: {_first_line(err)}"
 
 
+def _damaged_entry(path: Path) -> str | None:
+    """The first entry of a zip checkpoint whose bytes do not match the CRC-32 the zip records (torch.load does
+    not check them), or None. A file that is not a complete zip is left to torch.load's error."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+        return None
+
+
 def load_checkpoint_safely(path, map_location: Any = "cpu", mmap: bool = False) -> dict:
-    """torch.load(weights_only=True) with one-line CheckpointErrors for missing, corrupt and unsafe files."""
+    """torch.load(weights_only=True) with one-line CheckpointErrors for missing, corrupt and unsafe files.
+    Every entry's CRC-32 is checked first (a full read, as loading is), except for mmap=True loads, which read
+    a few settings of a checkpoint that a full load checks later."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointNotFound(f"checkpoint {path} does not exist: pass an existing .ckpt file, "
                                  f"such as outputs/<date>/<time>/checkpoints/last.ckpt")
+    damaged = None if mmap else _damaged_entry(path)
+    if damaged:
+        raise CheckpointCorrupt(f"{path} is damaged: its entry {damaged} does not match its CRC-32 checksum (bytes "
+                                f"changed after it was written); {_other_checkpoints(path)}")
     try:
         with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
             return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)

@@ -182,12 +182,14 @@ def csv_history(job: Path) -> list[dict]:
 
 def load_run(run: Run) -> Run:
     job = run.path
-    summary = {}
+    summary, corrupt = {}, None
     if (job / "summary.json").is_file():
         try:
             summary = json.loads((job / "summary.json").read_text())
-        except json.JSONDecodeError:
-            run.note = "summary.json unreadable"
+        except (OSError, ValueError) as err:  # (a torn write, binary garbage: UnicodeDecodeError)
+            corrupt = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if not isinstance(summary, dict):
+            summary, corrupt = {}, f"a JSON {type(summary).__name__}, not an object"
     run.summary = summary
     error_file = job / "error.txt"
     run.status = summary.get("status") or ("failed" if error_file.is_file() else "incomplete")
@@ -198,6 +200,9 @@ def load_run(run: Run) -> Run:
             error = lines[-1] if lines else None
         if error and error.startswith("error: "):
             error = error[len("error: "):]
+        if corrupt:
+            error = "; ".join(filter(None, [error, f"summary.json unreadable (corrupt: {corrupt}): killed while "
+                                                   f"writing it, or damaged"]))
         run.error = error or ("no summary.json: still running, or killed" if run.status == "incomplete" else None)
     run.config = _read_config(job)
     run.objective = summary.get("objective") or run.config.get("objective.name")
@@ -281,12 +286,13 @@ def fixed_settings(runs: list[Run]) -> dict:
 
 # ---------------------------------------------------------------------------- Optuna studies
 def load_studies(paths: list[str]) -> tuple[list, list[str]]:
-    """The Optuna studies of the sweep dirs that ran one (hydra/sweeper=selfsup_optuna wrote
-    optimization_results.yaml there, naming the study and its storage), and the problems met reading them."""
+    """The Optuna studies of the sweep dirs that ran one (hydra/sweeper=selfsup_optuna writes
+    optimization_results.yaml there when it starts, naming the study and its storage; a sweep dir with only
+    its optuna.db, killed before it wrote that: every study in it), and the problems met reading them."""
     found, problems = [], []
     for arg in paths:
-        results = Path(arg) / "optimization_results.yaml"
-        if not results.is_file():
+        results, db = Path(arg) / "optimization_results.yaml", Path(arg) / "optuna.db"
+        if not results.is_file() and not db.is_file():
             continue
         try:
             import optuna
@@ -295,25 +301,39 @@ def load_studies(paths: list[str]) -> tuple[list, list[str]]:
             continue
         try:
             from omegaconf import OmegaConf
-            meta = OmegaConf.to_container(OmegaConf.load(results))
             optuna.logging.set_verbosity(optuna.logging.WARNING)
-            study = optuna.load_study(study_name=meta["study"], storage=meta["storage"])
-        except Exception as err:  # a moved storage, a study deleted since: the rest of the report still stands
+            if results.is_file():
+                meta = OmegaConf.to_container(OmegaConf.load(results))
+                studies = [optuna.load_study(study_name=meta["study"], storage=meta["storage"])]
+            else:
+                storage = f"sqlite:///{db.resolve()}"
+                studies = [optuna.load_study(study_name=name, storage=storage)
+                           for name in optuna.get_all_study_names(storage)]
+        except Exception as err:  # noqa: BLE001 - a moved storage, a study deleted: the rest of the report stands
             problems.append(f"cannot read the Optuna study of {arg}: {str(err).splitlines()[0] if str(err) else err}")
             continue
-        if all(s.study_name != study.study_name or s._storage != study._storage for s in found):
-            found.append(study)
+        for study in studies:
+            if all(s.study_name != study.study_name or s._storage != study._storage for s in found):
+                found.append(study)
     return found, problems
 
 
 def study_lines(study) -> list[str]:
-    """What the study says: its trials by state and its best trial (value, parameters, run dir)."""
+    """What the study says: its trials by state (RUNNING ones: still running, or their sweep was killed) and
+    its best trial (value, parameters, run dir)."""
     from optuna.trial import TrialState
-    counts = {state: sum(t.state == state for t in study.trials)
-              for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+    counts = {state: [t.number for t in study.trials if t.state == state] for state in TrialState}
     lines = [f"Optuna study {study.study_name} ({study.direction.name.lower()} the jobs' optimized_metric): "
-             f"{len(study.trials)} trials, {counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} "
-             f"pruned, {counts[TrialState.FAIL]} failed."]
+             f"{len(study.trials)} trials, {len(counts[TrialState.COMPLETE])} complete, "
+             f"{len(counts[TrialState.PRUNED])} pruned, {len(counts[TrialState.FAIL])} failed, "
+             f"{len(counts[TrialState.RUNNING])} running"
+             + (f", {len(counts[TrialState.WAITING])} waiting (queued to rerun)." if counts[TrialState.WAITING]
+                else ".")]
+    if counts[TrialState.RUNNING]:
+        numbers = counts[TrialState.RUNNING]
+        lines.append(f"Running: trial{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}: still "
+                     f"running, or {'their' if len(numbers) > 1 else 'its'} sweep was killed (a continuation of the "
+                     f"study fails and reruns a trial once it has had no heartbeat for hydra.sweeper.grace_period).")
     if counts[TrialState.COMPLETE]:
         best = study.best_trial
         params = ", ".join(f"{k}={_shown(v)}" for k, v in best.params.items())

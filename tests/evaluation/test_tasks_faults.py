@@ -1,0 +1,147 @@
+"""Faults of user probe tasks (source=text_files): unseen test labels, the example cap on a file sorted by
+label (a uniform, deterministic sample, read without holding the file), labels that are not classes,
+quoted newlines in CSV."""
+
+import csv
+import json
+import math
+import tracemalloc
+from collections import Counter
+
+import pytest
+
+from selfsup.evaluation import EvalError, Task
+
+
+def write(path, rows, fmt=None):
+    fmt = fmt or path.suffix[1:]
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif fmt == "csv":
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=1000)
+    return str(path)
+
+
+def task(paths, **settings):
+    return Task(source="text_files", paths=list(paths), name="t", **settings)
+
+
+# ---------------------------------------------------------------------------------------- unseen test labels
+def test_a_test_label_that_never_occurs_in_training_is_refused(tmp_path):
+    train = write(tmp_path / "train.jsonl", [{"text": f"train {i}", "label": "ab"[i % 2]} for i in range(20)])
+    test = write(tmp_path / "test.jsonl", [{"text": f"test {i}", "label": "abc"[i % 3]} for i in range(9)])
+    with pytest.raises(EvalError) as err:
+        task([train], test_paths=[test]).load()
+    assert str(err.value) == ("task t: test labels ['c'] never occur in training: the probe cannot predict them; "
+                              "fix the labels or the split")
+
+
+def test_a_task_whose_training_labels_are_one_class_names_the_test_labels(tmp_path):
+    train = write(tmp_path / "train.jsonl", [{"text": f"train {i}", "label": 0} for i in range(20)])
+    test = write(tmp_path / "test.jsonl", [{"text": f"test {i}", "label": i % 2} for i in range(10)])
+    with pytest.raises(EvalError, match=r"test labels \['1'\] never occur in training"):
+        task([train], test_paths=[test]).load()
+
+
+# ---------------------------------------------------------------------------------------- the example cap
+def within_4_sigma(counts, labels, n, shares):
+    for label, share in zip(labels, shares):
+        sigma = math.sqrt(n * share * (1 - share))
+        assert abs(counts[label] - n * share) <= 4 * sigma, (label, counts, n * share, sigma)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_the_cap_keeps_a_uniform_sample_of_a_file_sorted_by_label(tmp_path, fmt):
+    rows = [{"text": f"example {label} number {i}", "label": label} for label in "abc" for i in range(1000)]
+    path = write(tmp_path / f"sorted.{fmt}", rows)
+    train, test = task([path], max_train_examples=300, max_test_examples=60).load()
+    t = task([path], max_train_examples=300, max_test_examples=60)
+    assert (len(train), len(test)) == (300, 60)
+    for examples in (train, test):
+        counts = Counter("abc"[y] for y in examples.labels)
+        within_4_sigma(counts, "abc", len(examples), [1 / 3] * 3)
+        assert all(text.split()[1] == "abc"[y] for text, y in zip(examples.texts, examples.labels))
+    assert set(train.texts).isdisjoint(test.texts)
+    again = t.load()  # the same file gives the same sample
+    assert (again[0].texts, again[0].labels, again[1].texts) == (train.texts, train.labels, test.texts)
+
+
+def test_the_cap_on_test_paths_and_uneven_classes(tmp_path):
+    rows = [{"text": f"train {label} {i}", "label": label} for label, n in (("x", 600), ("y", 300), ("z", 100))
+            for i in range(n)]
+    test_rows = [{"text": f"test {label} {i}", "label": label} for label in "xyz" for i in range(200)]
+    train, test = task([write(tmp_path / "train.jsonl", rows)], test_paths=[write(tmp_path / "test.jsonl", test_rows)],
+                       max_train_examples=200, max_test_examples=90).load()
+    assert (len(train), len(test)) == (200, 90)
+    within_4_sigma(Counter(train.labels), [0, 1, 2], 200, [0.6, 0.3, 0.1])
+    within_4_sigma(Counter(test.labels), [0, 1, 2], 90, [1 / 3] * 3)
+
+
+def test_without_a_cap_every_example_is_kept_in_file_order(tmp_path):
+    rows = [{"text": f"example {i}", "label": i % 2} for i in range(50)]
+    path = write(tmp_path / "t.jsonl", rows)
+    test = write(tmp_path / "test.jsonl", rows[:10])
+    train, _ = task([path], test_paths=[test], max_train_examples=50).load()
+    assert train.texts == [r["text"] for r in rows] and train.labels == [r["label"] for r in rows]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_a_task_file_of_20_mb_of_text_is_read_without_holding_it(tmp_path, fmt):
+    text = "the quick brown fox jumps over a lazy dog while seven wizards quietly box jumping frogs " * 12
+    rows = [{"text": f"{i} {text}", "label": i % 3} for i in range(20_000)]
+    path = write(tmp_path / f"big.{fmt}", rows)
+    tracemalloc.start()
+    try:
+        train, test = task([path], max_train_examples=200, max_test_examples=50).load()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (len(train), len(test)) == (200, 50)
+    assert peak < 5e6, f"peak {peak / 1e6:.1f} MB of Python memory to read 20 MB of text"  # all of it: > 25 MB
+
+
+# ---------------------------------------------------------------------------------------- labels that are not classes
+@pytest.mark.parametrize("label,kind", [([1, 2], "a list"), ({"a": 1}, "a dict"), (0.5, "the number 0.5"),
+                                        (float("nan"), "the number nan")])
+def test_a_label_that_is_not_a_class_is_one_line(tmp_path, label, kind):
+    rows = [{"text": f"text {i}", "label": i % 2} for i in range(20)] + [{"text": "odd one", "label": label}]
+    path = write(tmp_path / "t.jsonl", rows)
+    with pytest.raises(EvalError) as err:
+        task([path]).load()
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{path}:21: field 'label' holds {kind}")
+    assert "a string, int or bool label" in message and "eval.tasks.t.label_field" in message
+
+
+def test_a_parquet_list_label_column_is_one_line(tmp_path):
+    path = write(tmp_path / "t.parquet", [{"text": f"text {i}", "label": [i % 2, 1]} for i in range(20)])
+    with pytest.raises(EvalError) as err:
+        task([path]).load()
+    assert str(err.value).startswith(f"{path}: record 1: field 'label' holds a list")
+    assert "\n" not in str(err.value)
+
+
+def test_null_labels_are_left_out_and_whole_number_floats_are_classes(tmp_path):
+    rows = [{"text": f"text {i}", "label": [0.0, 1.0, None][i % 3]} for i in range(300)]
+    path = write(tmp_path / "t.jsonl", rows)
+    t = task([path])
+    train, test = t.load()
+    assert len(train) + len(test) == 200 and t.classes == ["0.0", "1.0"]
+
+
+# ---------------------------------------------------------------------------------------- CSV quoting
+def test_quoted_newlines_in_a_csv_task_stay_in_the_text(tmp_path):
+    rows = [{"text": f"first line {i}\nsecond line", "label": i % 2} for i in range(30)]
+    rows += [{"text": f"windows {i}\r\nline, with \"quotes\"", "label": i % 2} for i in range(30)]
+    path = write(tmp_path / "t.csv", rows)
+    t = task([path], test_paths=[path])
+    train, test = t.load()
+    assert train.texts == [r["text"] for r in rows] and test.texts == train.texts
+    assert train.labels == [r["label"] for r in rows] and t.classes == ["0", "1"]
