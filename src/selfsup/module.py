@@ -221,7 +221,9 @@ class SelfSupModule(L.LightningModule):
         # the x-axes in the same row, so every val point has its tokens seen in W&B and the CSV
         self.log_dict({"train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
                        "train/flops_seen": self.flops_seen}, rank_zero_only=True)
-        if self.evaluation is not None and self.evaluation.due(last=self.trainer.should_stop):
+        # trainer.validate: the final validation of a run resumed at its last step (train.fit)
+        last = self.trainer.should_stop or self.trainer.validating
+        if self.evaluation is not None and self.evaluation.due(last=last):
             results = self.evaluation(self.model)
             self.last_eval = (self.trainer.global_step, results)  # (for the console's line)
             self.log_dict(results, rank_zero_only=True)

@@ -162,6 +162,10 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
                                 "global_batch_size": summary["global_batch_size"]})
         progress["training"] = True
         trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
+        if "val/loss" not in trainer.callback_metrics and trainer.global_step and not preemption.preempted:
+            # resumed from a checkpoint of its last step (killed in the final validation): nothing trained,
+            # so nothing validated; the final validation and evaluation run now
+            trainer.validate(module, datamodule=dm, verbose=False)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         summary.update(steps=trainer.global_step, val_loss=metrics.get("val/loss"),
                        val_perplexity=metrics.get("val/perplexity"), val_accuracy=metrics.get("val/accuracy"),

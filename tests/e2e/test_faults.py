@@ -243,3 +243,38 @@ def test_a_shard_overwritten_in_its_middle_stops_training_in_one_line_and_is_reb
     said = again.stdout + again.stderr
     assert "do not match their checksum" in said and "rebuilding it" in said
     assert shard.read_bytes() == good  # rebuilt byte-identical
+
+
+def test_a_run_killed_in_its_final_validation_validates_when_resumed(train, cache_dir, tmp_path):
+    """kill -9 once last.ckpt holds the last step (the final validation and evaluation are running): the
+    resume trains nothing, runs them, and reports the validation loss and the evaluation."""
+    run = tmp_path / "killed"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    proc = subprocess.Popen(["selfsup-train", *TINY, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}",
+                             "trainer.max_steps=6"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    last, deadline = run / "checkpoints" / "last.ckpt", time.time() + 300
+    while proc.poll() is None and time.time() < deadline:
+        if last.is_file() and torch.load(last, weights_only=True, map_location="cpu")["global_step"] == 6:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run / "summary.json").exists()  # killed before the run's end
+    out = train(f"resume={run}", run_dir=run)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 6
+    assert math.isfinite(summary["val_loss"]) and "eval/pairs/accuracy" in summary["eval"]
+
+
+def test_a_run_whose_checkpoints_were_deleted_is_not_retrained_from_step_0(train, tmp_path):
+    import shutil
+    run = tmp_path / "run"
+    assert train(*QUICK, "trainer.max_steps=6", run_dir=run).returncode == 0
+    shutil.rmtree(run / "checkpoints")
+    before = snapshot(run)
+    out = train(*QUICK, f"resume={run}", "trainer.max_steps=12", run_dir=run)
+    assert out.returncode == 2
+    line = one_error_line(out)
+    assert f"resume={run}: the run trained 6 steps, but {run / 'checkpoints'} holds no checkpoint" in line
+    assert snapshot(run) == before  # nothing changed: no new W&B run, no retraining

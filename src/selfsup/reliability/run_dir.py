@@ -17,6 +17,7 @@ dir and claim nothing. `resumed_config` then gives the config a resumed run trai
 
 from __future__ import annotations
 
+import csv
 import fcntl
 import json
 import logging
@@ -203,11 +204,31 @@ def check_resume_path(run_dir: Path) -> None:
                            f"a run, e.g. outputs/<date>/<time>")
 
 
+def trained_steps(run_dir: Path) -> int:
+    """The steps a run dir's records say it trained (summary.json, the CSV log), 0 when they say none."""
+    steps = 0
+    try:
+        steps = int(json.loads((run_dir / "summary.json").read_text()).get("steps") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    try:
+        with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+            steps = max([steps, *(int(float(row["step"])) for row in csv.DictReader(f) if row.get("step"))])
+    except (OSError, ValueError, KeyError, csv.Error):
+        pass
+    return steps
+
+
 def check_resume(run_dir: Path, overrides: list[str]) -> None:
     """resume=RUN: refused, with RUN untouched, unless RUN can continue with these overrides."""
     merged = merged_config(run_dir, overrides)
     last = resume_checkpoint(run_dir, overrides)
     if not last.is_file():
+        steps, every = trained_steps(run_dir), merged.trainer.checkpoint_every_n_steps or merged.trainer.val_check_interval
+        if steps >= every:  # it had a checkpoint, deleted or moved since: training from step 0 would hide that
+            raise SelfSupError(f"resume={run_dir}: the run trained {steps} steps, but {last.parent} holds no "
+                               f"checkpoint (deleted or moved?); nothing was changed: put its checkpoints back, or "
+                               f"continue from one elsewhere with selfsup-train resume={run_dir} ckpt_path=<.ckpt>")
         return  # it stopped before its first checkpoint: it starts again from step 0 (train.resumed_config)
     from selfsup.reliability.checkpoints import load_checkpoint_safely, resume_fingerprint
     from selfsup.reliability.errors import CheckpointCorrupt
