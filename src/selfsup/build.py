@@ -119,7 +119,7 @@ def make_corpus(cfg: DictConfig) -> Corpus:
                   num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed, val_split=d.get("val_split"),
                   revision=d.get("revision"), tokenizer_sample_chars=d.get("tokenizer_sample_chars"),
                   num_proc=d.get("num_proc"), shard_chars=d.get("shard_chars", 64_000_000),
-                  tokenizer=d.get("tokenizer"))
+                  tokenizer=d.get("tokenizer"), verify=d.get("verify", "stat"))
 
 
 _PREPARED: dict[str, tuple] = {}  # prepared before Hydra made the run dir (RunDirGuard), for the run to use

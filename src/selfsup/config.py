@@ -40,6 +40,7 @@ class DataConfig:
     tokenizer_sample_chars: Optional[int] = 100_000_000  # BPE trains on this many characters of training text
     num_proc: Optional[int] = None      # tokenizing processes (null: one per core, up to 8)
     shard_chars: int = 64_000_000       # characters of text per token shard
+    verify: str = "stat"                # the cache key of local files: stat (paths, sizes, mtimes) | full (their hashes)
 
 
 @dataclass

@@ -222,7 +222,7 @@ class SelfSupModule(L.LightningModule):
         self.log_dict({"train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
                        "train/flops_seen": self.flops_seen}, rank_zero_only=True)
         # trainer.validate: the final validation of a run resumed at its last step (train.fit)
-        last = self.trainer.should_stop or self.trainer.validating
+        last = self.trainer.should_stop or self.trainer.state.fn == "validate"  # (trainer.validating: fit's too)
         if self.evaluation is not None and self.evaluation.due(last=last):
             results = self.evaluation(self.model)
             self.last_eval = (self.trainer.global_step, results)  # (for the console's line)

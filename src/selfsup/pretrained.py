@@ -2,7 +2,8 @@
 
     import selfsup
     p = selfsup.load("outputs/<date>/<time>")            # the run's best checkpoint (else last.ckpt)
-    p.generate("The module", max_new_tokens=20)          # decoders: a continuation
+    p.generate("The module", max_new_tokens=20)          # decoders: a continuation (a prefix-LM decoder reads
+                                                          # the prompt as its bidirectional prefix, as trained)
     p.fill_masks("The <mask> of a module")                # encoders: top-k tokens per <mask>
     p.fill_spans("The <extra_id_0> of a module")          # encoder-decoders: the text of each sentinel
 
@@ -12,7 +13,10 @@ a run dir also keeps `tokenizer.json`, so either loads on another machine.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +28,26 @@ from selfsup.data.vocab import Vocab
 from selfsup.models import TransformerConfig, TransformerModel
 
 SPECIAL = re.compile(r"\s+(<mask>|<extra_id_\d+>)")  # a special token takes the space before it (as in training)
+PREFIX_OBJECTIVES = ("prefix_lm", "ul2")  # objectives that train a decoder with a bidirectional prefix
+
+
+def check_generation_settings(max_new_tokens: int = 0, temperature: float = 0.0, top_k: int | None = None,
+                              flags: bool = False) -> None:
+    """Refuse settings generation cannot use (SelfSupError, one line): max_new_tokens < 0, a negative or
+    non-finite temperature (0 is greedy), top_k < 0 (0 or None: every token). `flags`: name them as
+    selfsup-sample's options (--max-new-tokens) rather than as arguments (max_new_tokens=)."""
+    def name(arg: str, value) -> str:
+        return f"--{arg.replace('_', '-')} {value}" if flags else f"{arg}={value}"
+    if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral)
+            or max_new_tokens < 0):
+        raise SelfSupError(f"{name('max_new_tokens', max_new_tokens)} is not a number of tokens: use 0 or more")
+    if (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not math.isfinite(temperature)
+            or temperature < 0):
+        raise SelfSupError(f"{name('temperature', temperature)} is not a temperature: use 0 (greedy) or a "
+                           f"positive finite number (1 samples the model's distribution)")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0):
+        raise SelfSupError(f"{name('top_k', top_k)} is not a number of tokens: use k >= 1 to sample from the k "
+                           f"likeliest tokens, or 0 for every token")
 
 
 def run_checkpoint(run_dir: Path) -> Path:
@@ -51,6 +75,13 @@ class Pretrained:
     @property
     def architecture(self) -> str:
         return self.model.arch
+
+    @property
+    def prefix_lm(self) -> bool:
+        """A decoder trained with a bidirectional prefix (objective prefix_lm): generate reads the prompt as
+        that prefix and writes the rest causally, as in training."""
+        objective = (self.config.get("objective") or {}).get("name")
+        return self.architecture == "decoder" and objective in PREFIX_OBJECTIVES
 
     @property
     def device(self) -> torch.device:
@@ -89,19 +120,81 @@ class Pretrained:
         probs = torch.softmax(logits / temperature, dim=-1)
         return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
+    def generation_limit(self, text: str) -> int:
+        """The most tokens the model can write after `text` with the positions it has: a decoder, its
+        max_len less the prompt's tokens (it reads an end of document, the prompt, then what it wrote, all
+        but the last token); an encoder-decoder, its decoder's max_len (a start token, then what it wrote).
+        A text the model cannot read in its positions is refused (SelfSupError)."""
+        if self.architecture == "decoder":
+            prompt_ids = self.encode(text)
+            self._decoder_inputs(prompt_ids)
+            return self.model.max_len - len(prompt_ids)
+        self._needs("encoder_decoder", "generation_limit (what generate and fill_spans can write)")
+        self._ids([*self.encode(text), self.vocab.eos_id])  # the encoder's input
+        return self.model.max_len
+
+    def limit_note(self, text: str, max_new_tokens: int, flags: bool = False) -> str | None:
+        """None if max_new_tokens fits the model's positions (generation_limit), else the note saying it
+        is capped there (`flags`: as selfsup-sample's --max-new-tokens)."""
+        limit = self.generation_limit(text)
+        if max_new_tokens <= limit:
+            return None
+        asked = f"--max-new-tokens {max_new_tokens}" if flags else f"max_new_tokens={max_new_tokens}"
+        if self.architecture == "decoder":
+            where = (f"the model has {self.model.max_len} positions and the prompt takes "
+                     f"{self.model.max_len - limit}")
+        else:
+            where = f"the decoder has {self.model.max_len} positions"
+        return f"{asked} is more than the model can write: {where}, so it writes at most {limit} tokens"
+
+    def _capped(self, text: str, max_new_tokens: int) -> int:
+        note = self.limit_note(text, max_new_tokens)
+        if note:
+            warnings.warn(note, UserWarning, stacklevel=4)  # the caller of generate (under no_grad's wrapper)
+            return self.generation_limit(text)
+        return max_new_tokens
+
+    def _decoder_inputs(self, prompt_ids: list[int]) -> list[int]:
+        """What a decoder reads for a prompt: an end of document, then the prompt (documents follow an end
+        of document in training); refused when that does not fit its positions."""
+        ids = [self.vocab.eos_id, *prompt_ids]
+        if len(ids) > self.model.max_len:
+            raise SelfSupError(f"the prompt is {len(prompt_ids)} tokens; the model reads an end-of-document token "
+                               f"and the prompt in its {self.model.max_len} positions: shorten the prompt to at "
+                               f"most {self.model.max_len - 1} tokens")
+        return ids
+
+    def _next_logits(self, ids: list[int], prefix_length: int | None) -> torch.Tensor:
+        hidden = self.model(decoder_inputs=self._ids(ids), prefix_length=prefix_length)
+        return self._logits(hidden[0, -1])
+
+    @torch.no_grad()
+    def next_token_logits(self, prompt: str) -> torch.Tensor:
+        """Decoders: the logits [vocab size] of the token after prompt, those generate picks its first token
+        from (a prefix-LM decoder reads the prompt as its bidirectional prefix)."""
+        self._needs("decoder", "next_token_logits")
+        ids = self._decoder_inputs(self.encode(prompt))
+        return self._next_logits(ids, len(ids) if self.prefix_lm else None)
+
     @torch.no_grad()
     def generate(self, prompt: str, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
                  seed: int = 0) -> str:
         """Decoders: the continuation of prompt (greedy at temperature 0, else sampled, from the top_k
-        tokens if given), stopping at the end of a document."""
+        tokens if given; top_k 0 or None: every token), stopping at the end of a document.
+
+        A prefix-LM decoder (`prefix_lm`) reads the prompt as its bidirectional prefix and writes the rest
+        causally, as it was trained. max_new_tokens beyond the model's positions (generation_limit) is capped
+        there, with a warning (as Hugging Face's generate stops at max_position_embeddings)."""
         self._needs("decoder", "generate")
+        check_generation_settings(max_new_tokens, temperature, top_k)
         prompt_ids = self.encode(prompt)
-        ids = [self.vocab.eos_id, *prompt_ids]  # documents follow an end of document in training
+        ids = self._decoder_inputs(prompt_ids)
+        max_new_tokens = self._capped(prompt, max_new_tokens)
+        prefix_length = len(ids) if self.prefix_lm else None  # the prompt (after its end of document)
         generator = torch.Generator().manual_seed(seed)
         new: list[int] = []
         for _ in range(max_new_tokens):
-            window = ids[-self.model.max_len:]
-            logits = self._logits(self.model(decoder_inputs=self._ids(window))[0, -1])
+            logits = self._next_logits(ids, prefix_length)
             if int(logits.argmax()) == self.vocab.eos_id and temperature <= 0:
                 break
             token = self._pick(logits, temperature, top_k, generator)
@@ -114,6 +207,8 @@ class Pretrained:
     def fill_masks(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
         """Encoders: for each <mask> in text, the top_k tokens and their probabilities."""
         self._needs("encoder", "fill_masks")
+        if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
+            raise SelfSupError(f"top_k={top_k} is not a number of tokens to show per <mask>: use 1 or more")
         ids = self.encode(text)
         where = [i for i, t in enumerate(ids) if t == self.vocab.mask_id]
         if not where:
@@ -128,13 +223,16 @@ class Pretrained:
     @torch.no_grad()
     def fill_spans(self, text: str, max_new_tokens: int = 32) -> dict[str, str]:
         """Encoder-decoders: the text the decoder writes for each sentinel (<extra_id_0>, ...) of text,
-        greedy, as span corruption trained it to."""
+        greedy, as span corruption trained it to. max_new_tokens beyond the decoder's positions
+        (generation_limit) is capped there, with a warning."""
         self._needs("encoder_decoder", "fill_spans")
+        check_generation_settings(max_new_tokens)
         ids = self.encode(text)
         sentinels = [t for t in ids if self.vocab.sentinel_start <= t < self.vocab.first_ordinary]
         if not sentinels:
             raise SelfSupError("fill_spans: put <extra_id_0>, <extra_id_1>, ... where spans are missing, "
                                "e.g. 'The <extra_id_0> of'")
+        max_new_tokens = self._capped(text, max_new_tokens)
         encoder_inputs = self._ids([*ids, self.vocab.eos_id])
         out = [self.vocab.bos_id]
         for _ in range(max_new_tokens):

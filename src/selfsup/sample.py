@@ -3,6 +3,9 @@
     selfsup-sample outputs/<date>/<time> --prompt "The module"                  decoder: a continuation
     selfsup-sample outputs/<date>/<time> --prompt "The <mask> of a <mask>"      encoder: top-k per <mask>
     selfsup-sample outputs/<date>/<time> --prompt "The <extra_id_0> of a file"  encoder-decoder: each span
+
+A prefix-LM decoder reads the prompt as its bidirectional prefix, as it was trained. --max-new-tokens beyond the
+model's positions is capped there, with one note on stderr.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ def parse_args(argv: list[str] | None):
         "tokens with probabilities), encoder-decoders write the span of each sentinel <extra_id_N>."))
     parser.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="a run dir (its best checkpoint) or a .ckpt file")
     parser.add_argument("--prompt", help="the text (default: one for the model's architecture)")
-    parser.add_argument("--max-new-tokens", type=int, default=32, help="decoder and encoder-decoder: tokens to write")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="decoder and encoder-decoder: tokens to write "
+                        "(at most what the model's positions hold: capped there, with a note)")
     parser.add_argument("--temperature", type=float, default=0.0, help="decoder: 0 is greedy (default)")
-    parser.add_argument("--top-k", type=int, default=None, help="decoder: sample from the k likeliest tokens; "
-                        "encoder: how many tokens to show per <mask> (default 5)")
+    parser.add_argument("--top-k", type=int, default=None, help="decoder: sample from the k likeliest tokens (0: "
+                        "every token); encoder: how many tokens to show per <mask> (default 5)")
     parser.add_argument("--seed", type=int, default=0, help="decoder sampling seed")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
     return parser.parse_args(argv)
@@ -33,19 +37,26 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from selfsup.checks import user_errors
     try:
-        from selfsup.pretrained import load
+        from selfsup.pretrained import check_generation_settings, load
+        check_generation_settings(args.max_new_tokens, args.temperature, args.top_k, flags=True)  # before loading
         p = load(args.path, args.device)
         prompt = args.prompt if args.prompt is not None else PROMPTS[p.architecture]
         print(f"{p.architecture} from {p.checkpoint}")
+        max_new_tokens = args.max_new_tokens
+        if p.architecture != "encoder":
+            note = p.limit_note(prompt, max_new_tokens, flags=True)  # refuses a prompt the model cannot read
+            if note:
+                print(f"note: {note}", file=sys.stderr)
+                max_new_tokens = p.generation_limit(prompt)
         if p.architecture == "decoder":
-            print(prompt + p.generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
+            print(prompt + p.generate(prompt, max_new_tokens, args.temperature, args.top_k, args.seed))
         elif p.architecture == "encoder":
             print(prompt)
             for n, choices in enumerate(p.fill_masks(prompt, args.top_k or 5)):
                 print(f"<mask> {n}: " + "  ".join(f"{token!r} {prob:.3f}" for token, prob in choices))
         else:
             print(prompt)
-            for sentinel, span in p.fill_spans(prompt, args.max_new_tokens).items():
+            for sentinel, span in p.fill_spans(prompt, max_new_tokens).items():
                 print(f"{sentinel}: {span!r}")
     except user_errors() as err:
         print(f"error: {err}", file=sys.stderr)

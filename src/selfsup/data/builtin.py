@@ -7,6 +7,7 @@ it is also run as a script, in a clean interpreter, to gather the standard-libra
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -128,13 +129,14 @@ def stdlib_docstrings(cache_dir: str | os.PathLike | None = None) -> dict:
                 pass  # damaged: gathered again below
     _GATHERED.update(_gather())
     if kept is not None:
+        tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
         try:  # atomically: a concurrent run reads a whole file or none
             kept.parent.mkdir(parents=True, exist_ok=True)
-            tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(_GATHERED))
             os.replace(tmp, kept)
-        except OSError:
-            pass  # an unwritable cache dir: gathered again next time
+        except OSError:  # an unwritable or full cache dir: gathered again next time
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
     return _GATHERED
 
 

@@ -13,11 +13,14 @@ reads the shards by memory map (`ShardedTokens`).
 
 The cache is found by a key of what identifies the corpus without reading it (file paths, sizes and
 modification times; a data set's name, config, split and revision) and the tokenizer settings, so a warm
-start reads no document. It is checked cheaply at every start (every file's size, the checksums of its ends):
-a damaged cache is rebuilt, with a warning. The middle of a shard is checked as it is read: the first read of
+start reads no document (data.verify=full puts the hash of each local file's bytes in the key instead of its
+modification time: a full read at every start). It is checked cheaply at every start (every file's size, the
+checksums of its ends): a damaged cache is rebuilt, with a warning. The middle of a shard is checked as it is read: the first read of
 each MiB chunk hashes it against meta.json, and a chunk that does not match stops the run with a DataError and
 marks the cache (a `DAMAGED` file), so the next start rebuilds it. A cache folder is built under a temporary name and renamed into place,
-so it is either complete or absent; when another process got there first, its copy is kept.
+so it is either complete or absent; when another process got there first, its copy is kept. A cache_dir that
+cannot be written (when a build is needed) or that runs out of space while building is one DataError line,
+with the temporary folder removed.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from selfsup.data.sources import DataError, document_key
+from selfsup.data.sources import DataError, document_key, out_of_space
 
 FORMAT_VERSION = 4  # 3: sharded .bin token files, train_keys.npy, end checksums; 4: chunk checksums
 END_BYTES = 1 << 20  # a shard's checksum covers its first and last MiB: cheap at every start
@@ -223,8 +226,15 @@ def load_cache(folder: Path, built: bool = False) -> TokenCache:
 # ---------------------------------------------------------------------------------------------- building
 
 
+def _no_space(cache_dir: Path, e: BaseException) -> DataError:
+    return DataError(f"data.cache_dir={cache_dir} ran out of space while building the token cache "
+                     f"({out_of_space(e)}); nothing of it was kept: free space there or point data.cache_dir at a "
+                     f"folder with more room")
+
+
 def build_or_load(key: str, cache_dir: str | os.PathLike, build_into: Callable[[Path], None]) -> TokenCache:
-    """Reuse `<cache_dir>/<key[:16]>/` when it is intact; otherwise build it (atomically) with build_into(folder)."""
+    """Reuse `<cache_dir>/<key[:16]>/` when it is intact; otherwise build it (atomically) with build_into(folder).
+    A cache_dir that cannot be written, or fills up while building, is a DataError (nothing of the build kept)."""
     cache_dir = Path(cache_dir).expanduser()
     target = cache_dir / key[:16]
     if target.exists():
@@ -251,10 +261,23 @@ def build_or_load(key: str, cache_dir: str | os.PathLike, build_into: Callable[[
                 shutil.rmtree(left, ignore_errors=True)
         except OSError:
             pass
-    scratch = Path(tempfile.mkdtemp(prefix=f".building-{key[:16]}-", dir=cache_dir))
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=f".building-{key[:16]}-", dir=cache_dir))
+    except OSError as e:
+        if out_of_space(e):
+            raise _no_space(cache_dir, e) from None
+        raise DataError(f"data.cache_dir={cache_dir} cannot be written ({e.strerror}), and it holds no token cache "
+                        f"for these settings: pass a writable folder (data.cache_dir=<folder>)") from None
     try:
         scratch.chmod(0o755)  # mkdtemp makes it private; a cache may be shared
-        build_into(scratch)
+        try:
+            build_into(scratch)
+        except DataError:
+            raise
+        except Exception as e:  # noqa: BLE001 - datasets, Arrow and tokenizers each raise their own kind
+            if out_of_space(e):
+                raise _no_space(cache_dir, e) from None
+            raise
         try:
             os.rename(scratch, target)  # atomic; fails when another process already put it there
         except OSError:

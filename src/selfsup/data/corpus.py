@@ -9,9 +9,12 @@ selfsup.data.datamodule.SelfSupDataModule(corpus) adds Lightning's hooks and the
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import logging
 import operator
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +32,8 @@ from selfsup.data.tokenizer import check_vocab_size, train_tokenizer, vocab_from
 from selfsup.data.vocab import Vocab
 
 SOURCES = ("builtin", "text_files", "hf_dataset")
+VERIFY = ("stat", "full")  # data.verify: what of the local data files the cache key holds
+log = logging.getLogger("selfsup")
 
 
 class TokenWindows(Dataset):
@@ -84,6 +89,7 @@ class Corpus:
         shard_chars: int = 64_000_000,
         tokenizer: str | None = None,
         quiet: bool = False,
+        verify: str = "stat",
     ):
         self.source = source
         self.paths = paths
@@ -98,6 +104,7 @@ class Corpus:
         self.shard_chars = shard_chars
         self.pretrained_tokenizer = str(tokenizer) if tokenizer else None
         self.quiet = quiet
+        self.verify = verify
         self.data_files = data_files
         self.streaming = streaming
         self.max_documents = max_documents
@@ -141,6 +148,9 @@ class Corpus:
             raise DataError(f"data.shard_chars={self.shard_chars} must be at least 1 (characters of text per shard)")
         if self.num_proc < 1:
             raise DataError(f"data.num_proc={self.num_proc} must be at least 1 (or null: one per core, up to 8)")
+        if self.verify not in VERIFY:
+            raise DataError(f"data.verify={self.verify!r} is unknown: use stat (file paths, sizes and modification "
+                            f"times) or full (hash the files' contents)")
         if self.val_split is not None and self.source != "hf_dataset":
             raise DataError(f"data.val_split={self.val_split} names a split of a data set: it needs data=hf_dataset "
                             f"(other sources hold out data.val_fraction of the documents)")
@@ -179,7 +189,9 @@ class Corpus:
         return docs, self.where()
 
     def identity(self) -> dict:
-        """What identifies the corpus and its tokens without reading a document: the cache key's contents."""
+        """What identifies the corpus and its tokens without reading a document: the cache key's contents.
+        With verify="full" each local data file's bytes are hashed into it (a full read) in place of its mtime."""
+        content = self.verify == "full"
         spec = self.pretrained_tokenizer
         if spec:
             path = Path(spec).expanduser()
@@ -192,14 +204,14 @@ class Corpus:
             return {"source": "builtin", "python": sys.version, "max_chars": BUILTIN_MAX_CHARS,
                     "val_fraction": self.val_fraction, **settings}
         if self.source == "text_files":
-            return {"source": "text_files", "files": file_stats(self._paths()), "text_field": self.text_field,
+            return {"source": "text_files", "files": file_stats(self._paths(), content), "text_field": self.text_field,
                     "val_fraction": self.val_fraction, **settings}
         files = self.data_files
         if isinstance(files, dict):
-            stats = {str(k): local_stats(v) for k, v in sorted(files.items(), key=lambda kv: str(kv[0]))}
+            stats = {str(k): local_stats(v, content) for k, v in sorted(files.items(), key=lambda kv: str(kv[0]))}
         else:
-            stats = local_stats(files)
-        return {"source": "hf_dataset", "name": local_stats(self.hf_name), "config": self.hf_config,
+            stats = local_stats(files, content)
+        return {"source": "hf_dataset", "name": local_stats(self.hf_name, content), "config": self.hf_config,
                 "split": self.hf_split, "val_split": self.val_split, "revision": self.revision, "data_files": stats,
                 "streaming": self.streaming, "text_field": self.text_field,
                 "val_fraction": None if self.val_split else self.val_fraction, **settings}
@@ -235,6 +247,8 @@ class Corpus:
                   quiet=self.quiet, shard_chars=self.shard_chars)
 
         cache = build_or_load(cache_key(identity), self.cache_dir, build_into)
+        if not cache.built:
+            self._reuse_notice(identity)
         self.training_keys = cache.train_keys
         self.tokenizer = cache.tokenizer
         self.cache_path = cache.path
@@ -243,6 +257,20 @@ class Corpus:
         self.meta = cache.meta
         self.vocab = vocab_from_tokenizer(cache.tokenizer, self.n_sentinels)
         return self.vocab
+
+    def _reuse_notice(self, identity: dict) -> None:
+        """What the key of a reused cache covers, where an edit could slip past it: one info line for local data
+        files (short: it follows Hydra's time stamp within 100 columns), a warning for a hub data set keyed by a
+        branch (or its default one), which moves while its name stays the same."""
+        if identity["source"] == "text_files" or _holds_stats(identity.get("name")) or _holds_stats(
+                identity.get("data_files")):
+            log.info("reused token cache by file hashes (data.verify=full)" if self.verify == "full" else
+                     "reused token cache by file sizes+mtimes; data.verify=full hashes")
+        hub = identity["source"] == "hf_dataset" and not _holds_stats(identity["name"]) and not _builder(self.hf_name)
+        if hub and not re.fullmatch(r"[0-9a-f]{40}", str(self.revision or "")):
+            log.warning(f"data.hf_name={self.hf_name} is not pinned to a commit (data.revision="
+                        f"{self.revision or 'null, its default branch'}): its token cache is reused after the branch "
+                        f"moves; set data.revision=<commit> (a 40-hex sha) to key the cache to one version")
 
     def set_window(self, raw_length: int, batches_per_step: int = 1) -> None:
         """Cut both splits into windows of raw_length tokens; a train batch holds batch_size * batches_per_step."""
@@ -263,3 +291,19 @@ class Corpus:
             )
         self.raw_length = raw_length
         self.batches_per_step = batches_per_step
+
+
+def _holds_stats(value) -> bool:
+    """Whether a local_stats result holds a local file's [path, bytes, mtime or hash]."""
+    if isinstance(value, dict):
+        return any(map(_holds_stats, value.values()))
+    if not isinstance(value, list):
+        return False
+    return (len(value) == 3 and isinstance(value[1], int)) or any(map(_holds_stats, value))
+
+
+def _builder(name: str | None) -> bool:
+    """Whether data.hf_name is one of datasets' packaged builders (json, parquet, text, ...), whose data are the
+    data_files rather than a hub repository; found without importing datasets."""
+    spec = importlib.util.find_spec("datasets")
+    return bool(name and spec and spec.origin and (Path(spec.origin).parent / "packaged_modules" / name).is_dir())

@@ -142,7 +142,7 @@ def _write_split(dataset, indices: np.ndarray, chars: np.ndarray, split: str, fo
                 values = column.flatten().to_numpy(zero_copy_only=False).astype(dtype, copy=False)
                 lengths = np.diff(column.offsets.to_numpy())
                 longest = max(longest, int(lengths.max()) - 1 if len(lengths) else 0)
-                values.astype(np.dtype(dtype).newbyteorder("<"), copy=False).tofile(f)
+                f.write(values.astype(np.dtype(dtype).newbyteorder("<"), copy=False).tobytes())  # a full disk: ENOSPC
                 count += values.size
         shards.append({"name": name, "tokens": count, "documents": end - start})
         total += count

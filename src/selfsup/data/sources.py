@@ -10,6 +10,7 @@ A document is the unit that is never split across train / validation. Three sour
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import json
 import os
@@ -246,25 +247,41 @@ def text_file_documents(paths: str | os.PathLike | Sequence[str | os.PathLike], 
     return list(iter_text_file_documents(paths, text_field))
 
 
-def _stat(path: Path) -> list:
-    """[path, bytes, mtime_ns]: what identifies a file's contents without reading it."""
+def file_digest(path: str | os.PathLike) -> str:
+    """blake2b of a file's whole content, read a MiB at a time."""
+    digest = hashlib.blake2b(digest_size=16)
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+    except OSError as e:
+        raise DataError(f"data.verify=full: cannot read {path} to hash it ({e.strerror}): make it readable or "
+                        f"remove it from the data settings") from None
+    return digest.hexdigest()
+
+
+def _stat(path: Path, content: bool = False) -> list:
+    """[path, bytes, mtime_ns]: what identifies a file's contents without reading it; content: [path, bytes,
+    blake2b of the bytes] instead (a full read, which an edit that keeps the size and mtime does not fool)."""
     stat = path.stat()
-    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+    return [str(path.resolve()), stat.st_size, file_digest(path) if content else stat.st_mtime_ns]
 
 
-def file_stats(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[list]:
-    """[path, bytes, mtime_ns] of every file data.paths names (what identifies the corpus without reading it)."""
-    return [_stat(path) for path in _expand_paths(paths)]
+def file_stats(paths: str | os.PathLike | Sequence[str | os.PathLike], content: bool = False) -> list[list]:
+    """[path, bytes, mtime_ns] of every file data.paths names (what identifies the corpus without reading it);
+    content: the hash of each file's bytes in place of its mtime."""
+    return [_stat(path, content) for path in _expand_paths(paths)]
 
 
-def local_stats(value):
+def local_stats(value, content: bool = False):
     """[path, bytes, mtime_ns] of every local file a data_files value or a data set name names (a file, a glob, a
-    folder, ~ expanded; lists and tuples element by element); other values (hub names, URLs) as they are."""
+    folder, ~ expanded; lists and tuples element by element); other values (hub names, URLs) as they are.
+    content: the hash of each local file's bytes in place of its mtime."""
     import glob
     if value is None:
         return None
     if isinstance(value, (list, tuple)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
-        return [local_stats(v) for v in value]
+        return [local_stats(v, content) for v in value]
     text = os.path.expanduser(str(value))
     if Path(text).is_dir():
         files = sorted(p for p in Path(text).rglob("*") if p.is_file() and ".git" not in p.parts)
@@ -274,7 +291,7 @@ def local_stats(value):
         files = [Path(text)]
     else:
         return str(value)
-    return [str(value), *(_stat(p) for p in files)]
+    return [str(value), *(_stat(p, content) for p in files)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -334,11 +351,35 @@ def _root_cause(e: BaseException) -> str:
     return f"{type(e).__name__}: {_one_line(e)}"
 
 
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def out_of_space(e: BaseException) -> str | None:
+    """The error's text when it, or an error it was raised from, is a full disk (or quota), else None. Libraries
+    wrap it (datasets in a DatasetGenerationError) or raise it with the system's text only (tokenizers, Arrow)."""
+    texts = [os.strerror(code) for code in _NO_SPACE]
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _NO_SPACE:
+            return os.strerror(e.errno)
+        found = [text for text in texts if text in str(e)]
+        if found:
+            return found[0]
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def _hf_read(datasets, name, config, split, text_field, data_files, streaming, max_documents, where, revision=None):
     try:
         dataset = datasets.load_dataset(name, config, split=split, streaming=streaming, data_files=data_files,
                                         revision=revision)
     except Exception as e:  # noqa: BLE001 - load_dataset raises many kinds
+        full = out_of_space(e)
+        if full:  # load_dataset downloads and prepares into the datasets cache, not data.cache_dir
+            raise DataError(f"could not load {where}: the datasets cache ran out of space ({full}): free space in "
+                            f"{datasets.config.HF_DATASETS_CACHE} or set HF_DATASETS_CACHE to a folder with more "
+                            f"room") from None
         cause = _root_cause(e)
         raise DataError(
             f"could not load {where}: {type(e).__name__}: {_one_line(e)}"
