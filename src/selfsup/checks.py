@@ -52,6 +52,11 @@ def check_settings(cfg: DictConfig) -> None:
     if metric.startswith("eval/") and not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
         raise SelfSupError(f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or "
                            f"optimize val/loss")
+    evaluated = [*(["fixed"] if cfg.eval.fixed else []), *(["pairs"] if cfg.eval.get("pairs") else []),
+                 *(cfg.eval.tasks or {})]
+    if metric.startswith("eval/") and metric.split("/")[1] not in evaluated:
+        raise SelfSupError(f"optimized_metric={metric}: this run evaluates no {metric.split('/')[1]!r}: use "
+                           + ", ".join(f"eval/{name}/..." for name in evaluated) + " (eval.tasks.NAME adds a task)")
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
                            f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")

@@ -71,6 +71,8 @@ def refusal(cache_dir, *overrides) -> str | None:
     (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path", "does not exist"]),
     (["objective._target_=nowhere.Objective"], ["objective._target_=nowhere.Objective cannot be imported"]),
     (["optim.lr=-1"], ["optim.lr=-1.0 must be positive"]),
+    (["optimized_metric=eval/ordr/accuracy"], ["optimized_metric=eval/ordr/accuracy: this run evaluates no 'ordr'",
+                                               "eval/probe/..."]),
 ])
 def test_config_mistakes_in_one_line(cache_dir, overrides, words):
     message = refusal(cache_dir, *overrides)

@@ -169,7 +169,7 @@ def test_the_verdict_is_the_same_in_the_console_the_report_and_verdict_json(html
     out = report(mask_sweep, "--out", mask_sweep.parent / "r.md")
     assert out.returncode == 0, out.stderr[-2000:]
     md = (mask_sweep.parent / "r.md").read_text()
-    part = md[md.index("**Verdict"):md.index("## Plots")]
+    part = md[md.index("**Verdict"):md.index("\n## ", md.index("**Verdict"))]  # to the next section
     assert " ".join(part.replace("**", "").replace("\n- ", "\n").split()) == verdict
 
 
@@ -326,3 +326,42 @@ def test_the_wandb_report_has_the_local_reports_panels_over_the_sweeps_group(mas
     assert "final probe accuracy per mask rate (mean, min-max over seeds)" in titles
     assert not any("span length" in t for t in titles)  # one span length: nothing to compare
     assert any(isinstance(b, wr.MarkdownBlock) and b.text == COMPARISON_NOTE for b in report.blocks)
+
+
+def test_a_users_task_is_in_the_closing_lines_the_sweep_table_the_report_and_the_verdict(cache_dir, tmp_path):
+    """eval.tasks.order beside the built-in probe: its accuracy, margin and baselines wherever the probe's are."""
+    import random
+    rng = random.Random(0)
+    words = "alpha beta gamma delta river stone cloud paper window green quick slow".split()
+    with open(tmp_path / "order.jsonl", "w") as f:
+        for i in range(300):
+            ws = rng.sample(words, 6)
+            f.write(json.dumps({"sentence": " ".join(ws) + f" {i}", "label": int(ws.index(min(ws)) < 3)}) + "\n")
+    task = f"+eval.tasks.order={{source: text_files, paths: [{tmp_path / 'order.jsonl'}], text_field: sentence}}"
+    root = tmp_path / "sweep"
+    out = sweep(root, cache_dir, "logger=csv", task, "objective=clm")  # a sweep of one job: its table
+    assert out.returncode == 0, out.stderr[-3000:]
+    summaries = [json.loads((root / "0" / "summary.json").read_text())]
+    evaluated = summaries[0]["eval"]
+    from selfsup.report.summary import run_lines
+    lines = run_lines(summaries[0])  # the closing lines of the run
+    [line] = [line for line in lines if line.strip().startswith("order acc")]
+    assert line.strip() == (f"order acc {evaluated['eval/order/accuracy']:.3f}  margin "
+                            f"{evaluated['eval/order/margin']:+.3f} [{evaluated['eval/order/margin_low']:+.3f}, "
+                            f"{evaluated['eval/order/margin_high']:+.3f}]  random-init "
+                            f"{evaluated['eval/order/random_init_accuracy']:.3f} +- "
+                            f"{evaluated['eval/order/random_init_accuracy_sd']:.3f}  majority "
+                            f"{evaluated['eval/order/majority_accuracy']:.3f}")
+    assert any(line.strip().startswith("order: ") for line in lines)  # the verdict scores it too
+    header = next(line for line in out.stdout.splitlines() if line.startswith("job "))
+    assert [c.strip() for c in header.split("|")][-8:-4] == ["probe acc", "probe margin", "order acc", "order margin"]
+    made = report(root)
+    assert made.returncode == 0, made.stderr[-3000:]
+    text = (root / "report.html").read_text()
+    runs = html_table(text)
+    assert [r["order acc"] for r in runs] == [f"{s['eval']['eval/order/accuracy']:.4f}" for s in summaries]
+    rows = html_table(text, "task-order")
+    assert [r["majority"] for r in rows] == [f"{s['eval']['eval/order/majority_accuracy']:.4f}" for s in summaries]
+    assert rows[0]["random-init"] == (f"{evaluated['eval/order/random_init_accuracy']:.4f} +- "
+                                      f"{evaluated['eval/order/random_init_accuracy_sd']:.4f}")
+    assert "order:" in text.split('<div id="verdict">', 1)[1].split("</div>", 1)[0]

@@ -488,3 +488,22 @@ def test_minicons_scores_the_exported_model_as_the_lab_scores_pairs(sweep, job):
     assert max(abs(a - b) for a, b in zip(ours, theirs)) < tolerance
     good, bad = torch.tensor(theirs[0::2]), torch.tensor(theirs[1::2])
     assert S.accuracy(ours[0::2], ours[1::2]).tolist() == S.accuracy(good.numpy(), bad.numpy()).tolist()
+
+
+def test_the_report_of_an_objective_sweep_shows_the_objective_swept_and_the_consoles_verdict(sweep, tmp_path):
+    """objective=mlm,clm,...: the report's swept key is `objective` (not each objective's own settings), its
+    table has no per-objective setting columns, and its verdict is the console's, word for word."""
+    import html
+    import re
+    root, out = sweep
+    done = subprocess.run(["selfsup-report", str(root), "--out", str(tmp_path / "r.html")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = (tmp_path / "r.html").read_text()
+    assert f"{len(OBJECTIVES)} runs; swept: <code>objective</code>." in text
+    header = re.findall(r"<th>(.*?)</th>", text.split('<table id="runs">', 1)[1].split("</thead>", 1)[0])
+    assert header[:4] == ["run", "objective", "architecture", "val loss"] and "n/a" not in text.split("</table>")[0]
+    block = re.search(r'<div id="verdict"><p><b>(.*?)</b></p><ul>(.*?)</ul></div>', text, re.S)
+    shown = " ".join(html.unescape(" ".join([block.group(1), *re.findall(r"<li>(.*?)</li>", block.group(2))])).split())
+    printed = out.stdout[out.stdout.index("Verdict (margin"):out.stdout.index("Sweep outputs:")]
+    assert shown == " ".join(printed.split())

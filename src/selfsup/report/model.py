@@ -66,6 +66,16 @@ class Run:
                 "tokens_per_sec": self.summary.get("tokens_per_sec") or self.last("perf/tokens_per_sec"),
                 "wall_seconds": self.summary.get("wall_seconds")}
 
+    def logged_keys(self) -> list[str]:
+        """Every key logged in the history or kept in summary.json's eval, in the order first seen."""
+        keys = [k for item in self.history for k in item]
+        return list(dict.fromkeys([*keys, *(self.summary.get("eval") or {})]))
+
+    def task_value(self, key: str) -> float | None:
+        """An evaluation value: the last logged, else summary.json's (float64)."""
+        found = self.last(key)
+        return found if found is not None else _number((self.summary.get("eval") or {}).get(key))
+
     def margin(self, accuracy_key: str) -> str | None:
         """`+0.121 [+0.102, +0.140]`: the last logged margin over random-init of a score and its 95% interval."""
         key = accuracy_key.removesuffix("/accuracy")
@@ -93,6 +103,8 @@ class Run:
         """A config value; n/a for an objective setting this run's objective does not have."""
         if key.startswith("objective.") and self.config and key not in self.config:
             return "n/a"
+        if key not in self.config and f"{key}.name" in self.config:  # a config group (objective=mlm,clm)
+            return self.config[f"{key}.name"]
         return self.config.get(key)
 
 

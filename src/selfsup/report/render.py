@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from selfsup.report.model import Run, _show
-from selfsup.report.summary import DEFINITIONS
+from selfsup.report.summary import DEFINITIONS, task_names
 from selfsup.report.verdict import verdict_text
 from selfsup.version import describe
 
@@ -30,13 +30,24 @@ VALUES_NOTE = (
     "(logger=none) summary.json.")
 
 
+def tasks(runs: list[Run]) -> list[str]:
+    """The user's evaluation tasks (eval.tasks.*) the runs logged, beside the built-in probe."""
+    return [t for t in task_names(k for run in runs for k in run.logged_keys()) if t != "probe"]
+
+
 def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
+    keys = [k for k in keys if k not in ("objective", "architecture")]  # columns of their own
+    own = tasks(runs)
     header = ["run", "objective", "architecture", *keys, "val loss", "val ppl", "fixed loss", "pairs acc",
-              "pairs margin", "probe acc", "probe margin", "val signal/token", "tokens seen", "FLOPs", "targets",
-              "tokens/s", "wall time", "status", "data"]
+              "pairs margin", "probe acc", "probe margin", *[f"{t} {c}" for t in own for c in ("acc", "margin")],
+              "val signal/token", "tokens seen", "FLOPs", "targets", "tokens/s", "wall time", "status", "data"]
     rows = []
     for run in runs:
         m = run.metrics()
+        task_cells = []
+        for t in own:
+            found = run.task_value(f"eval/{t}/accuracy")
+            task_cells += ["-" if found is None else f"{found:.4f}", run.margin(f"eval/{t}/accuracy") or "-"]
 
         def number(key: str, form: str) -> str:
             return "-" if m[key] is None else format(m[key], form)
@@ -44,11 +55,34 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
         rows.append([run.label, run.objective or "-", run.architecture or "-", *[_show(run.value(k)) for k in keys],
                      number("val_loss", ".4f"), number("val_perplexity", ".2f"), number("fixed_loss", ".4f"),
                      number("pairs", ".4f"), m["pairs_margin"] or "-", number("probe", ".4f"), m["probe_margin"] or "-",
-                     number("signal_per_token", ".3f"), number("tokens_seen", ",.0f"), number("flops_seen", ".2g"),
+                     *task_cells, number("signal_per_token", ".3f"), number("tokens_seen", ",.0f"), number("flops_seen", ".2g"),
                      number("targets_seen", ",.0f"), number("tokens_per_sec", ",.0f"),
                      "-" if m["wall_seconds"] is None else str(timedelta(seconds=round(m["wall_seconds"]))),
                      status, run.source])
     return header, rows
+
+
+TASK_NOTE = ("Each evaluation task (the built-in probe, and every eval.tasks.NAME) beside its baselines: the "
+             "majority class's accuracy, and random-init: the same probe on untrained models of the run's shape "
+             "(mean +- sd over seeds); the margin is the accuracy minus random-init, with its paired bootstrap 95% "
+             "interval.")
+TASK_COLUMNS = ["run", "objective", "accuracy", "macro F1", "majority", "random-init", "margin [95%]"]
+
+
+def task_rows(runs: list[Run], task: str) -> list[list[str]]:
+    """[run, objective, accuracy, macro F1, majority, random-init mean +- sd, margin] of each run that has the task."""
+    rows = []
+    for run in runs:
+        get = {k: run.task_value(f"eval/{task}/{k}") for k in ("accuracy", "macro_f1", "majority_accuracy",
+                                                                "random_init_accuracy", "random_init_accuracy_sd")}
+        if get["accuracy"] is None:
+            continue
+        shown = {k: "-" if v is None else f"{v:.4f}" for k, v in get.items()}
+        baseline = shown["random_init_accuracy"] + ("" if get["random_init_accuracy_sd"] is None
+                                                    else f" +- {get['random_init_accuracy_sd']:.4f}")
+        rows.append([run.label, run.objective or "-", shown["accuracy"], shown["macro_f1"],
+                     shown["majority_accuracy"], baseline, run.margin(f"eval/{task}/accuracy") or "-"])
+    return rows
 
 
 def verdict(runs: list[Run], keys: list[str]) -> list[str]:
@@ -139,7 +173,7 @@ def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, by
                 bits = [str(run.path)] + ([f"W&B: {run.wandb_record['display_name']}"]
                                           if run.wandb_record.get("display_name") else [])
                 title = f' title="{esc(" | ".join(bits))}"'
-            cls = ' class="num"' if name in NUMERIC else ""
+            cls = ' class="num"' if name in NUMERIC or name.endswith((" acc", " margin")) else ""
             cells.append(f"<td{cls}{title}>{esc(cell)}</td>")
         body.append(f'<tr class="{"finished" if run.finished else "failed"}">{"".join(cells)}</tr>')
     figures = "\n".join(
@@ -166,6 +200,7 @@ def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, by
 <h2>How to compare</h2>
 <p class="note">{esc(COMPARISON_NOTE)}</p>
 {_verdict_html(runs, keys)}
+{_tasks_html(runs)}
 <h2>Plots</h2>
 {figures or "<p>No validation values were logged: nothing to plot.</p>"}
 {_predictions_html(runs)}
@@ -179,6 +214,23 @@ def _verdict_html(runs: list[Run], keys: list[str]) -> str:
         return ""
     items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in lines[1:])
     return f'<div id="verdict"><p><b>{html.escape(lines[0])}</b></p><ul>{items}</ul></div>'
+
+
+def _tasks_html(runs: list[Run]) -> str:
+    esc = html.escape
+    sections = []
+    for task in ["probe", *tasks(runs)]:
+        rows = task_rows(runs, task)
+        if not rows:
+            continue
+        head = "".join(f"<th>{esc(h)}</th>" for h in TASK_COLUMNS)
+        body = "\n".join("<tr>" + "".join(f'<td{"" if i < 2 else " class=num"}>{esc(c)}</td>'
+                                          for i, c in enumerate(row)) + "</tr>" for row in rows)
+        sections.append(f'<h3>{esc(task)}</h3>\n<table id="task-{esc(task)}"><thead><tr>{head}</tr></thead>'
+                        f'<tbody>\n{body}\n</tbody></table>')
+    if not sections:
+        return ""
+    return f'<h2>Evaluation tasks</h2>\n<p class="small">{esc(TASK_NOTE)}</p>\n' + "\n".join(sections)
 
 
 def _predictions_html(runs: list[Run]) -> str:
@@ -206,7 +258,7 @@ def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str
              *[line + "\n" for line in setup.get("study", [])],
              "## Runs", "",
              "| " + " | ".join(_md_cell(h) for h in header) + " |",
-             "|" + "|".join("---:" if h in NUMERIC else "---" for h in header) + "|"]
+             "|" + "|".join("---:" if h in NUMERIC or h.endswith((" acc", " margin")) else "---" for h in header) + "|"]
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
     lines += ["", VALUES_NOTE, ""]
     lines += [f"- **{r.label}**: {r.note}" for r in runs if r.note]
@@ -214,6 +266,14 @@ def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str
     found = verdict(runs, keys)
     if found:
         lines += [f"**{found[0]}**", "", *[f"- {line.strip()}" for line in found[1:]], ""]
+    task_sections = [(task, task_rows(runs, task)) for task in ["probe", *tasks(runs)]]
+    if any(rows for _, rows in task_sections):
+        lines += ["## Evaluation tasks", "", TASK_NOTE, ""]
+        for task, rows in task_sections:
+            if rows:
+                lines += [f"### {task}", "", "| " + " | ".join(TASK_COLUMNS) + " |",
+                          "|" + "|".join("---" if i < 2 else "---:" for i in range(len(TASK_COLUMNS))) + "|",
+                          *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows], ""]
     lines += ["## Plots", ""]
     files = []
     for name, caption, png in plots:

@@ -11,6 +11,10 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 from selfsup.report.model import (
     IGNORED_KEYS,
     IGNORED_PREFIXES,
@@ -269,9 +273,36 @@ def _setting_keys(runs: list[Run]) -> list[str]:
             and not k.endswith(("._target_", "._convert_"))]  # which class builds a group: named by its name
 
 
+def command_swept(sweep_dir: Path) -> list[str] | None:
+    """The keys (or config groups, e.g. `objective`) the sweep's command swept, from its multirun.yaml:
+    the sweep overrides of the command line and the sweeper's params (an experiment's own sweep); None
+    without a readable multirun.yaml, or for a study (its sweeper samples its own params)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    try:
+        hydra_cfg = OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra
+        task = list(hydra_cfg.overrides.task)
+        params = dict(hydra_cfg.sweeper.get("params") or {})
+        sweeper = str(hydra_cfg.sweeper.get("_target_", ""))
+    except (OSError, ValueError, AttributeError, OmegaConfBaseException):
+        return None
+    if "optuna" in sweeper:
+        params = {}  # sampled, not swept (the study section has them); the command line's sweeps still count
+    try:
+        overrides = OverridesParser.create().parse_overrides([*task, *(f"{k}={v}" for k, v in params.items())])
+    except HydraException:
+        return None
+    return list(dict.fromkeys(o.key_or_group for o in overrides if o.is_sweep_override()))
+
+
 def swept_keys(runs: list[Run]) -> list[str]:
-    """Config keys whose values differ between runs, in config order."""
-    return [k for k in _setting_keys(runs) if len({_key_value(r.config.get(k)) for r in runs}) > 1]
+    """The keys the runs' sweep commands swept (multirun.yaml), else the config keys whose values differ
+    between runs, in config order. A swept config group (objective=mlm,clm) is one key: its name."""
+    differ = [k for k in _setting_keys(runs) if len({_key_value(r.config.get(k)) for r in runs}) > 1]
+    commands = [command_swept(sweep) for sweep in dict.fromkeys(r.sweep for r in runs if r.sweep is not None)]
+    if not commands or any(c is None for c in commands):
+        return differ
+    swept = list(dict.fromkeys(k for c in commands for k in c))
+    return [k for k in swept if len({_key_value(r.value(k)) for r in runs}) > 1] or differ
 
 
 def fixed_settings(runs: list[Run]) -> dict:

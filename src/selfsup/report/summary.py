@@ -26,9 +26,41 @@ DEFINITIONS = ("FLOPs: training FLOPs spent; targets: scored targets over traini
                "by summed log-probability, encoders by pseudo-log-likelihood, encoder-decoders by the decoder's "
                "log-probability given a blank encoder input); pairs margin, probe margin: the accuracy minus the "
                "mean of the same score on untrained models of the run's shape (random-init), with its paired "
-               "bootstrap 95% interval; signal/token: scored targets / input tokens of the last validation; "
+               "bootstrap 95% interval; <task> acc, <task> margin: the same for each of the user's tasks "
+               "(eval.tasks.<task>); signal/token: scored targets / input tokens of the last validation; "
                "tokens/s: input tokens per second of training time over the run (validation, evaluation and the "
                "first step excluded); wall time: the whole run; job: the run's folder in the sweep dir")
+
+
+def task_names(keys) -> list[str]:
+    """The evaluation tasks (the built-in probe and the user's eval.tasks.*) of eval/<task>/accuracy keys."""
+    names = [k.split("/")[1] for k in keys if k.count("/") == 2 and k.startswith("eval/") and k.endswith("/accuracy")]
+    return [n for n in dict.fromkeys(names) if n not in ("pairs", "fixed")]
+
+
+def task_columns(rows: list[dict]) -> list[tuple[str, str]]:
+    """(key, title) of the accuracy and margin of each task beside the probe, in the order first seen."""
+    names = task_names(k for r in rows for k in (r.get("eval") or {}))
+    return [(f"eval/{n}/{part}", f"{n} {title}") for n in names if n != "probe"
+            for part, title in (("accuracy", "acc"), ("margin", "margin"))]
+
+
+def task_lines(evaluated: dict) -> list[str]:
+    """One line per task: its accuracy, margin over random-init with its 95% interval, and baselines."""
+    lines = []
+    for name in task_names(evaluated):
+        row = {"eval": evaluated}
+        parts = [f"{name} acc {_fmt('eval/', evaluated[f'eval/{name}/accuracy'])}"]
+        margin = run_margin(row, f"eval/{name}")
+        if margin is not None:
+            parts.append(f"margin {margin}")
+        mean, sd = (evaluated.get(f"eval/{name}/random_init_{k}") for k in ("accuracy", "accuracy_sd"))
+        if mean is not None:
+            parts.append(f"random-init {mean:.3f}" + (f" +- {sd:.3f}" if sd is not None else ""))
+        if evaluated.get(f"eval/{name}/majority_accuracy") is not None:
+            parts.append(f"majority {evaluated[f'eval/{name}/majority_accuracy']:.3f}")
+        lines.append("  ".join(parts))
+    return lines
 
 
 def value(row: dict, key: str):
@@ -62,9 +94,9 @@ def run_lines(row: dict) -> list[str]:
             f"{_fmt('parameters', row.get('parameters'))} parameters, {row.get('steps', 0)} steps"
             + (f", wall time {_fmt('wall_seconds', wall)}" if wall is not None else ""))
     scores = [p for p in (part("val_loss", "val loss"), part("eval/fixed/loss", "fixed loss"),
-                          part(PROBE, "probe acc"), part("eval/probe/random_init_accuracy", "random-init"),
                           part("signal_per_token", "signal/token")) if p]
     lines = [head, "  " + "  ".join(scores)] if scores else [head]
+    lines += ["  " + line for line in task_lines(row.get("eval") or {})]
     lines += ["  " + line for line in split_lines(row.get("eval") or {})]
     lines += ["  " + line for line in pair_lines(row.get("eval") or {}, row.get("pairs_scorers") or {})]
     lines += verdict_lines([row])
@@ -107,7 +139,8 @@ def swept_columns(rows: list[dict]) -> list[tuple[str, str]]:
 
 
 def summary_table(rows: list[dict]) -> str:
-    columns = COLUMNS[:3] + swept_columns(rows) + COLUMNS[3:]
+    at = COLUMNS.index(("eval/probe/margin", "probe margin")) + 1
+    columns = COLUMNS[:3] + swept_columns(rows) + COLUMNS[3:at] + task_columns(rows) + COLUMNS[at:]
     if not any(r.get("eval") for r in rows):  # eval=none: no empty columns
         columns = [c for c in columns if not c[0].startswith("eval/")]
     cells = [[title for _, title in columns]] + [[_fmt(k, value(r, k)) for k, _ in columns] for r in rows]
