@@ -43,3 +43,21 @@ def gpt2_like_tokenizer(path, texts):
     tok.add_special_tokens(["<|endoftext|>"])
     tok.save(str(path))
     return tok
+
+
+def write_records(path, rows, fmt=None, row_group_size=None):
+    """rows (dicts) as a .jsonl, .csv or .parquet file (fmt, else the path's suffix); returns str(path)."""
+    import csv
+    fmt = fmt or path.suffix[1:]
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif fmt == "csv":
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
+    return str(path)

@@ -1,6 +1,5 @@
 """The comparable evaluation: the fixed exam, the probe's maths, the built-in task, user tasks, bad input."""
 
-import csv
 import json
 import math
 
@@ -9,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
+from helpers import write_records
 from selfsup.config import register
 from selfsup.data.builtin import builtin_documents
 from selfsup.evaluation import EvalError, Evaluation, Task
@@ -188,17 +188,7 @@ def test_builtin_task_is_held_out_from_pretraining_and_balanced():
 
 # ---------------------------------------------------------------------------------------- user tasks
 def write_examples(path, rows, fmt):
-    if fmt == "jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    elif fmt == "csv":
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    else:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        pq.write_table(pa.Table.from_pylist(rows), path)
+    write_records(path, rows, fmt)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])

@@ -2,31 +2,18 @@
 label (a uniform, deterministic sample, read without holding the file), labels that are not classes,
 quoted newlines in CSV."""
 
-import csv
-import json
 import math
 import tracemalloc
 from collections import Counter
 
 import pytest
 
+from helpers import write_records
 from selfsup.evaluation import EvalError, Task
 
 
 def write(path, rows, fmt=None):
-    fmt = fmt or path.suffix[1:]
-    if fmt == "jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    elif fmt == "csv":
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    else:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=1000)
-    return str(path)
+    return write_records(path, rows, fmt, row_group_size=1000)
 
 
 def task(paths, **settings):
