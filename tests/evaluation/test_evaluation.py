@@ -341,6 +341,8 @@ def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
     assert (first["eval/probe/margin"], first["eval/probe/margin_low"], first["eval/probe/margin_high"]) == (
         m.value, m.low, m.high)
     assert first["eval/probe/margin"] == pytest.approx(first["eval/probe/accuracy"] - first["eval/probe/random_init_accuracy"])
+    p = first["eval/probe/accuracy"]  # the test set's binomial error, 100 test examples
+    assert first["eval/probe/accuracy_se"] == pytest.approx((p * (1 - p) / 99) ** 0.5)
     evaluate("architecture.d_model=16")  # another shape: its own entries
     assert len(set(folder.glob("*.json")) - before) == 6
     sorted(entries)[0].write_text("{not json")  # a damaged entry is computed again

@@ -72,3 +72,11 @@ def test_the_difference_of_two_runs_margins():
 def test_outcomes_of_different_examples_are_refused():
     with pytest.raises(ValueError, match="same n"):
         margin(np.ones(5), np.ones((3, 4)))
+
+
+def test_standard_error_of_an_accuracy_is_its_binomial_error_over_the_test_examples():
+    from selfsup.evaluation.stats import standard_error
+    outcomes = np.array([1.0] * 60 + [0.0] * 40)
+    assert standard_error(outcomes) == pytest.approx(np.sqrt(0.6 * 0.4 / 99))
+    assert standard_error([1.0, 0.0, 1.0, 0.0]) == pytest.approx(np.sqrt(1 / 3) / 2)
+    assert np.isnan(standard_error([1.0]))

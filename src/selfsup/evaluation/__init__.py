@@ -16,6 +16,7 @@ scores every run on exams that do not depend on its settings, after training (an
     eval/predictions                             a table of the exam's first examples with the model's
                                                  predictions (FixedExam.examples; a W&B Table)
     eval/<task>/accuracy, eval/<task>/macro_f1   the probe of each task in eval.tasks (the built-in: probe)
+    eval/<task>/accuracy_se, eval/pairs/.../accuracy_se   the accuracy's standard error over the test examples
     eval/<task>/random_init_accuracy, ..._macro_f1, eval/<task>/majority_accuracy   its baselines: the same
                                                  probe on a randomly initialised model of the same shape, and
                                                  always answering the most frequent class
@@ -43,7 +44,7 @@ from selfsup.evaluation.fixed import EXAMS, FixedExam
 from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
 from selfsup.evaluation.scoring import unigram_logprobs
-from selfsup.evaluation.stats import margin
+from selfsup.evaluation.stats import margin, standard_error
 from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
 from selfsup.loss import stream_seed
 
@@ -239,6 +240,7 @@ class Evaluation:
         out = {f"eval/{name}/{k}": v for k, v in scores(predicted, test_y, n_classes).items()}
         outcome = (predicted.cpu() == test_y).double().numpy()
         self.last[name] = outcome
+        out[f"eval/{name}/accuracy_se"] = standard_error(outcome)
         if name in self.random_init:
             m = margin(outcome, self.random_init[name])
             out.update({f"eval/{name}/margin": m.value, f"eval/{name}/margin_low": m.low,

@@ -45,7 +45,7 @@ import torch
 from selfsup.evaluation.baselines import cached, untrained_key
 from selfsup.evaluation.scoring import (BATCH_TOKENS, NGram, accuracy, blank_rows, decoder_rows, denoise_rows,
                                         encoder_rows, score_rows)
-from selfsup.evaluation.stats import Interval, margin
+from selfsup.evaluation.stats import Interval, margin, standard_error
 from selfsup.evaluation.tasks import PLAIN, EvalError, hf_rows, perturb_words, probe_sentences, read_records
 from selfsup.loss import stream_seed
 
@@ -356,6 +356,7 @@ class MinimalPairs:
             for key, outcome in self.outcomes(prefix, self.scores(model, prefix)).items():
                 self.last[key] = outcome
                 out[f"{key}/accuracy"] = float(outcome.mean())
+                out[f"{key}/accuracy_se"] = standard_error(outcome)
                 if key in self.random_init:
                     m = margin(outcome, self.random_init[key])
                     out.update({f"{key}/margin": m.value, f"{key}/margin_low": m.low, f"{key}/margin_high": m.high})

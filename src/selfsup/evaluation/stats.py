@@ -96,6 +96,13 @@ def difference(a, a_random_init, b, b_random_init, replicates: int = REPLICATES,
     return _interval(value, np.concatenate(draws))
 
 
+def standard_error(outcomes) -> float:
+    """The standard error of the mean of per-example outcomes (sample sd / sqrt(n); for 0/1 outcomes
+    sqrt(p(1 - p) / (n - 1))): the test set's error of an accuracy, what a tuner's decision must exceed."""
+    outcomes = np.asarray(outcomes, dtype=np.float64)
+    return float(outcomes.std(ddof=1) / np.sqrt(len(outcomes))) if len(outcomes) > 1 else float("nan")
+
+
 def _interval(value: float, draws: np.ndarray) -> Interval:
     low, high = np.quantile(draws, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
     return Interval(float(value), float(low), float(high))
