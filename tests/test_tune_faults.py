@@ -131,7 +131,8 @@ def test_one_run_is_reproducible(tmp_path, sampler):
 
 @pytest.mark.parametrize("setting,value", [("n_trials", -3), ("n_trials", 0), ("n_jobs", 0), ("max_failure_rate", 1.5),
                                            ("max_failure_rate", -0.1), ("heartbeat_interval", 0),
-                                           ("grace_period", 1), ("max_retry", -1), ("direction", "up")])
+                                           ("grace_period", 1), ("max_retry", -1), ("direction", "up"),
+                                           ("seeds", 0), ("pruner", "percentile"), ("pruner_reduction_factor", 1)])
 def test_nonsensical_settings_are_refused_in_one_line(tmp_path, capsys, setting, value):
     with pytest.raises(SystemExit) as refused:
         sweeper(tmp_path, **{"heartbeat_interval": 1, "grace_period": 2, setting: value})  # grace 1: not above 1

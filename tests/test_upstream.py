@@ -47,3 +47,22 @@ def test_wandb_run_and_service_handles(tmp_path, monkeypatch):
     assert wandb_setup.singleton()._connection._proc._process.pid > 0  # what kill_wandb_service kills
     run.finish()
     upstream.forget_wandb_run(run)
+
+
+def test_hyperband_bracket_trials():
+    optuna = pytest.importorskip("optuna")
+    pruner = optuna.pruners.HyperbandPruner(min_resource=1, max_resource=9, reduction_factor=3)
+    study = optuna.create_study(pruner=pruner)
+    for _ in range(6):
+        trial = study.ask()
+        trial.report(1.0, 9)
+        study.tell(trial, 1.0)
+    trial = study.ask()
+    trial.report(1.0, 1)
+    pruner.prune(study, study.trials[-1])  # sets the brackets up
+    assert pruner._n_brackets == 3  # floor(log3(9 / 1)) + 1
+    frozen = study.trials[-1]
+    brackets = [pruner._get_bracket_id(study, t) for t in study.trials]
+    assert set(brackets) <= {0, 1, 2}
+    assert [t.number for t in upstream.hyperband_bracket_trials(pruner, study, frozen)] == \
+        [t.number for t, b in zip(study.trials, brackets) if b == brackets[-1]]

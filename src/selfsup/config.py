@@ -94,7 +94,16 @@ class ProbeConfig:
 
 @dataclass
 class FixedExamConfig:
-    max_tokens: Optional[int] = 131072  # validation tokens the exam reads, from the split's start (null: all)
+    """eval/fixed/...: every run of a family scored on one panel of exams (selfsup.evaluation.fixed): encoder:
+    MLM (80/10/10) at each of mask_rates; encoder_decoder: span corruption at each of span_rates with mean span 3,
+    and at each of span_lengths with noise density 0.15; decoder: CLM. eval/fixed/loss is the mean of the
+    members' losses. Rates in (0, 1), spans >= 1, no list empty."""
+    max_tokens: Optional[int] = 131072  # validation tokens the whole exam reads, shared evenly by its members
+    #                                     (each from the split's start; null: all, for each member)
+    mask_rates: List[float] = field(default_factory=lambda: [0.10, 0.15, 0.25, 0.40])  # encoder: members rate_<%>
+    span_rates: List[float] = field(default_factory=lambda: [0.10, 0.15, 0.25, 0.50])  # encoder_decoder, span 3
+    span_lengths: List[float] = field(default_factory=lambda: [2.0, 3.0, 5.0, 10.0])   # encoder_decoder, rate 0.15
+    #                                     (members rate_<%>_span_<length>, e.g. rate_15_span_3)
 
 
 @dataclass

@@ -65,3 +65,11 @@ def forget_wandb_run(run) -> None:
         if wandb.run is run:
             from wandb.sdk.lib import module
             module.unset_globals()
+
+
+def hyperband_bracket_trials(pruner, study, trial) -> list:
+    """The trials of `study` in the same Hyperband bracket as `trial` (Optuna's HyperbandPruner gives each
+    trial a bracket by a hash of its number, in its private `_get_bracket_id`; the pruner must have pruned
+    once, which sets its brackets up). selfsup.tune reads their rung values for the promotion cut."""
+    bracket = pruner._get_bracket_id(study, trial)
+    return [t for t in study.get_trials(deepcopy=False) if pruner._get_bracket_id(study, t) == bracket]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY, wandb_history, wandb_run_record
+from test_report_browser import assert_fits, browser_fixture, page_facts  # noqa: F401 - the `browser` fixture
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # no key: runs are offline
 REPORT = ["selfsup-report"] if shutil.which("selfsup-report") else [sys.executable, "-m", "selfsup.report"]
@@ -122,7 +123,9 @@ def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
         assert row["val signal/token"] == f"{last('val/signal_per_token'):.3f}"
         assert row["tokens seen"] == f"{last('train/tokens_seen'):,.0f}"
         summary = json.loads((mask_sweep / row["run"] / "summary.json").read_text())
-        assert row["tokens/s"] == f"{summary['tokens_per_sec']:,.0f}"  # as the end-of-sweep table shows it
+        short = summary["wall_seconds"] < 60  # under a minute: its tokens/s is no throughput figure
+        assert row["tokens/s"] == f"{summary['tokens_per_sec']:,.0f}" + (
+            f" (not a benchmark: {summary['wall_seconds']:.0f} s run)" if short else "")
         assert row["fixed loss"] == f"{last('eval/fixed/loss'):.4f}"
         assert row["probe acc"] == f"{last('eval/probe/accuracy'):.4f}"
         assert row["probe margin"] == (f"{last('eval/probe/margin'):+.3f} [{last('eval/probe/margin_low'):+.3f}, "
@@ -136,8 +139,13 @@ def test_html_is_self_contained_with_real_png_plots(html_report):
     import matplotlib.image as mpimg
     text = html_report[0]
     images = re.findall(r'<figure id="([^"]+)"><img alt="[^"]*" src="data:image/png;base64,([^"]+)"', text)
-    assert [name for name, _ in images] == ["val_loss_vs_tokens", "train_loss_vs_tokens", "probe_vs_tokens",
-                                            "probe_vs_flops", "fixed_loss_vs_mask_rate", "probe_vs_mask_rate"]  # 1 span length: no span plot
+    assert [name for name, _ in images] == ["val_loss_vs_tokens", "train_loss_vs_tokens", "fixed_loss_vs_mask_rate",
+                                            "pairs_vs_mask_rate", "probe_vs_mask_rate"]  # 1 span length: no span plot
+    # evaluated once per run: one point per setting, no curve against tokens or FLOPs, and a line says so
+    for name in ("probe_vs_tokens", "pairs_vs_tokens"):
+        [line] = re.findall(rf'<p class="not-drawn" id="{name}">(.*?)</p>', text)
+        assert "not drawn, the evaluation ran once per run" in line and "eval.every_n_validations=1" in line
+    assert 'id="probe_vs_flops"' not in text
     for name, data in images:
         png = base64.b64decode(data)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
@@ -201,9 +209,10 @@ def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mas
     assert len(rows) == 4 and {r["status"] for r in rows} == {"finished"}
     assert len(md_table(text, "## Predictions")) == 8
     pngs = sorted((tmp_path / "out").glob("*.png"))
-    assert [p.name for p in pngs] == ["summary-fixed_loss_vs_mask_rate.png", "summary-probe_vs_flops.png",
-                                      "summary-probe_vs_mask_rate.png", "summary-probe_vs_tokens.png",
-                                      "summary-train_loss_vs_tokens.png", "summary-val_loss_vs_tokens.png"]
+    assert [p.name for p in pngs] == ["summary-fixed_loss_vs_mask_rate.png", "summary-pairs_vs_mask_rate.png",
+                                      "summary-probe_vs_mask_rate.png", "summary-train_loss_vs_tokens.png",
+                                      "summary-val_loss_vs_tokens.png"]
+    assert "*Probe accuracy against tokens seen and training FLOPs: not drawn" in text
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
         assert f"]({png.name})" in text
@@ -365,3 +374,131 @@ def test_a_users_task_is_in_the_closing_lines_the_sweep_table_the_report_and_the
     assert rows[0]["random-init"] == (f"{evaluated['eval/order/random_init_accuracy']:.4f} +- "
                                       f"{evaluated['eval/order/random_init_accuracy_sd']:.4f}")
     assert "order:" in text.split('<div id="verdict">', 1)[1].split("</div>", 1)[0]
+
+
+def _legend_outside(fig) -> None:
+    """The legend is beside the axes: it covers none of the data."""
+    [ax] = [a for a in fig.axes if a.get_legend()]
+    fig.canvas.draw()
+    legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.x0 >= axes.x1 or legend.y1 <= axes.y0, (legend, axes)
+
+
+def _baseline_artists(fig) -> dict[str, object]:
+    """{gid: artist} of the baselines drawn (draw_baselines sets gid baseline:<kind>[:band])."""
+    [ax] = fig.axes
+    return {a.get_gid(): a for a in [*ax.lines, *ax.collections, *ax.patches]
+            if (a.get_gid() or "").startswith("baseline:")}
+
+
+def _band(artist) -> tuple[float, float]:
+    """The data y range of a band: axhspan's rectangle, or fill_between's polygons."""
+    if hasattr(artist, "get_height"):
+        return artist.get_y(), artist.get_y() + artist.get_height()
+    ys = [y for path in artist.get_paths() for y in path.vertices[:, 1]]
+    return min(ys), max(ys)
+
+
+def test_each_plot_has_its_baselines_at_their_values_in_a_legend_beside_the_data(mask_sweep):
+    """The knob plots of the mask sweep: probe (random-init band, majority), minimal pairs (random-init band,
+    unigram, bigram), fixed exam (unigram loss, from the kinds of target), each at the runs' logged values."""
+    import matplotlib.pyplot as plt
+    from selfsup.report import load_runs, swept_keys
+    from selfsup.report.plots import fixed_unigram_loss, knob_figure
+    runs = load_runs([str(mask_sweep)])
+    keys = swept_keys(runs)
+    evaluated = runs[0].summary["eval"]
+    expected = {"probe": {"random_init": "eval/probe/random_init_accuracy", "majority": "eval/probe/majority_accuracy"},
+                "pairs": {"random_init": "eval/pairs/random_init_accuracy", "unigram": "eval/pairs/unigram_accuracy",
+                          "bigram": "eval/pairs/bigram_accuracy"},
+                "fixed_loss": {"unigram": None}}
+    for metric, kinds in expected.items():
+        fig, scattered = knob_figure(runs, keys, "objective.mask_rate", {"mlm"}, metric, "t", "x", "y")
+        assert not scattered  # a line over the mask rates
+        try:
+            artists = _baseline_artists(fig)
+            assert {g.split(":")[1] for g in artists} == set(kinds), (metric, artists)
+            for kind, key in kinds.items():
+                want = fixed_unigram_loss(runs[0]) if key is None else evaluated[key]
+                assert artists[f"baseline:{kind}"].get_ydata()[0] == pytest.approx(want), (metric, kind)
+            if "random_init" in kinds:  # mean +- sd: the band's edges
+                mean, sd = evaluated[kinds["random_init"]], evaluated[kinds["random_init"] + "_sd"]
+                assert _band(artists["baseline:random_init:band"]) == pytest.approx((mean - sd, mean + sd))
+            labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+            assert any(label.startswith("random-init") for label in labels) == ("random_init" in kinds)
+            _legend_outside(fig)
+        finally:
+            plt.close(fig)
+    fixed = runs[0].summary["eval"]
+    assert fixed_unigram_loss(runs[0]) == pytest.approx(sum(
+        fixed[f"eval/fixed/{k}/fraction"] * fixed[f"eval/fixed/{k}/unigram_loss"] for k in ("masked", "random", "unchanged")))
+
+
+def test_a_plot_of_one_point_per_series_is_not_drawn(mask_sweep):
+    """Evaluated once per run: probe accuracy against tokens seen would be one dot per setting."""
+    from selfsup.report import load_runs, swept_keys
+    from selfsup.report.plots import curves_figure
+    runs = load_runs([str(mask_sweep)])
+    fig, left_out = curves_figure(runs, "eval/probe/accuracy", "train/tokens_seen", "y", "x", "t", swept_keys(runs))
+    assert fig is None and len(left_out) == 2
+
+
+def _study(trials: list[dict]):
+    import optuna
+    from optuna.distributions import FloatDistribution
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", study_name="s")
+    for i, attrs in enumerate(trials):
+        study.add_trial(optuna.trial.create_trial(params={"x": 0.1 * i}, distributions={"x": FloatDistribution(0, 1)},
+                                                  value=0.5 + 0.01 * i, user_attrs=attrs))
+    return study
+
+
+def test_the_study_history_has_error_bars_and_the_random_init_band_and_does_without_them(tmp_path):
+    import matplotlib.pyplot as plt
+    from selfsup.report.plots import plot_study, study_history_figure
+    fig = study_history_figure(_study([{"value_se": 0.02, "random_init": 0.48, "random_init_sd": 0.01}] * 3))
+    artists = _baseline_artists(fig)
+    assert artists["baseline:random_init"].get_ydata()[0] == pytest.approx(0.48)
+    assert _band(artists["baseline:random_init:band"]) == pytest.approx((0.47, 0.49))
+    [bars] = [c for c in fig.axes[0].containers if c.has_yerr]  # the trials' standard errors
+    segments = bars.lines[2][0].get_segments()
+    assert [s[1, 1] - s[0, 1] for s in segments] == pytest.approx([0.04] * 3)
+    assert "random-init (mean ± sd)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    _legend_outside(fig)
+    plt.close(fig)
+    # an old study: no attrs; a trial's run dir gives its baseline (summary.json of its optimized_metric)
+    run_dir = tmp_path / "0"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text("optimized_metric: eval/probe/accuracy\n")
+    (run_dir / "summary.json").write_text(json.dumps({"eval": {"eval/probe/random_init_accuracy": 0.51,
+                                                               "eval/probe/random_init_accuracy_sd": 0.02}}))
+    fig = study_history_figure(_study([{"run_dir": str(run_dir)}, {}, {"run_dir": str(tmp_path / "gone")}]))
+    assert _baseline_artists(fig)["baseline:random_init"].get_ydata()[0] == pytest.approx(0.51)
+    assert not [c for c in fig.axes[0].containers if getattr(c, "has_yerr", False)]
+    plt.close(fig)
+    fig = study_history_figure(_study([{}, {}]))
+    assert not _baseline_artists(fig)
+    plt.close(fig)
+    [(name, caption, png)] = plot_study(_study([{}]))  # one complete trial: no history to draw
+    assert name == "optuna_history" and png == b"" and "not drawn" in caption
+
+
+@pytest.mark.timeout(180)
+def test_a_reader_sees_the_swept_columns_the_verdict_the_baselines_and_nothing_wider_than_the_page(
+        html_report, mask_sweep, browser):
+    """The sweep's report in a real browser, 1,280 px wide."""
+    facts = page_facts(browser, mask_sweep / "report.html")
+    assert_fits(facts)
+    assert {"objective.mask_rate", "seed", "probe margin", "tokens/s"} <= set(facts["headers"])
+    assert facts["verdict"].startswith("Verdict (margin over random-init")
+    shown = {f["id"]: f for f in facts["figures"]}
+    assert set(shown) == {"val_loss_vs_tokens", "train_loss_vs_tokens", "fixed_loss_vs_mask_rate",
+                          "pairs_vs_mask_rate", "probe_vs_mask_rate"}
+    for name, words in (("probe_vs_mask_rate", ["random-init (mean, ± sd band)", "majority class"]),
+                        ("pairs_vs_mask_rate", ["random-init (mean, ± sd band)", "unigram", "bigram"]),
+                        ("fixed_loss_vs_mask_rate", ["unigram"])):
+        for figure_text in (shown[name]["alt"], shown[name]["caption"]):
+            assert "Baselines: " in figure_text and all(w in figure_text.split("Baselines: ")[1] for w in words)
+    assert any(line.startswith("Probe accuracy against tokens seen and training FLOPs: not drawn")
+               for line in facts["notDrawn"])

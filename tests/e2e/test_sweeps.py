@@ -156,8 +156,10 @@ def test_a_users_config_dir_keeps_the_built_in_sweeps(tmp_path):
 
 
 def test_optuna_study_continues_with_new_points_in_one_wandb_group(cache_dir, tmp_path):
-    """A trial, then one more into the same study: 2 different parameter sets; each trial keeps its run dir and
-    W&B run id; both runs in the study's W&B group; the report of the continuation shows the study."""
+    """A trial, then one more into the same study: 2 different parameter sets; the continuation writes its job
+    into the study's own sweep dir (trial number = job dir), its own sweep dir taken back; each trial keeps its
+    run dir and W&B run id; both runs in the study's W&B group; the report of that dir shows the study once,
+    with its trial numbers and run dirs, its best trial ± SE, and why no importances."""
     optuna = pytest.importorskip("optuna")
     first = run_sweep(cache_dir, tmp_path / "first", "sweeps=tune", "hydra.sweeper.n_trials=1",
                       "hydra.sweeper.pruner=none")  # pruning: test_tune.py
@@ -167,18 +169,23 @@ def test_optuna_study_continues_with_new_points_in_one_wandb_group(cache_dir, tm
     more = run_sweep(cache_dir, tmp_path / "more", "sweeps=tune", "hydra.sweeper.n_trials=1",
                      "hydra.sweeper.pruner=none", f"hydra.sweeper.storage={storage}")
     assert more.returncode == 0, more.stderr[-3000:]
+    assert not (tmp_path / "more").exists()  # one folder, one study
     study = optuna.load_study(study_name="tune", storage=storage)
     assert study.direction.name == "MAXIMIZE" and len(study.trials) == 2
     params = [tuple(sorted(t.params.items())) for t in study.trials]
     assert len(set(params)) == 2 and {"objective.mask_rate", "objective.mean_span_length", "optim.lr"} == \
         {k for k, _ in params[0]}
     run_dirs = [Path(t.user_attrs["run_dir"]) for t in study.trials]
-    assert run_dirs == [tmp_path / "first" / "0", tmp_path / "more" / "0"]
+    assert run_dirs == [tmp_path / "first" / "0", tmp_path / "first" / "1"]
     groups = set()
     for trial, run_dir in zip(study.trials, run_dirs):
         summary = json.loads((run_dir / "summary.json").read_text())
         assert trial.state.name == "COMPLETE" and trial.user_attrs["status"] == "finished"
         assert trial.value == pytest.approx(summary["eval"]["eval/probe/accuracy"], rel=1e-6)  # optimized_metric
+        assert trial.user_attrs["value_se"] == summary["eval"]["eval/probe/accuracy_se"]
+        config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+        assert config.trial.number == trial.number and "id" not in config.trial
+        assert OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.job.num == trial.number
         record = wandb_run_record(run_dir)
         assert trial.user_attrs["wandb_run_id"] == record["run_id"] == (run_dir / "wandb-run-id").read_text().strip()
         [lr] = [t.split("=")[1] for t in record["tags"] if t.startswith("optim.lr=")]
@@ -186,13 +193,19 @@ def test_optuna_study_continues_with_new_points_in_one_wandb_group(cache_dir, tm
         assert f"lr={lr}" in record["display_name"]  # 4 significant digits, not Optuna's 17
         groups.add(record["run_group"])
     assert groups == {f"tune-{tmp_path.name}-first"}
+    commands = OmegaConf.load(tmp_path / "first" / "optimization_results.yaml").commands
+    assert [list(c.trials) for c in commands] == [[0], [1]]  # each command's trials, the first one's kept
     from selfsup.report import main as report
     with pytest.raises(SystemExit) as done:
-        report([str(tmp_path / "more"), "--format", "md"])
+        report([str(tmp_path / "first"), str(tmp_path / "first" / "."), "--format", "md"])
     assert done.value.code == 0
-    text = (tmp_path / "more" / "report.md").read_text()
-    assert "Optuna study tune (maximize the jobs' optimized_metric): 2 trials, 2 complete" in text
-    assert "report-optuna_history.png" in text and "report-optuna_importances.png" in text
+    text = (tmp_path / "first" / "report.md").read_text()
+    assert text.count("Optuna study tune (maximize the jobs' optimized_metric): 2 trials, 2 complete") == 1
+    best = study.best_trial
+    assert f"Best: trial {best.number}, value {best.value:.4f} ± {best.user_attrs['value_se']:.4f}" in text
+    assert f"(run dir {tmp_path / 'first' / str(best.number)})" in text
+    assert "Parameter importances: need 10 completed trials, the study has 2." in text
+    assert "report-optuna_history.png" in text
 
 
 def test_continuing_a_study_that_is_not_there_is_refused(cache_dir, tmp_path):

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from selfsup.evaluation.fixed import panel
+
 from conftest import TINY, wandb_history, wandb_run_record, wandb_summary
 
 OBJECTIVES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_decoder",
@@ -67,15 +69,18 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
              for what in ["", "random_init_"] + (["unigram_", "bigram_"] if not scorer else [])}
     pairs |= {f"{key}_sd" for key in pairs if "random_init" in key}
     pairs |= {key.replace("/accuracy", f"/{m}") for key in pairs if key.endswith("/accuracy")
-              for m in ("margin", "margin_low", "margin_high")}  # beside each accuracy: its margin, its interval
+              for m in ("margin", "margin_low", "margin_high", "accuracy_se")}  # beside each accuracy: its margin,
+    # its interval, its standard error
     split = {"encoder": ["masked", "random", "unchanged"],
              "encoder_decoder": ["first", "later", "sentinel"]}.get(OBJECTIVES[objective], [])
     fixed = {f"eval/fixed/{kind}/{what}" for kind in split for what in ("loss", "fraction", "unigram_loss")
              if (kind, what) != ("sentinel", "unigram_loss")} or {"eval/fixed/unigram_loss"}
+    members = panel(OBJECTIVES[objective])  # the fixed exam's panel: each member's loss beside the mean
+    fixed |= {f"eval/fixed/{m}/loss" for m in members} if len(members) > 1 else set()
     assert set(evaluated) == {*fixed, "eval/fixed/loss", "eval/fixed/perplexity", "eval/probe/accuracy", "eval/probe/macro_f1",
                               "eval/probe/random_init_accuracy", "eval/probe/random_init_accuracy_sd",
                               "eval/probe/random_init_macro_f1", "eval/probe/majority_accuracy", "eval/probe/margin",
-                              "eval/probe/margin_low", "eval/probe/margin_high", *pairs}
+                              "eval/probe/accuracy_se", "eval/probe/margin_low", "eval/probe/margin_high", *pairs}
     for key in [k for k in evaluated if k.endswith("/margin")]:
         low, high = evaluated[key + "_low"], evaluated[key + "_high"]
         assert low <= evaluated[key] <= high and high - low < 0.5, key

@@ -110,9 +110,9 @@ def test_a_sweep_killed_during_a_trial_is_rerun_with_the_same_params_when_the_st
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
     retry = trials[1]
     assert retry.params == killed.params and retry.system_attrs["failed_trial"] == 0
-    assert retry.user_attrs["run_dir"] == str(tmp_path / "more" / "0") and retry.user_attrs["status"] == "finished"
+    assert retry.user_attrs["run_dir"] == str(first / "1") and retry.user_attrs["status"] == "finished"
     with pytest.raises(SystemExit):
-        report([str(tmp_path / "more"), "--format", "md"])
+        report([str(first), "--format", "md"])  # the continuation wrote into the study's sweep dir
     assert "2 trials, 1 complete, 0 pruned, 1 failed, 0 running." in capsys.readouterr().out
 
 
@@ -131,3 +131,4 @@ def test_two_continuations_at_once_run_distinct_points(cache_dir, tmp_path):
     trials = optuna.load_study(study_name="tune", storage=storage).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     assert len({tuple(sorted(t.params.items())) for t in trials}) == 3, [t.params for t in trials]
+    assert sorted(p.name for p in (tmp_path / "first").iterdir() if p.is_dir()) == ["0", "1", "2"]

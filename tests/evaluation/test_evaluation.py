@@ -44,40 +44,52 @@ def test_fixed_exam_masks_are_the_same_whatever_the_run_trained_with(cache_dir, 
         cfg = config(cache_dir, f"objective={family}", "eval.tasks={}", *overrides)
         run = build(cfg)
         model, module = run.model, run.module
-        exams.append(list(module.evaluation.exam.batches()))
+        exam = module.evaluation.exam
+        exams.append({member: list(exam.batches(member=member)) for member in exam.members})
     first = exams[0]
-    assert len(first) >= 1 and first[0].n_scored > 0
-    for other in exams[1:]:
-        assert len(other) == len(first)
-        for a, b in zip(first, other):
-            assert torch.equal(a.encoder_inputs, b.encoder_inputs) and torch.equal(a.targets, b.targets)
-            assert (a.decoder_inputs is None) == (b.decoder_inputs is None)
-            assert a.decoder_inputs is None or torch.equal(a.decoder_inputs, b.decoder_inputs)
+    assert len(first) == {"mlm": 4, "span_corruption": 7}[family]  # the whole panel, each member's own masks
+    for member, batches in first.items():
+        assert len(batches) >= 1 and batches[0].n_scored > 0
+        for other in exams[1:]:
+            assert len(other[member]) == len(batches)
+            for a, b in zip(batches, other[member]):
+                assert torch.equal(a.encoder_inputs, b.encoder_inputs) and torch.equal(a.targets, b.targets)
+                assert (a.decoder_inputs is None) == (b.decoder_inputs is None)
+                assert a.decoder_inputs is None or torch.equal(a.decoder_inputs, b.decoder_inputs)
 
 
-def test_fixed_exam_is_mlm_at_15_percent_and_its_loss_is_token_weighted(cache_dir):
+def test_fixed_exam_is_mlm_at_each_panel_rate_and_its_loss_is_the_mean_of_token_weighted_losses(cache_dir):
     cfg = config(cache_dir, "objective.mask_rate=0.4", "eval.tasks={}")
     run = build(cfg)
     model, module = run.model, run.module
     exam = module.evaluation.exam
     assert (exam.objective.name, exam.objective.mask_rate, exam.objective.mask_token_prob,
-            exam.objective.random_token_prob) == ("mlm", 0.15, 0.8, 0.1)
-    batches = list(exam.batches())
-    scored = sum(int(b.n_scored) for b in batches)
-    ordinary = sum(int((~exam.objective.is_special(exam.windows)).sum()) for _ in [0])
-    assert abs(scored / ordinary - 0.15) < 4 * math.sqrt(0.15 * 0.85 / ordinary)  # +-4 sigma
+            exam.objective.random_token_prob) == ("mlm", 0.15, 0.8, 0.1)  # the canonical member (the predictions')
+    assert list(exam.members) == ["rate_10", "rate_15", "rate_25", "rate_40"]
     model.eval()
-    with torch.no_grad():  # sum of -log p over every scored position of every batch / their number
-        nll = sum(F.cross_entropy(model.head(model(encoder_inputs=b.encoder_inputs))[b.scored].float(),
-                                  b.targets[b.scored], reduction="sum") for b in batches)
-    assert exam.loss(model) == pytest.approx(float(nll) / scored, rel=1e-5)
+    losses = []
+    for member, (objective, windows) in exam.members.items():
+        rate = float(member.removeprefix("rate_")) / 100
+        assert (objective.name, objective.mask_rate, objective.mask_token_prob, objective.random_token_prob) == (
+            "mlm", rate, 0.8, 0.1)
+        batches = list(exam.batches(member=member))
+        scored = sum(int(b.n_scored) for b in batches)
+        ordinary = int((~objective.is_special(windows)).sum())
+        assert abs(scored / ordinary - rate) < 4 * math.sqrt(rate * (1 - rate) / ordinary)  # +-4 sigma
+        with torch.no_grad():  # sum of -log p over every scored position of every batch / their number
+            nll = sum(F.cross_entropy(model.head(model(encoder_inputs=b.encoder_inputs))[b.scored].float(),
+                                      b.targets[b.scored], reduction="sum") for b in batches)
+        losses.append(float(nll) / scored)
+    assert exam.loss(model) == pytest.approx(sum(losses) / len(losses), rel=1e-5)  # each rate counts equally
 
 
 @pytest.mark.parametrize("family", ["mlm", "span_corruption", "clm"])
 def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, family):
-    """eval/fixed/<kind>/...: each kind's loss weighted by its share of the targets is the exam's loss; each
-    kind is what it says (MLM: what the encoder read; span corruption: sentinels, first and later tokens of
-    spans), beside the training split's unigram on the same targets."""
+    """eval/fixed/<kind>/...: pooled over the panel's members with each member's targets weighing 1 / (members x
+    its targets), as in the loss: the fractions sum to 1 and each kind's loss weighted by its fraction sums to
+    the exam's loss (the mean of the members'); each kind is what it says (MLM: what the encoder read; span
+    corruption: sentinels, first and later tokens of spans), beside the training split's unigram on the same
+    targets, weighed alike."""
     from selfsup.evaluation.fixed import KINDS
     from selfsup.evaluation.scoring import unigram_logprobs
     cfg = config(cache_dir, f"objective={family}", "eval.tasks={}", "eval.fixed.max_tokens=null")
@@ -91,37 +103,44 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
         total = sum(found[f"eval/fixed/{k}/fraction"] * found[f"eval/fixed/{k}/loss"] for k in kinds)
         assert total == pytest.approx(found["eval/fixed/loss"], rel=1e-9)
     assert found["eval/fixed/loss"] == pytest.approx(exam.loss(model), rel=1e-12)
-    batches = list(exam.batches())
-    with torch.no_grad():
-        nll = sum(float(F.cross_entropy(model.head(model(encoder_inputs=b.encoder_inputs, decoder_inputs=b.decoder_inputs,
-                                                         encoder_mask=b.encoder_mask))[b.scored].float(),
-                                        b.targets[b.scored], reduction="sum")) for b in batches)
-    scored = sum(int(b.n_scored) for b in batches)
-    assert found["eval/fixed/loss"] == pytest.approx(nll / scored, rel=1e-5)  # the dense head's loss
     vocab = exam.objective.vocab
     unigram = torch.as_tensor(unigram_logprobs(run.data.corpus.train_tokens, vocab.size))
-    codes = torch.cat([exam.kinds(b) for b in batches])
-    targets = torch.cat([b.targets[b.scored] for b in batches])
-    for code, kind in enumerate(kinds):
+    losses, shares, unigrams = [], {k: [] for k in kinds}, {k: [] for k in kinds}
+    for member, (objective, _) in exam.members.items():
+        batches = list(exam.batches(member=member))
+        with torch.no_grad():
+            nll = sum(float(F.cross_entropy(model.head(model(encoder_inputs=b.encoder_inputs,
+                                                             decoder_inputs=b.decoder_inputs,
+                                                             encoder_mask=b.encoder_mask))[b.scored].float(),
+                                            b.targets[b.scored], reduction="sum")) for b in batches)
+        scored = sum(int(b.n_scored) for b in batches)
+        losses.append(nll / scored)
+        codes = torch.cat([exam.kinds(b) for b in batches])
+        targets = torch.cat([b.targets[b.scored] for b in batches])
+        for code, kind in enumerate(kinds):
+            shares[kind].append(int((codes == code).sum()) / scored)
+            unigrams[kind].append(float(-unigram[targets[codes == code]].sum()) / scored)
+        if family == "mlm":  # 80% <mask>, 10% random, 10% unchanged (a random token may be the same: unchanged)
+            for kind, p in (("masked", 0.8), ("random", 0.1), ("unchanged", 0.1)):
+                share = shares[kind][-1]
+                assert abs(share - p) < 4 * math.sqrt(p * (1 - p) / scored) + 1 / vocab.size, member
+            read = torch.cat([b.encoder_inputs[b.scored] for b in batches])
+            assert bool((read[codes == 0] == vocab.mask_id).all()) and bool((read[codes == 2] == targets[codes == 2]).all())
+            assert not bool((read[codes == 1] == targets[codes == 1]).any())
+        if family == "span_corruption":  # every row: spans sentinels and one eos; one first token per span
+            assert shares["sentinel"][-1] == pytest.approx((objective.spans + 1) / objective.targets_length, abs=1e-12)
+            assert shares["first"][-1] == pytest.approx(objective.spans / objective.targets_length, abs=1e-12)
+            after = torch.cat([torch.roll(b.targets, 1, dims=1)[b.scored] for b in batches])
+            assert bool(((after[codes == 0] >= vocab.sentinel_start) & (after[codes == 0] < vocab.first_ordinary)).all())
+    assert found["eval/fixed/loss"] == pytest.approx(sum(losses) / len(losses), rel=1e-5)  # the dense head's loss
+    for kind in kinds:  # the members' shares, each member counting equally
+        if len(kinds) > 1:
+            assert found[f"eval/fixed/{kind}/fraction"] == pytest.approx(sum(shares[kind]) / len(losses), abs=1e-12)
         key = f"eval/fixed/{kind}/unigram_loss" if len(kinds) > 1 else "eval/fixed/unigram_loss"
         if kind == "sentinel":
             assert key not in found  # never in the text
         else:
-            assert found[key] == pytest.approx(float(-unigram[targets[codes == code]].mean()), rel=1e-9)
-    if family == "mlm":  # 80% <mask>, 10% random, 10% unchanged (a random token may be the same: unchanged)
-        n = len(codes)
-        for kind, p in (("masked", 0.8), ("random", 0.1), ("unchanged", 0.1)):
-            assert abs(found[f"eval/fixed/{kind}/fraction"] - p) < 4 * math.sqrt(p * (1 - p) / n) + 1 / vocab.size
-        read = torch.cat([b.encoder_inputs[b.scored] for b in batches])
-        assert bool((read[codes == 0] == vocab.mask_id).all()) and bool((read[codes == 2] == targets[codes == 2]).all())
-        assert not bool((read[codes == 1] == targets[codes == 1]).any())
-    if family == "span_corruption":  # every row: spans sentinels and one eos; one first token per span
-        per_row = batches[0].targets.shape[1]
-        spans = int(((batches[0].targets[0] >= vocab.sentinel_start) & (batches[0].targets[0] < vocab.first_ordinary)).sum())
-        assert found["eval/fixed/sentinel/fraction"] == pytest.approx((spans + 1) / per_row, abs=1e-12)
-        assert found["eval/fixed/first/fraction"] == pytest.approx(spans / per_row, abs=1e-12)
-        after = torch.cat([torch.roll(b.targets, 1, dims=1)[b.scored] for b in batches])
-        assert bool(((after[codes == 0] >= vocab.sentinel_start) & (after[codes == 0] < vocab.first_ordinary)).all())
+            assert found[key] == pytest.approx(sum(unigrams[kind]) / sum(shares[kind]), rel=1e-9)
 
 
 def test_decoder_exam_is_next_token_loss(cache_dir):
@@ -129,7 +148,9 @@ def test_decoder_exam_is_next_token_loss(cache_dir):
     run = build(cfg)
     model, module = run.model, run.module
     exam = module.evaluation.exam
-    assert exam.objective.name == "clm" and exam.architecture == "decoder"
+    assert exam.objective.name == "clm" and exam.architecture == "decoder" and list(exam.members) == ["clm"]
+    model.eval()
+    assert set(exam.metrics(model)) == {"eval/fixed/loss", "eval/fixed/perplexity", "eval/fixed/unigram_loss"}
 
 
 # ---------------------------------------------------------------------------------------- probe maths
@@ -313,6 +334,9 @@ def test_the_fixed_exam_reads_at_most_max_tokens_of_the_validation_split():
     assert tuple(exam.windows.shape) == (1000 // 33, 33)  # a decoder's window: seq_len + 1
     assert exam.windows.flatten().tolist() == val[:30 * 33].tolist()  # the split's start
     assert len(FixedExam("decoder", Vocab(300, n_sentinels=8), 32, val, max_tokens=None).windows) == 100_000 // 33
+    panel = FixedExam("encoder", Vocab(300, n_sentinels=8), 32, val, max_tokens=1000)  # 4 members share 1000 tokens
+    assert {m: tuple(w.shape) for m, (_, w) in panel.members.items()} == {m: (250 // 32, 32) for m in panel.members}
+    assert all(w.flatten().tolist() == val[:7 * 32].tolist() for _, w in panel.members.values())
 
 
 def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):

@@ -5,17 +5,31 @@
                                                                  the same study, n_trials more
     optuna-dashboard sqlite:///outputs/multirun/<date>/<time>/optuna.db
 
-Each trial is one job of the sweep: its parameters are asked from the study, the job runs through Hydra's
-launcher like any sweep job, and its value (the job's `optimized_metric`) is told back; a job that
-failed is a failed trial, one the pruner stopped (`selfsup.tune.TrialPruning`, at validations) a pruned
-one. Trials keep their run dir, W&B run id and status as user attributes. The sampling of a trial is
-seeded by the sampler's seed plus the trial's number (which the storage gives each trial once): one command
-samples the same points again, a continued study new ones, and two continuations at once distinct ones.
-While its job runs, the sweeper records a trial's heartbeat every `heartbeat_interval` seconds; a trial
-still RUNNING with no heartbeat for `grace_period` seconds (its sweep was killed) is failed when a sweep
-on the study starts or asks its next trials, and queued again with its parameters (up to `max_retry`
-times): the next trial asked reruns it, one of that command's n_trials. All trials of a study share one W&B
-group, across continuations. `params` take Hydra's sweep syntax: `interval(a, b)`,
+Each trial is `hydra.sweeper.seeds` jobs (default 1): its parameters are asked from the study, each job runs
+through Hydra's launcher like any sweep job (with seeds > 1: `seed=0..n-1`), and its value, the mean of the
+jobs' `optimized_metric`, is told back; a trial whose job failed is a failed trial, one the pruner stopped a
+pruned one. With seeds > 1 only seed 0's job reports at validations and can be pruned (selfsup.tune: only when
+worse than the pruner's reference by more than the metric's standard error); its other seeds run once it
+finished. One number names a trial everywhere: Optuna's trial.number is its Hydra job number, its job dir
+(`<sweep dir>/<number>`, with seeds > 1 `<number>-seed<k>`), the `trial.number` of its config and the logs.
+A continued SQLite study writes its jobs into the study's own sweep dir (the folder of its optuna.db; the
+command's own, empty, is taken back): one folder, one study; optimization_results.yaml there lists each
+command's overrides and trial numbers.
+
+A trial's user attributes: `run_dir` (seed 0's), `run_dirs` (each seed's), `wandb_run_id` (seed 0's),
+`status`; a complete trial's also `seeds`, `values` (each seed's), `value_se` (the standard error of its
+value: sd over seeds / sqrt(n), with one seed the metric's own `<metric>_se` from summary.json, else None),
+and for an eval/<task>/accuracy `random_init`, `random_init_sd` (its random-init baseline) and `margin` over
+it: with one seed `margin_low`, `margin_high` (its 95% interval), with more `margin_se` (see seed_record).
+
+The sampling of a trial is seeded by the sampler's seed plus the trial's number (which the storage gives each
+trial once): one command samples the same points again, a continued study new ones, and two continuations at
+once distinct ones. While its jobs run, the sweeper records a trial's heartbeat every `heartbeat_interval`
+seconds; a trial still RUNNING with no heartbeat for `grace_period` seconds (its sweep was killed) is failed
+when a sweep on the study starts or asks its next trials, and queued again with its parameters (up to
+`max_retry` times): the next trial asked reruns it, one of that command's n_trials. All trials of a study share
+one W&B group, across continuations. The closing lines give the best trial's value ± SE and its margins
+(selfsup.report.runs.study_best_lines). `params` take Hydra's sweep syntax: `interval(a, b)`,
 `tag(log, interval(a, b))`, `choice(x, y)`, `range(a, b)`. Bad settings, a bad search space or an
 unreadable study database are refused in one line (exit 2) before any storage is created or changed.
 """
@@ -52,9 +66,11 @@ class SelfSupOptunaSweeperConfig:
     max_failure_rate: float = 0.0          # stop the study once more than this share of its trials failed
     sampler: str = "tpe"                   # tpe | random
     seed: Optional[int] = 0                # the sampler's (each trial's sampling: seed + the trial's number)
-    pruner: str = "median"                 # median (stop a trial below the median of earlier ones) | none
-    pruner_startup_trials: int = 3         # trials that run to the end before any is pruned
-    pruner_warmup_steps: int = 0           # steps of a trial before it can be pruned
+    seeds: int = 1                         # runs per trial (seed=0..seeds-1): its value is their mean
+    pruner: str = "median"                 # median | hyperband | none (selfsup.tune: only beyond the metric's SE)
+    pruner_startup_trials: int = 3         # median: trials that run to the end before any is pruned
+    pruner_warmup_steps: int = 0           # median: steps of a trial before it can be pruned
+    pruner_reduction_factor: int = 3       # hyperband: 1 in this many trials goes on at each rung
     heartbeat_interval: int = 60           # seconds between the heartbeats of a running trial
     grace_period: int = 120                # a RUNNING trial without a heartbeat this long is failed, and retried
     max_retry: int = 3                     # times a trial failed for want of a heartbeat is retried
@@ -173,17 +189,20 @@ class SelfSupOptunaSweeper(Sweeper):
     def __init__(self, direction: str, study_name: str, storage: Optional[str], n_trials: int, n_jobs: int,
                  max_failure_rate: float, sampler: str, seed: Optional[int], pruner: str,
                  pruner_startup_trials: int, pruner_warmup_steps: int, params: Dict[str, str],
-                 heartbeat_interval: int = 60, grace_period: int = 120, max_retry: int = 3):
-        if sampler not in ("tpe", "random") or pruner not in ("median", "none"):
-            refuse(f"hydra.sweeper.sampler={sampler} / pruner={pruner}: use sampler tpe or random, "
-                   f"pruner median or none")
+                 heartbeat_interval: int = 60, grace_period: int = 120, max_retry: int = 3, seeds: int = 1,
+                 pruner_reduction_factor: int = 3):
+        from selfsup.tune import PRUNERS
         for name, value, sound, says in [
+                ("sampler", sampler, sampler in ("tpe", "random"), "tpe or random"),
+                ("pruner", pruner, pruner in PRUNERS, f"{', '.join(PRUNERS[:-1])} or {PRUNERS[-1]}"),
                 ("direction", direction, direction in ("maximize", "minimize"), "maximize or minimize"),
                 ("n_trials", n_trials, n_trials >= 1, "at least 1 trial"),
                 ("n_jobs", n_jobs, n_jobs >= 1, "at least 1 trial at a time"),
+                ("seeds", seeds, isinstance(seeds, int) and seeds >= 1, "at least 1 run (seed) per trial"),
                 ("max_failure_rate", max_failure_rate, 0 <= max_failure_rate <= 1, "a share between 0 and 1"),
                 ("pruner_startup_trials", pruner_startup_trials, pruner_startup_trials >= 0, "0 or more"),
                 ("pruner_warmup_steps", pruner_warmup_steps, pruner_warmup_steps >= 0, "0 or more"),
+                ("pruner_reduction_factor", pruner_reduction_factor, pruner_reduction_factor >= 2, "2 or more"),
                 ("heartbeat_interval", heartbeat_interval, heartbeat_interval >= 1, "at least 1 (seconds)"),
                 ("grace_period", grace_period, grace_period > heartbeat_interval,
                  f"seconds, more than heartbeat_interval={heartbeat_interval}, or live trials are failed"),
@@ -195,23 +214,39 @@ class SelfSupOptunaSweeper(Sweeper):
         except ValueError as err:
             refuse(str(err))
         self.direction, self.study_name, self.storage = direction, study_name, storage
-        self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, n_jobs, max_failure_rate
+        self.n_trials, self.n_jobs, self.max_failure_rate, self.seeds = n_trials, n_jobs, max_failure_rate, seeds
         self.sampler, self.seed, self.pruner = sampler, seed, pruner
         self.pruner_startup_trials, self.pruner_warmup_steps = pruner_startup_trials, pruner_warmup_steps
+        self.pruner_reduction_factor = pruner_reduction_factor
         self.heartbeat_interval, self.grace_period, self.max_retry = heartbeat_interval, grace_period, max_retry
         self.params = dict(params or {})
+        self.config, self.metric = None, "optimized_metric"
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
         self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
                                                                 task_function=task_function, config=config)
         self.sweep_dir = Path(config.hydra.sweep.dir)
+        self.metric = str(config.get("optimized_metric") or "optimized_metric")
+
+    def pruner_settings(self) -> dict:
+        """What selfsup.tune.make_pruner builds the study's pruner from, in this process and in each job (the
+        `trial=` override). Hyperband's resource is the step of a validation: from the first validation
+        (trainer.val_check_interval) to the last (trainer.max_steps), else 1 and Optuna's `auto`."""
+        trainer = (self.config.get("trainer") if self.config is not None else None) or {}
+        first, last = trainer.get("val_check_interval"), trainer.get("max_steps")
+        return {"pruner": self.pruner, "startup": self.pruner_startup_trials, "warmup": self.pruner_warmup_steps,
+                "min_resource": first if isinstance(first, int) and first >= 1 else 1,
+                "max_resource": last if isinstance(last, int) and last >= 1 else None,
+                "reduction_factor": self.pruner_reduction_factor}
 
     def study(self):
         """The study (created in <sweep dir>/optuna.db, or loaded from hydra.sweeper.storage), its stale
         trials failed and queued again, and its storage URL."""
         import optuna
         import sqlalchemy.exc
+
+        from selfsup.tune import make_pruner
         url = self.storage or f"sqlite:///{self.sweep_dir / 'optuna.db'}"
         if self.storage is None:
             self.sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -226,21 +261,42 @@ class SelfSupOptunaSweeper(Sweeper):
                      {"failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=self.max_retry)})
         sampler = per_trial_seeded(optuna.samplers.TPESampler if self.sampler == "tpe"
                                    else optuna.samplers.RandomSampler, self.seed)
-        pruner = (optuna.pruners.MedianPruner(n_startup_trials=self.pruner_startup_trials,
-                                              n_warmup_steps=self.pruner_warmup_steps)
-                  if self.pruner == "median" else optuna.pruners.NopPruner())
         try:
             with quiet():
                 self.rdb = optuna.storages.RDBStorage(url, heartbeat_interval=self.heartbeat_interval,
                                                       grace_period=self.grace_period, **retry)
                 study = optuna.create_study(study_name=self.study_name, storage=self.rdb, sampler=sampler,
-                                            pruner=pruner, direction=self.direction, load_if_exists=True)
+                                            pruner=make_pruner(self.pruner_settings()), direction=self.direction,
+                                            load_if_exists=True)
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as err:
             reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
             refuse(f"hydra.sweeper.storage={url}: cannot read the study database ({reason}): pass the optuna.db "
                    f"of a study's sweep dir, or leave hydra.sweeper.storage unset for a new study")
         self.fail_stale(study)
         return study, url
+
+    def into_study_dir(self, storage: str) -> Optional[Path]:
+        """A continued SQLite study: its trials' jobs go into the folder of its optuna.db (one folder, one
+        study): hydra.sweep.dir of the jobs and of the end-of-sweep table becomes that folder, and the
+        command's own sweep dir, still empty, is taken back. That folder, or None (no change)."""
+        if self.storage is None or not storage.startswith("sqlite:///"):
+            return None
+        study_dir = Path(storage.removeprefix("sqlite:///")).resolve().parent
+        own = self.sweep_dir
+        if own.resolve() == study_dir:
+            return None
+        if self.config is not None:
+            from omegaconf import open_dict, read_write
+            with read_write(self.config), open_dict(self.config):
+                self.config.hydra.sweep.dir = str(study_dir)
+        from selfsup.reliability.run_dir import LOCK
+        with contextlib.suppress(OSError):
+            if own.is_dir() and {p.name for p in own.iterdir()} <= {LOCK}:
+                (own / LOCK).unlink(missing_ok=True)
+                own.rmdir()
+        self.sweep_dir = study_dir
+        log.info(f"continuing the study of {study_dir}: its trials' jobs are written there, beside the earlier ones")
+        return study_dir
 
     def fail_stale(self, study) -> None:
         """Fail the RUNNING trials of the study whose heartbeat stopped more than grace_period ago (their
@@ -287,71 +343,169 @@ class SelfSupOptunaSweeper(Sweeper):
             stop.set()
             thread.join()
 
-    def results(self, study, storage: str) -> None:
+    def results(self, study, storage: str, command: Optional[dict] = None) -> None:
         """optimization_results.yaml in the sweep dir: the study and its storage (for selfsup-report; written
-        first when the sweep starts, so that a killed sweep names its study too), its best trial so far."""
+        first when the sweep starts, so that a killed sweep names its study too), its best trial so far, and
+        each command that added trials to it (its overrides and trial numbers; a continuation appends)."""
         from optuna.trial import TrialState
+        path = self.sweep_dir / "optimization_results.yaml"
+        commands = []
+        with contextlib.suppress(Exception):
+            commands = list(OmegaConf.to_container(OmegaConf.load(path)).get("commands") or [])
+        if command is not None:
+            commands = [c for c in commands if c.get("id") != command["id"]] + [command]
         complete = any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
-        (self.sweep_dir / "optimization_results.yaml").write_text(OmegaConf.to_yaml({
+        path.write_text(OmegaConf.to_yaml({
             "study": self.study_name, "storage": storage, "trials": len(study.trials),
             "best_value": study.best_value if complete else None,
-            "best_params": study.best_params if complete else None}))
+            "best_params": study.best_params if complete else None, "commands": commands}))
+
+    def overrides(self, fixed: List[str], trial, seed: int, group: str, storage: str,
+                  study_dir: Optional[Path]) -> tuple:
+        """One job of a trial: its parameters, its seed (seeds > 1), the `trial=` override of the job that
+        reports (seed 0), and its folder: <number>, or <number>-seed<k> with seeds > 1."""
+        import json as _json
+        pruning = ", ".join(f"{k}: {'null' if v is None else v}" for k, v in self.pruner_settings().items())
+        name = str(trial.number) if self.seeds == 1 else f"{trial.number}-seed{seed}"
+        return tuple(fixed + [f"{k}={v}" for k, v in trial.params.items()]
+                     + [f"logger.group={group}"]
+                     + ([f"seed={seed}"] if self.seeds > 1 else [])
+                     + ([f"trial={{storage: '{storage}', study: {self.study_name}, number: {trial.number}, {pruning}}}"]
+                        if seed == 0 else [])
+                     + [f"hydra.sweep.subdir={name}"]
+                     + ([f"hydra.sweep.dir={_json.dumps(str(study_dir))}"] if study_dir else []))
+
+    def launch(self, jobs: list, **how) -> dict:
+        """Run jobs [(trial, seed)] through the launcher, Hydra's job number = the trial's number (trials of
+        consecutive numbers in one launch); {(number, seed): JobReturn}."""
+        out, run = {}, []
+        for i, (trial, seed) in enumerate(jobs):
+            run.append((trial, seed))
+            if i + 1 == len(jobs) or jobs[i + 1][0].number != trial.number + 1:
+                returns = self.launcher.launch([self.overrides(trial=t, seed=k, **how) for t, k in run],
+                                               initial_job_idx=run[0][0].number)
+                out.update({(t.number, k): ret for (t, k), ret in zip(run, returns)})
+                run = []
+        return out
+
+    def tell(self, study, trial, returns: list) -> bool:
+        """Tell the study a trial's outcome from its jobs' returns (seed 0 first); True when it failed."""
+        import math
+
+        from optuna.trial import TrialState
+        run_dirs = [Path(r.hydra_cfg.hydra.runtime.output_dir) if r.hydra_cfg else None for r in returns]
+        summaries = [_summary(d) for d in run_dirs]
+        trial.set_user_attr("run_dir", str(run_dirs[0]) if run_dirs[0] else None)
+        trial.set_user_attr("run_dirs", [str(d) if d else None for d in run_dirs])
+        if run_dirs[0] and (run_dirs[0] / "wandb-run-id").is_file():
+            trial.set_user_attr("wandb_run_id", (run_dirs[0] / "wandb-run-id").read_text().strip())
+        statuses = [s.get("status", "failed") for s in summaries]
+        values = [r.return_value if r.status.name == "COMPLETED" else None for r in returns]
+        values = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+        if statuses[0] == "pruned":
+            trial.set_user_attr("status", "pruned")
+            study.tell(trial, state=TrialState.PRUNED)
+            return False
+        if len(values) == self.seeds and len(returns) == self.seeds:
+            record = seed_record(self.metric, values, summaries)
+            for key, value in record.items():
+                trial.set_user_attr(key, value)
+            trial.set_user_attr("status", statuses[0])
+            study.tell(trial, sum(values) / len(values))
+            return False
+        bad = [f"seed {k}: {s}" for k, s in enumerate(statuses) if s != "finished"] if self.seeds > 1 else []
+        trial.set_user_attr("status", "failed" + (f" ({', '.join(bad)})" if bad else ""))
+        study.tell(trial, state=TrialState.FAIL)
+        return True
 
     def sweep(self, arguments: List[str]) -> None:
+        import time
+
         from optuna.trial import TrialState
 
+        from selfsup.report.runs import study_best_lines
         from selfsup.sweep import check_jobs
-        from selfsup.upstream import optuna_trial_id
         space = self.space
         fixed = [a for a in arguments if a.split("=", 1)[0] not in space]
+        if self.seeds > 1 and any(a.split("=", 1)[0].lstrip("+~") == "seed" for a in fixed):
+            refuse(f"hydra.sweeper.seeds={self.seeds} sets each trial's run seeds (0..{self.seeds - 1}): drop "
+                   f"the seed= override")
         check_jobs(corners(fixed, space), label="corner of the search space")  # before the first trial, and the storage
         study, storage = self.study()
+        study_dir = self.into_study_dir(storage)
         group = study_group(self.study_name, storage)
         states = Counter(t.state.name.lower() for t in study.trials)
         so_far = f" ({', '.join(f'{n} {state}' for state, n in states.items())})" if states else ""
+        runs = f", {self.seeds} runs (seeds 0..{self.seeds - 1}) each" if self.seeds > 1 else ""
         log.info(f"Optuna study {self.study_name} in {storage}: {len(study.trials)} trials so far{so_far}, "
-                 f"{self.n_trials} more")
-        self.results(study, storage)
-        done, failed, job = 0, 0, 0
+                 f"{self.n_trials} more{runs}")
+        command = {"id": f"{time.time():.0f}-{id(self)}", "overrides": list(arguments), "seeds": self.seeds,
+                   "trials": []}
+        self.results(study, storage, command)
+        how = {"fixed": fixed, "group": group, "storage": storage, "study_dir": study_dir}
+        done, failed = 0, 0
         while done < self.n_trials:
             batch = self.ask(study, min(self.n_jobs, self.n_trials - done))
-            overrides = [tuple(fixed + [f"{k}={v}" for k, v in trial.params.items()]
-                               + [f"logger.group={group}",
-                                  f"trial={{storage: '{storage}', study: {self.study_name}, "
-                                  f"id: {optuna_trial_id(trial)}, pruner: {self.pruner}, "
-                                  f"startup: {self.pruner_startup_trials}, warmup: {self.pruner_warmup_steps}}}"])
-                         for trial in batch]
+            command["trials"] += [t.number for t in batch]
             with self.heartbeats(batch):
-                returns = self.launcher.launch(overrides, initial_job_idx=job)
-            job += len(batch)
-            for trial, ret in zip(batch, returns):
-                run_dir = Path(ret.hydra_cfg.hydra.runtime.output_dir) if ret.hydra_cfg else None
-                summary = _summary(run_dir)
-                trial.set_user_attr("run_dir", str(run_dir) if run_dir else None)
-                if run_dir and (run_dir / "wandb-run-id").is_file():
-                    trial.set_user_attr("wandb_run_id", (run_dir / "wandb-run-id").read_text().strip())
-                status = summary.get("status", "failed")
-                trial.set_user_attr("status", status)
-                value = ret.return_value if ret.status.name == "COMPLETED" else None
-                if status == "pruned":
-                    study.tell(trial, state=TrialState.PRUNED)
-                elif isinstance(value, (int, float)) and value == value:
-                    study.tell(trial, float(value))
-                else:
-                    failed += 1
-                    study.tell(trial, state=TrialState.FAIL)
+                returns = self.launch([(t, 0) for t in batch], **how)  # seed 0 reports, and may be pruned
+                going = [t for t in batch if returns[(t.number, 0)].status.name == "COMPLETED"
+                         and _summary(_run_dir(returns[(t.number, 0)])).get("status") == "finished"]
+                for seed in range(1, self.seeds):  # the other seeds of the trials seed 0 finished
+                    returns.update(self.launch([(t, seed) for t in going], **how))
+            for trial in batch:
+                ran = [returns[(trial.number, k)] for k in range(self.seeds) if (trial.number, k) in returns]
+                failed += self.tell(study, trial, ran)
             done += len(batch)
+            self.results(study, storage, command)
             if failed / done > self.max_failure_rate:
                 log.error(f"{failed} of {done} trials failed, more than hydra.sweeper.max_failure_rate="
                           f"{self.max_failure_rate}: the study stops here")
                 break
-        complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
-        if complete:
-            best = study.best_trial
-            from selfsup.loggers import shown
-            params = ", ".join(f"{k}={shown(str(v))}" for k, v in best.params.items())
-            log.info(f"best trial {best.number}: {best.value:.4f} with {params} ({best.user_attrs.get('run_dir')})")
-        self.results(study, storage)
+        for line in study_best_lines(study):
+            log.info(line)
+        self.results(study, storage, command)
+
+
+def _run_dir(ret) -> Optional[Path]:
+    return Path(ret.hydra_cfg.hydra.runtime.output_dir) if ret.hydra_cfg else None
+
+
+def seed_record(metric: str, values: List[float], summaries: List[dict]) -> Dict[str, Any]:
+    """A complete trial's user attributes from its runs (seed 0 first): `seeds`, `values` (each seed's), and
+    `value_se`: with 2 seeds or more sd over seeds / sqrt(n); with 1, the metric's own `<metric>_se` from its
+    summary.json (the standard error over the test examples), else None. For an accuracy with a random-init
+    baseline (eval/<task>/accuracy): `random_init` (mean over seeds of eval/<task>/random_init_accuracy),
+    `random_init_sd` (root mean square of the seeds' ..._sd), and the margin over random-init: with 1 seed
+    `margin`, `margin_low`, `margin_high` (the run's paired-bootstrap 95% interval), with more `margin` (mean
+    over seeds) and `margin_se` (sd over seeds / sqrt(n))."""
+    import math
+    import statistics
+    n = len(values)
+    evals = [s.get("eval") if isinstance(s.get("eval"), dict) else {} for s in summaries]
+
+    def each(key: str) -> Optional[List[float]]:
+        found = [e.get(key) for e in evals]
+        if len(found) == n and all(isinstance(v, (int, float)) and math.isfinite(v) for v in found):
+            return [float(v) for v in found]
+        return None
+
+    out: Dict[str, Any] = {"seeds": n, "values": [float(v) for v in values]}
+    own = each(f"{metric}_se")
+    out["value_se"] = statistics.stdev(values) / math.sqrt(n) if n >= 2 else (own[0] if own else None)
+    prefix, _, name = metric.rpartition("/")
+    if prefix.startswith("eval/") and name == "accuracy":
+        random_init, sds = each(f"{prefix}/random_init_accuracy"), each(f"{prefix}/random_init_accuracy_sd")
+        if random_init:
+            out["random_init"] = statistics.fmean(random_init)
+            out["random_init_sd"] = math.sqrt(statistics.fmean([s * s for s in sds])) if sds else None
+        margins = each(f"{prefix}/margin")
+        if margins and n == 1:
+            low, high = each(f"{prefix}/margin_low"), each(f"{prefix}/margin_high")
+            out.update(margin=margins[0], margin_low=low[0] if low else None, margin_high=high[0] if high else None)
+        elif margins:
+            out.update(margin=statistics.fmean(margins), margin_se=statistics.stdev(margins) / math.sqrt(n))
+    return out
 
 
 def _summary(run_dir: Optional[Path]) -> dict:

@@ -6,11 +6,17 @@ scores every run on exams that do not depend on its settings, after training (an
 `every_n_validations`, at every k-th validation), logged as `eval/<task>/<metric>` beside
 `train/tokens_seen`:
 
-    eval/fixed/loss, eval/fixed/perplexity      the family's fixed exam (selfsup.evaluation.fixed)
+    eval/fixed/loss, eval/fixed/perplexity      the family's fixed exam (selfsup.evaluation.fixed): the mean
+                                                 over a panel of settings of each one's loss (encoder: MLM at
+                                                 mask rates 0.10-0.40; encoder-decoder: span corruption at
+                                                 noise densities 0.10-0.50 and mean spans 2-10; decoder: CLM)
+    eval/fixed/<member>/loss                     each member's loss (rate_15: MLM at 15%; rate_15_span_3: span
+                                                 corruption at 0.15, mean span 3); none for the decoder's one
     eval/fixed/<kind>/loss, .../fraction, .../unigram_loss
                                                  the exam's loss split by kind of target (MLM: masked, random,
-                                                 unchanged; span corruption: first, later, sentinel), beside
-                                                 the training split's unigram on the same targets
+                                                 unchanged; span corruption: first, later, sentinel), pooled
+                                                 over the members weighted as the loss, beside the training
+                                                 split's unigram on the same targets
     eval/pairs/accuracy, eval/pairs/<type>/...   zero-shot minimal pairs, beside their random-init and n-gram
                                                  references (selfsup.evaluation.pairs)
     eval/predictions                             a table of the exam's first examples with the model's
@@ -40,7 +46,7 @@ import numpy as np
 import torch
 
 from selfsup.evaluation.baselines import cached, untrained_key
-from selfsup.evaluation.fixed import EXAMS, FixedExam
+from selfsup.evaluation.fixed import EXAMS, PANEL_SETTINGS, FixedExam, check_panel
 from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
 from selfsup.evaluation.scoring import unigram_logprobs
@@ -57,8 +63,9 @@ __all__ = ["EXAMPLE_COLUMNS", "BUILTIN_TASKS", "EXAMS", "PAIR_TYPES", "PROTOCOLS
 class Evaluation:
     """The fixed exam, the minimal pairs and the probes of one run. `check(...)` before training (reads the
     tasks and pair sets, refuses bad ones in one line); `setup(...)` once the model exists; `__call__(model)`
-    -> {metric: value}. fixed: {max_tokens: N} (the exam reads at most N validation tokens; None: all), or
-    None / False for no exam; pairs: a MinimalPairs, or None."""
+    -> {metric: value}. fixed: {max_tokens: N, mask_rates, span_rates, span_lengths} (the exam's members share
+    at most N validation tokens, None: all; the panel, FixedExamConfig), or None / False for no exam; pairs: a
+    MinimalPairs, or None."""
 
     def __init__(self, fixed: Mapping | bool | None = True, every_n_validations: int = 0,
                  pairs: MinimalPairs | None = None, probe: Mapping | None = None,
@@ -66,6 +73,7 @@ class Evaluation:
         probe = dict(probe or {})
         self.fixed = fixed is not None and fixed is not False
         self.fixed_max_tokens = fixed.get("max_tokens") if isinstance(fixed, Mapping) else None
+        self.fixed_panel = {k: fixed[k] for k in PANEL_SETTINGS if k in fixed} if isinstance(fixed, Mapping) else {}
         self.pairs = pairs
         self.every_n_validations = every_n_validations
         self.protocol = probe.get("protocol", "linear")
@@ -116,6 +124,7 @@ class Evaluation:
         if self.fixed_max_tokens is not None and self.fixed_max_tokens < 1:
             raise EvalError(f"eval.fixed.max_tokens={self.fixed_max_tokens} must be at least 1, or null (the whole "
                             f"validation split); eval.fixed=null turns the exam off")
+        check_panel(**self.fixed_panel)
         if self.pairs is not None:
             self.pairs.check()
         if self.every_n_validations < 0:
@@ -145,7 +154,8 @@ class Evaluation:
         if self.fixed:
             unigram = (unigram_logprobs(train_tokens, vocab.size) if train_tokens is not None and len(train_tokens)
                        else None)
-            self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_tokens, unigram)
+            self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_tokens, unigram,
+                                  **self.fixed_panel)
             if self.exam.model_length > model_length:
                 raise EvalError(f"the fixed exam of {architecture} models needs {self.exam.model_length} positions, "
                                 f"the model has {model_length}: set eval.fixed=null")

@@ -1,15 +1,27 @@
-"""The fixed exam: every run of an architecture family scored on the same task, whatever it trained on.
+"""The fixed exam: every run of an architecture family scored on the same panel of tasks, whatever it trained on.
 
-    encoder          MLM at 15% (80% <mask> / 10% random / 10% unchanged)
-    encoder_decoder  span corruption at noise density 0.15, mean span length 3
-    decoder          next-token loss (CLM)
+    encoder          MLM (80% <mask> / 10% random / 10% unchanged) at mask rates 0.10, 0.15, 0.25, 0.40
+    encoder_decoder  span corruption at mean span 3 and noise densities 0.10, 0.15, 0.25, 0.50, and at noise
+                     density 0.15 and mean spans 2, 3, 5, 10 (7 members: (0.15, 3) is in both)
+    decoder          next-token loss (CLM), the one member
 
-over the start of the validation split (at most max_tokens tokens: the exam's cost does not grow with
-the corpus), cut into windows of the exam's own length, in batches of EXAM_BATCH, with
-masks drawn from generators seeded by (family, batch index) only: two runs with the same data and
-data.seq_len see the same masked windows, whatever their mask rate, span length or seed. Its loss is
-what makes mask-rate and span-length sweeps comparable within a family. Across families the exams
-differ (see the downstream probe for that axis).
+(eval.fixed.mask_rates, .span_rates, .span_lengths: the axes of the T5 paper's ablations and of the shipped
+sweeps, so that no swept setting is favoured by being the exam's own). Its loss, eval/fixed/loss, is the
+unweighted mean over the members of each member's token-weighted loss (each setting counts equally), each
+member's beside it as eval/fixed/<member>/loss (member names: rate_15 for MLM at 15%, rate_15_span_3 for span
+corruption at 15%, mean span 3; a '.' of a number is written 'p': rate_12p5; no per-member keys with one member).
+Its split by kind of target (eval/fixed/<kind>/...) pools the members weighted as the loss is, each member's
+targets weighing 1 / (members x its targets): the kinds' fractions sum to 1 and their losses weighted by their
+fractions sum to eval/fixed/loss exactly (a token-pooled split would sum to the token-weighted panel loss).
+
+Each member reads the start of the validation split (eval.fixed.max_tokens shared evenly by the members: the
+exam's cost does not grow with the panel or the corpus), cut into windows of its own raw length, in batches of
+EXAM_BATCH, with masks drawn from generators seeded by (family, member, batch index) only: two runs with the
+same data and data.seq_len see the same masked windows, whatever their mask rate, span length or seed. The
+family's canonical member (MLM at 15%; span corruption at 0.15, mean span 3; CLM) keeps the seeds of the single
+exam the panel replaced: the predictions table (FixedExam.examples) shows it. The loss is what makes mask-rate
+and span-length sweeps comparable within a family. Across families the exams differ (see the downstream probe
+for that axis).
 """
 
 from __future__ import annotations
@@ -21,12 +33,20 @@ from dataclasses import fields, replace
 import numpy as np
 import torch
 
+from selfsup.evaluation.tasks import EvalError
 from selfsup.loss import stream_seed, token_nll
-from selfsup.objectives import Objective, build_objective
+from selfsup.objectives import Objective, ObjectiveError, build_objective
 
-EXAMS = {"encoder": ("mlm", {"mask_rate": 0.15, "mask_token_prob": 0.8, "random_token_prob": 0.1}),
+MLM = {"mask_token_prob": 0.8, "random_token_prob": 0.1}
+EXAMS = {"encoder": ("mlm", {"mask_rate": 0.15, **MLM}),  # the canonical member of each family
          "encoder_decoder": ("span_corruption", {"mask_rate": 0.15, "mean_span_length": 3.0}),
          "decoder": ("clm", {})}
+# the default panel (FixedExamConfig's): encoder: MLM at each mask rate; encoder_decoder: span corruption at each
+# noise density with the canonical mean span 3, and at each mean span with the canonical noise density 0.15
+MASK_RATES = (0.10, 0.15, 0.25, 0.40)
+SPAN_RATES = (0.10, 0.15, 0.25, 0.50)
+SPAN_LENGTHS = (2.0, 3.0, 5.0, 10.0)
+PANEL_SETTINGS = ("mask_rates", "span_rates", "span_lengths")  # eval.fixed's keys of the panel
 EXAM_BATCH = 32  # fixed, so that the masks do not depend on data.batch_size
 # the kinds of target each exam's loss is split into (eval/fixed/<kind>/...):
 #   encoder: what the encoder read there: <mask>, a random token, the token itself unchanged
@@ -37,38 +57,126 @@ KINDS = {"encoder": ("masked", "random", "unchanged"), "encoder_decoder": ("firs
 NO_UNIGRAM = {"sentinel"}  # never in the text: a unigram of the text says nothing of them
 
 
+def _number(x: float) -> str:
+    return f"{round(x, 6):g}".replace(".", "p")  # a metric-name-safe number: 12.5 -> 12p5
+
+
+def member_name(architecture: str, params: dict) -> str:
+    """rate_15 (MLM at 15%), rate_15_span_3 (span corruption at 0.15, mean span 3), clm."""
+    if architecture == "decoder":
+        return "clm"
+    name = f"rate_{_number(100 * params['mask_rate'])}"
+    return name + (f"_span_{_number(params['mean_span_length'])}" if architecture == "encoder_decoder" else "")
+
+
+def panel(architecture: str, mask_rates=MASK_RATES, span_rates=SPAN_RATES, span_lengths=SPAN_LENGTHS) -> dict:
+    """{member name: (objective name, its settings)} of a family's panel, in the settings' order, each once."""
+    name, canonical = EXAMS[architecture]
+    if architecture == "encoder":
+        settings = [{"mask_rate": r, **MLM} for r in mask_rates]
+    elif architecture == "encoder_decoder":
+        settings = ([{**canonical, "mask_rate": r} for r in span_rates]
+                    + [{**canonical, "mean_span_length": float(s)} for s in span_lengths])
+    else:
+        settings = [canonical]
+    out = {}
+    for params in settings:
+        out.setdefault(member_name(architecture, params), (name, params))
+    return out
+
+
+def check_panel(mask_rates=MASK_RATES, span_rates=SPAN_RATES, span_lengths=SPAN_LENGTHS) -> None:
+    """EvalError (one line) for a panel setting that is empty, a rate outside (0, 1) or a span below 1."""
+    for key, values in (("mask_rates", mask_rates), ("span_rates", span_rates), ("span_lengths", span_lengths)):
+        values = list(values)
+        if not values:
+            raise EvalError(f"eval.fixed.{key}=[] is empty: the exam's panel needs at least one value; "
+                            f"eval.fixed=null turns the exam off")
+        for v in values:
+            if key != "span_lengths" and not 0 < v < 1:
+                raise EvalError(f"eval.fixed.{key}={values}: {v} is not a rate in (0, 1) (the share of tokens hidden)")
+            if key == "span_lengths" and not (math.isfinite(v) and v >= 1):
+                raise EvalError(f"eval.fixed.{key}={values}: {v} is not a mean span length >= 1 (a span holds at "
+                                f"least one token)")
+
+
 def exam_objective(architecture: str, vocab, seq_len: int) -> Objective:
+    """The family's canonical member."""
     name, params = EXAMS[architecture]
     return build_objective(name, vocab, seq_len, architecture, **params)
 
 
-def exam_seed(architecture: str, batch: int) -> int:
-    return stream_seed("fixed-exam", architecture, batch)
+def exam_seed(architecture: str, batch: int, member: str | None = None) -> int:
+    """The seed of a member's batch; the canonical member's (member None) are the former single exam's."""
+    return stream_seed("fixed-exam", architecture, batch) if member is None else stream_seed(
+        "fixed-exam", architecture, member, batch)
+
+
+def _member_objective(name: str, objective: str, params: dict, vocab, seq_len: int, architecture: str,
+                      named: dict) -> Objective:
+    """A member's objective at data.seq_len or, where its spans need more sentinels than the vocabulary has
+    (a high noise density on long windows), at the longest halved window length that fits."""
+    length, first = seq_len, None
+    while True:
+        try:
+            return build_objective(objective, vocab, length, architecture, **params, **named)
+        except ObjectiveError as err:
+            first = first or err
+            if length // 2 < 8:
+                raise EvalError(f"the fixed exam's panel member {name} (eval.fixed) cannot be built for this "
+                                f"run: {first}") from None
+            length //= 2
 
 
 class FixedExam:
-    """The exam of one family over the first max_tokens of a flat array of validation token ids (None:
-    all of them)."""
+    """The exam of one family over the start of a flat array of validation token ids: each member of the panel
+    reads the first max_tokens // members tokens (max_tokens None: all of them). mask_rates, span_rates,
+    span_lengths: the panel (see `panel`)."""
 
     def __init__(self, architecture: str, vocab, seq_len: int, val_tokens: np.ndarray,
-                 max_tokens: int | None = None, unigram: np.ndarray | None = None):
+                 max_tokens: int | None = None, unigram: np.ndarray | None = None,
+                 mask_rates=MASK_RATES, span_rates=SPAN_RATES, span_lengths=SPAN_LENGTHS):
         self.architecture = architecture
         self.unigram = unigram  # log-probabilities [vocab] of the training split's tokens, or None
-        self.objective = exam_objective(architecture, vocab, seq_len)
-        length = self.objective.raw_length
-        n = min(len(val_tokens), max_tokens if max_tokens is not None else len(val_tokens)) // length
-        self.windows = torch.from_numpy(np.asarray(val_tokens[:n * length], dtype=np.int64).reshape(n, length))
+        members = panel(architecture, mask_rates, span_rates, span_lengths)
+        budget = len(val_tokens) if max_tokens is None else min(len(val_tokens), max_tokens // len(members))
+        self.members: dict[str, tuple[Objective, torch.Tensor]] = {}  # name -> (objective, windows)
+        for name, (objective, params) in members.items():
+            named = {"setting": "eval.fixed"} if objective == "span_corruption" else {}  # in its errors
+            built = _member_objective(name, objective, params, vocab, seq_len, architecture, named)
+            length = built.raw_length
+            windows = np.asarray(val_tokens[:budget // length * length], dtype=np.int64).reshape(-1, length)
+            self.members[name] = (built, torch.from_numpy(windows))
+        self.canonical = member_name(architecture, EXAMS[architecture][1])
+        if self.canonical not in self.members:  # the predictions table's member, outside the panel
+            objective = exam_objective(architecture, vocab, seq_len)
+            windows = np.asarray(val_tokens[:budget // objective.raw_length * objective.raw_length], dtype=np.int64)
+            self.examples_member = (objective, torch.from_numpy(windows.reshape(-1, objective.raw_length)))
+        else:
+            self.examples_member = self.members[self.canonical]
+
+    @property
+    def objective(self) -> Objective:
+        """The canonical member's objective (the predictions table's)."""
+        return self.examples_member[0]
+
+    @property
+    def windows(self) -> torch.Tensor:
+        """The canonical member's windows."""
+        return self.examples_member[1]
 
     @property
     def model_length(self) -> int:
-        return self.objective.model_length
+        return max(o.model_length for o, _ in [*self.members.values(), self.examples_member])
 
-    def batches(self, device: torch.device | str = "cpu"):
-        """The exam's ObjectiveBatches, the same for every run of the family."""
-        for i, start in enumerate(range(0, len(self.windows), EXAM_BATCH)):
-            tokens = self.windows[start:start + EXAM_BATCH].to(device)
-            generator = torch.Generator(device=device).manual_seed(exam_seed(self.architecture, i))
-            yield self.objective(tokens, generator)
+    def batches(self, device: torch.device | str = "cpu", member: str | None = None):
+        """A member's ObjectiveBatches (None: the canonical member's), the same for every run of the family."""
+        objective, windows = self.examples_member if member is None else self.members[member]
+        legacy = member is None or member == self.canonical
+        for i, start in enumerate(range(0, len(windows), EXAM_BATCH)):
+            tokens = windows[start:start + EXAM_BATCH].to(device)
+            seed = exam_seed(self.architecture, i, None if legacy else member)
+            yield objective(tokens, torch.Generator(device=device).manual_seed(seed))
 
     def kinds(self, batch) -> torch.Tensor:
         """The kind of each scored target of a batch (in the order of batch.targets[batch.scored]), as an
@@ -86,53 +194,66 @@ class FixedExam:
         return torch.zeros(int(scored.sum()), dtype=torch.long, device=targets.device)
 
     @torch.no_grad()
-    def sums(self, model: torch.nn.Module) -> dict[str, list[float]]:
-        """{kind: [sum of -log p, number of targets, sum of -log p under `unigram`]} over every scored target
-        of the exam (the unigram sum is 0 where the exam has no unigram reference)."""
+    def sums(self, model: torch.nn.Module) -> dict[str, dict[str, list[float]]]:
+        """{member: {kind: [sum of -log p, number of targets, sum of -log p under `unigram`]}} over every scored
+        target of each member (the unigram sum is 0 where the exam has no unigram reference)."""
         device = next(model.parameters()).device
-        names = KINDS[self.architecture]
-        out = {name: [0.0, 0, 0.0] for name in names}
         unigram = None if self.unigram is None else torch.as_tensor(self.unigram, device=device)
-        for batch in self.batches(device):
-            hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
-                           encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
-            targets = batch.targets[batch.scored]
-            nll = token_nll(hidden[batch.scored], model.lm_head.weight, targets, model.vocab_size)
-            kind = self.kinds(batch)
-            for code, name in enumerate(names):
-                chosen = kind == code
-                out[name][0] += float(nll[chosen].sum(dtype=torch.float64))
-                out[name][1] += int(chosen.sum())
-                if unigram is not None:
-                    out[name][2] += float(-unigram[targets[chosen]].sum())
+        out = {}
+        for member in self.members:
+            out[member] = found = {name: [0.0, 0, 0.0] for name in KINDS[self.architecture]}
+            for batch in self.batches(device, member):
+                hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
+                               encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
+                targets = batch.targets[batch.scored]
+                nll = token_nll(hidden[batch.scored], model.lm_head.weight, targets, model.vocab_size)
+                kind = self.kinds(batch)
+                for code, name in enumerate(found):
+                    chosen = kind == code
+                    found[name][0] += float(nll[chosen].sum(dtype=torch.float64))
+                    found[name][1] += int(chosen.sum())
+                    if unigram is not None:
+                        found[name][2] += float(-unigram[targets[chosen]].sum())
         return out
 
     def metrics(self, model: torch.nn.Module) -> dict[str, float]:
-        """eval/fixed/loss and /perplexity (token-weighted over every scored target), and per kind of target
+        """eval/fixed/loss: the unweighted mean over the panel's members of each member's token-weighted loss
+        (a member without targets, e.g. no window in max_tokens, is left out; none: 0), /perplexity its exp;
+        with more than one member, eval/fixed/<member>/loss. Per kind of target, pooled over the members with
+        each member's targets weighing 1 / (members x its number of targets), as in the loss:
         eval/fixed/<kind>/loss, /fraction (its share of the targets) and, for text targets, /unigram_loss (the
-        training split's unigram on the same targets). The kinds' losses weighted by their fractions sum to
-        the loss."""
-        found = self.sums(model)
-        count = sum(n for _, n, _ in found.values())
-        loss = sum(nll for nll, _, _ in found.values()) / max(count, 1)
+        training split's unigram on the same targets, weighed alike). So the fractions sum to 1 and the kinds'
+        losses weighted by their fractions sum to eval/fixed/loss exactly (up to rounding)."""
+        found = {m: kinds for m, kinds in self.sums(model).items() if sum(n for _, n, _ in kinds.values())}
+        counts = {m: sum(n for _, n, _ in kinds.values()) for m, kinds in found.items()}
+        losses = {m: sum(nll for nll, _, _ in kinds.values()) / counts[m] for m, kinds in found.items()}
+        loss = sum(losses.values()) / len(losses) if losses else 0.0
         out = {"eval/fixed/loss": loss, "eval/fixed/perplexity": math.exp(min(loss, 80.0))}
-        for name, (nll, n, unigram) in found.items():
-            if n and len(found) > 1:
-                out.update({f"eval/fixed/{name}/loss": nll / n, f"eval/fixed/{name}/fraction": n / count})
-            if n and self.unigram is not None and name not in NO_UNIGRAM:
-                out[f"eval/fixed/{name}/unigram_loss" if len(found) > 1 else "eval/fixed/unigram_loss"] = unigram / n
+        if len(self.members) > 1:
+            out.update({f"eval/fixed/{m}/loss": value for m, value in losses.items()})
+        names = KINDS[self.architecture]
+        for name in names:
+            fraction, nll, unigram = (sum(kinds[name][i] / counts[m] for m, kinds in found.items()) / len(found)
+                                      for i in (1, 0, 2))
+            if not fraction:
+                continue
+            if len(names) > 1:
+                out.update({f"eval/fixed/{name}/loss": nll / fraction, f"eval/fixed/{name}/fraction": fraction})
+            if self.unigram is not None and name not in NO_UNIGRAM:
+                out[f"eval/fixed/{name}/unigram_loss" if len(names) > 1 else "eval/fixed/unigram_loss"] = unigram / fraction
         return out
 
     def loss(self, model: torch.nn.Module) -> float:
-        """Token-weighted mean cross-entropy of `model` over every scored position of the exam."""
+        """eval/fixed/loss: the mean over the panel's members of each one's token-weighted cross-entropy."""
         return self.metrics(model)["eval/fixed/loss"]
 
     @torch.no_grad()
     def examples(self, model: torch.nn.Module, tokenizer, n: int = 4, max_targets: int = 24) -> list[list]:
-        """The first n windows of the exam with what the model predicts at their scored positions (the argmax of
-        the same teacher-forced step the loss scores): rows of [example, input, target, prediction, accuracy].
-        input is what the model reads (the encoder's input, else the decoder's), target and prediction the first
-        max_targets scored tokens, separated by '|'. The same windows and masks for every run of the family."""
+        """The first n windows of the canonical member with what the model predicts at their scored positions (the
+        argmax of the same teacher-forced step the loss scores): rows of [example, input, target, prediction,
+        accuracy]. input is what the model reads (the encoder's input, else the decoder's), target and prediction
+        the first max_targets scored tokens, separated by '|'. The same windows and masks for every run of the
+        family."""
         batch = next(self.batches(next(model.parameters()).device), None)
         if batch is None:  # no exam window (eval.fixed.max_tokens below one window)
             return []
@@ -160,10 +281,30 @@ def _token(tokenizer, token_id: int) -> str:
     return tokenizer.decode([token_id], skip_special_tokens=False).replace("\n", "\\n").replace("\t", "\\t")
 
 
+def member_label(name: str) -> str:
+    """rate_15 -> 'rate 15%', rate_15_span_3 -> 'rate 15% span 3' (the closing line's)."""
+    rate, _, span = name.removeprefix("rate_").partition("_span_")
+    return f"rate {rate.replace('p', '.')}%" + (f" span {span.replace('p', '.')}" if span else "")
+
+
+def panel_lines(metrics, width: int = 96) -> list[str]:
+    """`fixed exam panel (nats): rate 10% 6.01, rate 15% 5.98, ...`: each member's loss (their mean is
+    eval/fixed/loss), in lines of at most `width`; [] without per-member losses."""
+    parts = [f"{member_label(key.split('/')[2])} {value:.2f}" for key, value in metrics.items()
+             if key.startswith("eval/fixed/rate_") and key.endswith("/loss") and key.count("/") == 3]
+    lines = ["fixed exam panel (nats):"] if parts else []
+    for i, part in enumerate(parts):  # a member's label and loss never broken across lines
+        part += "," if i < len(parts) - 1 else ""
+        if len(lines[-1]) + 1 + len(part) > width:
+            lines.append(" ")
+        lines[-1] += " " + part
+    return lines
+
+
 def split_lines(metrics, width: int = 96) -> list[str]:
-    """`fixed exam by target (nats): masked 6.52 (unigram 6.63, 80%)  random ...`: the exam's loss per kind of
-    target beside the unigram on the same targets, and its share, in lines of at most `width`; [] without a
-    split."""
+    """The exam's panel (panel_lines), then `fixed exam by target (nats): masked 6.52 (unigram 6.63, 80%)
+    random ...`: the exam's loss per kind of target beside the unigram on the same targets, and its share, in
+    lines of at most `width`; [] without a panel or a split."""
     parts = []
     for kinds in KINDS.values():
         for kind in kinds:
@@ -175,6 +316,6 @@ def split_lines(metrics, width: int = 96) -> list[str]:
                          + f"{metrics[f'eval/fixed/{kind}/fraction']:.0%})")
     if not parts and "eval/fixed/unigram_loss" in metrics:
         parts.append(f"next {metrics['eval/fixed/loss']:.2f} (unigram {metrics['eval/fixed/unigram_loss']:.2f})")
-    if not parts:
-        return []
-    return textwrap.wrap("fixed exam by target (nats): " + ";  ".join(parts), width, subsequent_indent="  ")
+    by_target = textwrap.wrap("fixed exam by target (nats): " + ";  ".join(parts), width,
+                              subsequent_indent="  ") if parts else []
+    return panel_lines(metrics, width) + by_target

@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 
 from selfsup.report.model import (
+    FIXED,
     MASK_RATE,
+    PAIRS,
     PROBE,
     SEED,
     SPAN_LENGTH,
@@ -15,6 +17,7 @@ from selfsup.report.model import (
     _number,
     _show,
 )
+from selfsup.report.runs import study_importances
 
 OBJECTIVE_COLORS = {"mlm": "#1f77b4", "clm": "#d62728", "span_corruption": "#2ca02c", "prefix_lm": "#9467bd",
                     "ul2": "#ff7f0e"}
@@ -46,6 +49,112 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+# ---------------------------------------------------------------------------- baselines
+# what an untrained model, or a model that ignores the text, scores: (suffix of the task's key, legend label,
+# style); the random-init score is drawn as its mean with a +- sd band
+BASELINES = {"random_init": "random-init (mean ± sd)", "majority": "majority class", "unigram": "unigram",
+             "bigram": "bigram"}
+BASELINE_STYLE = {"random_init": ("#555555", "--"), "majority": ("#000000", ":"), "unigram": ("#8c564b", "-."),
+                  "bigram": ("#e377c2", (0, (1, 1)))}
+METRIC_KEYS = {"fixed_loss": FIXED, "probe": PROBE, "pairs": PAIRS}  # Run.metrics() names -> logged keys
+
+
+def fixed_unigram_loss(run: Run) -> float | None:
+    """The unigram's loss on the fixed exam's targets: eval/fixed/unigram_loss, else the kinds' unigram losses
+    weighted by their fractions when every kind of target has one (a span corruption exam's sentinels have
+    none: unknown)."""
+    found = run.task_value("eval/fixed/unigram_loss")
+    if found is not None:
+        return found
+    kinds = {k.split("/")[2] for k in run.logged_keys()
+             if k.startswith("eval/fixed/") and k.endswith("/fraction") and k.count("/") == 3}
+    parts = [(run.task_value(f"eval/fixed/{k}/fraction"), run.task_value(f"eval/fixed/{k}/unigram_loss"))
+             for k in kinds]
+    if not parts or any(f is None or u is None for f, u in parts):
+        return None
+    return sum(f * u for f, u in parts)
+
+
+def run_baselines(run: Run, key: str) -> dict[str, tuple[float, float | None]]:
+    """{kind: (value, sd or None)} of the baselines of a logged metric key (eval/<task>/accuracy: random-init and
+    majority; eval/pairs/accuracy: random-init, unigram, bigram; eval/fixed/loss: the unigram loss), where
+    known."""
+    if key == FIXED:
+        found = fixed_unigram_loss(run)
+        return {} if found is None else {"unigram": (found, None)}
+    if not key.endswith("/accuracy"):
+        return {}
+    task = key.removesuffix("/accuracy")
+    out = {}
+    for kind in ("random_init", "majority", "unigram", "bigram"):
+        value = run.task_value(f"{task}/{kind}_accuracy")
+        if _finite(value):
+            sd = run.task_value(f"{task}/{kind}_accuracy_sd") if kind == "random_init" else None
+            out[kind] = (value, sd if _finite(sd) else None)
+    return out
+
+
+def baselines(runs: list[Run], key: str) -> list[dict]:
+    """The baselines of `key` over the runs, one per kind and architecture (random-init differs with the model's
+    shape): [{kind, architecture, label, y, sd}], means over the runs that have them; the label names the
+    architecture only where the architectures' values differ."""
+    values: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
+    for run in runs:
+        for kind, found in run_baselines(run, key).items():
+            values.setdefault((kind, run.architecture or "?"), []).append(found)
+    out = []
+    for kind in BASELINES:
+        archs = {a: v for (k, a), v in values.items() if k == kind}
+        means = {a: (sum(y for y, _ in v) / len(v),
+                     None if any(sd is None for _, sd in v) else sum(sd for _, sd in v) / len(v))
+                 for a, v in archs.items()}
+        if len({round(y, 9) for y, _ in means.values()}) == 1 and len({sd for _, sd in means.values()}) == 1:
+            means = {None: next(iter(means.values()))}  # the same for every architecture: one line
+        for arch, (y, sd) in means.items():
+            label = BASELINES[kind] if arch is None else f"{BASELINES[kind].split(' (')[0]}, {arch}" + (
+                " (mean ± sd)" if kind == "random_init" else "")
+            out.append({"kind": kind, "architecture": arch, "label": label, "y": y, "sd": sd})
+    return out
+
+
+def draw_baselines(ax, found: list[dict], spans: dict | None = None) -> None:
+    """Horizontal lines (random-init: its mean, and a +- sd band), labelled for the legend; with `spans`
+    ({architecture: [x ranges]}, a plot by setting), each only over its architecture's settings. Their
+    artists' gid is `baseline:<kind>`."""
+    shades = ["#555555", "#999999", "#222222", "#777777"]
+    archs = list(dict.fromkeys(b["architecture"] for b in found))
+    for b in found:
+        color, style = BASELINE_STYLE[b["kind"]]
+        if b["kind"] == "random_init" and b["architecture"] is not None:
+            color = shades[archs.index(b["architecture"]) % len(shades)]
+        ranges = (spans or {}).get(b["architecture"]) or [None]
+        for i, where in enumerate(ranges):
+            label = b["label"] if i == 0 else None
+            if where is None:
+                line = ax.axhline(b["y"], color=color, linestyle=style, linewidth=1.2, label=label, zorder=1)
+            else:
+                [line] = ax.plot(where, [b["y"]] * 2, color=color, linestyle=style, linewidth=1.5, label=label,
+                                 zorder=1)
+            line.set_gid(f"baseline:{b['kind']}")
+            if b["sd"]:
+                low, high = b["y"] - b["sd"], b["y"] + b["sd"]
+                alpha = 0.12 if len(archs) == 1 or where is not None else 0.06  # overlapping bands: fainter
+                band = (ax.axhspan(low, high, color=color, alpha=alpha, zorder=0) if where is None else
+                        ax.fill_between(where, [low] * 2, [high] * 2, color=color, alpha=alpha, zorder=0))
+                band.set_gid(f"baseline:{b['kind']}:band")
+
+
+def baseline_words(found: list[dict]) -> str:
+    """`Baselines: random-init (mean ± sd band), majority class.` for a caption; '' without any."""
+    names = list(dict.fromkeys(BASELINES[b["kind"]].replace("(mean ± sd)", "(mean, ± sd band)") for b in found))
+    return f" Baselines: {', '.join(names)}." if names else ""
+
+
+def outside_legend(ax, fontsize: int = 7) -> None:
+    """The legend beside the axes, to their right, so that it covers no data."""
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
 
 
 def setting_of(run: Run, keys: list[str]) -> str:
@@ -93,27 +202,40 @@ def curve_series(runs: list[Run], y_key: str, x_key: str, keys: list[str] | None
     return series
 
 
-def plot_curves(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: str, title: str,
-                keys: list[str] | None = None) -> bytes | None:
-    """y against x, one colour per setting (`curve_series`): seeds as their mean and a min-max band."""
+def curves_figure(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: str, title: str,
+                  keys: list[str] | None = None, with_baselines: bool = False):
+    """The figure of `plot_curves` and the series it left out (a single point: no curve), or (None, left out)
+    when no series has two points."""
     series = curve_series(runs, y_key, x_key, keys)
-    if not series:
-        return None
+    drawn = [s for s in series if len(s["x"]) > 1]
+    left_out = [s["label"] or s["setting"] for s in series if len(s["x"]) <= 1]
+    if not drawn:
+        return None, left_out
     plt = _pyplot()
-    colors = {setting: plt.cm.tab10(i % 10) for i, setting in enumerate(dict.fromkeys(s["setting"] for s in series))}
+    colors = {setting: plt.cm.tab10(i % 10) for i, setting in enumerate(dict.fromkeys(s["setting"] for s in drawn))}
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for line in series:
+    for line in drawn:
         color = colors[line["setting"]]
         ax.plot(line["x"], line["y"], marker="o", markersize=3, linewidth=1.5, color=color,
-                linestyle="--" if line["dashed"] else "-", alpha=0.9, label=line["label"])
+                linestyle="--" if line["dashed"] else "-", alpha=0.9, label=line["label"], zorder=3)
         if line["low"] is not None:
-            ax.fill_between(line["x"], line["low"], line["high"], color=color, alpha=0.2)
+            ax.fill_between(line["x"], line["low"], line["high"], color=color, alpha=0.2, zorder=2)
+    if with_baselines:
+        draw_baselines(ax, baselines(runs, y_key))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return _png(fig)
+    outside_legend(ax)
+    return fig, left_out
+
+
+def plot_curves(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: str, title: str,
+                keys: list[str] | None = None, with_baselines: bool = False) -> bytes | None:
+    """y against x, one colour per setting (`curve_series`): seeds as their mean and a min-max band; a series of
+    one point is left out, and None when none has two."""
+    fig, _ = curves_figure(runs, y_key, x_key, ylabel, xlabel, title, keys, with_baselines)
+    return None if fig is None else _png(fig)
 
 
 def plot_loss_vs_tokens(runs: list[Run], keys: list[str] | None = None, key: str = "val/loss") -> bytes | None:
@@ -122,60 +244,128 @@ def plot_loss_vs_tokens(runs: list[Run], keys: list[str] | None = None, key: str
                        "tokens seen (train/tokens_seen)", f"{what} loss against tokens seen", keys)
 
 
-def plot_study(study) -> list[tuple[str, str, bytes]]:
-    """An Optuna study: its optimisation history (each trial's value and the best so far) and, with two
-    complete trials or more, the parameters' importances (fANOVA)."""
+def trial_baseline(trial) -> tuple[float, float | None] | None:
+    """A trial's random-init (mean, sd) of the optimized metric: its user attrs random_init, random_init_sd
+    (the sweeper's), else its run's summary.json (eval/<task>/random_init_<metric> of the run's
+    optimized_metric); None where unknown."""
+    attrs = trial.user_attrs
+    if _finite(_number(attrs.get("random_init"))):
+        sd = _number(attrs.get("random_init_sd"))
+        return _number(attrs["random_init"]), sd if _finite(sd) else None
+    if not attrs.get("run_dir"):
+        return None
+    try:
+        import json
+        from pathlib import Path
+
+        from omegaconf import OmegaConf
+        run_dir = Path(attrs["run_dir"])
+        metric = OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("optimized_metric")
+        evaluated = json.loads((run_dir / "summary.json").read_text()).get("eval") or {}
+    except Exception:  # noqa: BLE001 - a moved or unfinished run: no baseline, the rest of the plot stands
+        return None
+    if not isinstance(metric, str) or not metric.startswith("eval/") or metric.count("/") != 2:
+        return None
+    task, name = metric.rsplit("/", 1)
+    mean, sd = _number(evaluated.get(f"{task}/random_init_{name}")), _number(evaluated.get(f"{task}/random_init_{name}_sd"))
+    return (mean, sd if _finite(sd) else None) if _finite(mean) else None
+
+
+def study_history_figure(study):
+    """The optimisation history of a study (None under two complete trials): each complete trial's value, with
+    its standard error (user attr value_se) as error bars where known, the best so far, the pruned trials, and
+    the trials' random-init (mean, +- sd band) where known."""
     from optuna.trial import TrialState
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    if not complete:
-        return []
+    if len(complete) < 2:
+        return None
     plt = _pyplot()
     maximize = study.direction.name == "MAXIMIZE"
     fig, ax = plt.subplots(figsize=(7.5, 4.0))
     numbers, values = [t.number for t in complete], [t.value for t in complete]
     best = [max(values[:i + 1]) if maximize else min(values[:i + 1]) for i in range(len(values))]
-    ax.scatter(numbers, values, s=18, color="#1f77b4", label="trial value")
-    ax.step(numbers, best, where="post", color="#d62728", label="best so far")
+    se = [_number(t.user_attrs.get("value_se")) for t in complete]
+    if any(_finite(v) for v in se):
+        errors = [v if _finite(v) else 0.0 for v in se]
+        bars = ax.errorbar(numbers, values, yerr=errors, fmt="o", markersize=4, capsize=3, color="#1f77b4",
+                           label="trial value (± its standard error)", zorder=3)
+        bars[0].set_gid("trial_value")
+    else:
+        ax.scatter(numbers, values, s=18, color="#1f77b4", label="trial value", zorder=3).set_gid("trial_value")
+    ax.step(numbers, best, where="post", color="#d62728", label="best so far", zorder=3)
+    known = [(t.number, found) for t in complete if (found := trial_baseline(t)) is not None]
+    if known:
+        xs, ys = [n for n, _ in known], [b[0] for _, b in known]
+        label = "random-init (mean ± sd)" if all(b[1] is not None for _, b in known) else "random-init"
+        if len({round(y, 9) for y in ys}) == 1:  # one baseline for every trial: a line across the plot
+            draw_baselines(ax, [{"kind": "random_init", "architecture": None, "label": label, "y": ys[0],
+                                 "sd": known[0][1][1]}])
+        else:
+            [line] = ax.plot(xs, ys, color="#555555", linestyle="--", linewidth=1.2, drawstyle="steps-mid",
+                             label=label, zorder=1)
+            line.set_gid("baseline:random_init")
+            if all(b[1] is not None for _, b in known):
+                ax.fill_between(xs, [y - b[1] for (_, b), y in zip(known, ys)],
+                                [y + b[1] for (_, b), y in zip(known, ys)], step="mid", color="#555555",
+                                alpha=0.12, zorder=0).set_gid("baseline:random_init:band")
     pruned = [t.number for t in study.trials if t.state == TrialState.PRUNED]
     if pruned:
-        ax.scatter(pruned, [min(values)] * len(pruned), marker="x", color="#7f7f7f", label="pruned")
+        ax.scatter(pruned, [min(values)] * len(pruned), marker="x", color="#7f7f7f", label="pruned (at the lowest value)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("trial")
     ax.set_ylabel("objective value")
     ax.set_title(f"Optuna study {study.study_name}: optimisation history")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    outside_legend(ax, 8)
+    return fig
+
+
+def plot_study(study) -> list[tuple[str, str, bytes]]:
+    """An Optuna study: its optimisation history (each trial's value and the best so far) and, with two
+    complete trials or more, and from runs.MIN_IMPORTANCE_TRIALS complete trials the parameters' importances
+    (runs.study_importances). Under two complete trials: a line saying
+    the history is not drawn (empty png)."""
+    from optuna.trial import TrialState
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    if not complete:
+        return []
+    fig = study_history_figure(study)
+    if fig is None:
+        return [("optuna_history", (f"Optuna study {study.study_name}: its history is not drawn: one complete "
+                                    f"trial (value {complete[0].value:.4f})."), b"")]
+    with_se = any(_finite(_number(t.user_attrs.get("value_se"))) for t in complete)
+    with_baseline = any(trial_baseline(t) is not None for t in complete)
+    plt = _pyplot()
     plots = [("optuna_history", f"Optuna study {study.study_name}: each complete trial's value (the jobs' "
-              f"optimized metric), the best so far, and the pruned trials.", _png(fig))]
-    if len(complete) >= 2:
-        import optuna
-        importances = optuna.importance.get_param_importances(study)
-        if importances:
-            fig, ax = plt.subplots(figsize=(7.5, 0.5 + 0.45 * len(importances)))
-            names = list(importances)[::-1]
-            ax.barh(names, [importances[n] for n in names], color="#2ca02c")
-            ax.set_xlabel("importance (fANOVA)")
-            ax.set_title("Which parameters the value depends on")
-            plots.append(("optuna_importances", "Parameter importances of the study (Optuna's fANOVA evaluator).",
-                          _png(fig)))
+              f"optimized metric)" + (" with its standard error (its seeds' spread, or the test examples')" if with_se else "")
+              + ", the best so far, and the pruned trials." + (" Baselines: random-init (mean, ± sd band)."
+                                                               if with_baseline else ""), _png(fig))]
+    importances, line = study_importances(study)  # None under MIN_IMPORTANCE_TRIALS complete trials
+    if importances:
+        fig, ax = plt.subplots(figsize=(7.5, 0.5 + 0.45 * len(importances)))
+        names = list(importances)[::-1]
+        ax.barh(names, [importances[n] for n in names], color="#2ca02c")
+        ax.set_xlabel("importance (Optuna's default evaluator)")
+        ax.set_title("Which parameters the value depends on")
+        plots.append(("optuna_importances", line, _png(fig)))
     return plots
 
 
 def _group_label(run: Run, keys: list[str]) -> str:
     parts = [run.objective or "?"] + [f"{k.split('.')[-1]}={_show(run.value(k))}" for k in keys
-                                      if run.value(k) != "n/a"]
+                                      if run.value(k) != "n/a" and k != "objective"]  # the objective: first
     return ", ".join(parts)
 
 
-def plot_metric_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives: set[str], metric: str,
-                        title: str, xlabel: str, ylabel: str) -> bytes | None:
-    """A final metric (a key of Run.metrics()) against one config value: one line per setting of the other
-    swept values (seed aside), points = mean over seeds, bars = min-max over seeds. None when fewer than 2
-    distinct x values."""
+def knob_figure(runs: list[Run], keys: list[str], x_key: str, objectives: set[str], metric: str,
+                title: str, xlabel: str, ylabel: str):
+    """The figure of `plot_metric_vs_knob` (None when fewer than 2 distinct x values) and whether it is a scatter:
+    when the other swept values differ from run to run (an Optuna study's sampled values: every line would be one
+    point), the runs are one scatter instead of lines."""
     chosen = [r for r in runs if r.finished and r.objective in objectives and _finite(r.metrics()[metric])
               and _finite(_number(r.config.get(x_key)))]
     if len({_number(r.config.get(x_key)) for r in chosen}) < 2:
-        return None
+        return None, False
     other = [k for k in keys if k not in (x_key, SEED)]
     lines: dict[str, dict[float, list[float]]] = {}
     objective_of = {}
@@ -184,12 +374,17 @@ def plot_metric_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives
         lines.setdefault(label, {}).setdefault(_number(run.config[x_key]), []).append(run.metrics()[metric])
         objective_of[label] = run.objective
     plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    scattered = any(len(points) < 2 for points in lines.values())
+    if scattered:  # a line per setting would be single points: the runs, each at its own x
+        others = ", ".join(k.split(".")[-1] for k in other if k != "objective")
+        ax.scatter([_number(r.config[x_key]) for r in chosen], [r.metrics()[metric] for r in chosen], s=22,
+                   color="#1f77b4", zorder=3, label="a run" + (f" ({others} differ)" if others else ""))
     colors = _colors(runs)
     one_objective = len(set(objective_of.values())) == 1
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
     same_objective: dict[str, int] = {}
     markers, styles = "osD^v<>ph*", ["-", "--", ":", "-."]
-    for i, (label, points) in enumerate(lines.items()):
+    for i, (label, points) in enumerate(lines.items() if not scattered else []):
         xs = sorted(points)
         means = [sum(points[x]) / len(points[x]) for x in xs]
         low = [m - min(points[x]) for x, m in zip(xs, means)]
@@ -199,32 +394,84 @@ def plot_metric_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives
         # one objective: a color per line; several: the objective's color, a line style per setting
         color = plt.cm.tab10(i % 10) if one_objective else colors[objective]
         ax.errorbar(xs, means, yerr=[low, high], marker=markers[n % len(markers)], capsize=4, linewidth=1.5,
-                    linestyle="-" if one_objective else styles[n % len(styles)], color=color, label=label)
+                    linestyle="-" if one_objective else styles[n % len(styles)], color=color, label=label, zorder=3)
         for x in xs:
             ax.scatter([x] * len(points[x]), points[x], s=10, color=color, alpha=0.35, zorder=3)
+    draw_baselines(ax, baselines(chosen, METRIC_KEYS[metric]))
     counts = {len(v) for points in lines.values() for v in points.values()}
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    if counts == {1}:
+    if scattered:
+        spread = "one point per run"
+    elif counts == {1}:
         spread = "one run per point"
     else:
         spread = (f"mean over {counts.pop()} seeds" if len(counts) == 1 else "mean over seeds") + ", bars = min-max"
     ax.set_title(f"{title} ({spread})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _png(fig)
+    outside_legend(ax, 8)
+    return fig, scattered
+
+
+def plot_metric_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives: set[str], metric: str,
+                        title: str, xlabel: str, ylabel: str) -> bytes | None:
+    """A final metric (a key of Run.metrics()) against one config value: one line per setting of the other
+    swept values (seed aside), points = mean over seeds, bars = min-max over seeds, with the metric's baselines.
+    None when fewer than 2 distinct x values."""
+    fig, _ = knob_figure(runs, keys, x_key, objectives, metric, title, xlabel, ylabel)
+    return None if fig is None else _png(fig)
+
+
+def setting_figure(runs: list[Run], keys: list[str], metric: str, title: str, ylabel: str):
+    """A final metric per setting (objective and swept values, seed aside), the x axis the settings: the mean
+    over seeds with min-max bars and each run as a faint dot, and over each setting its architecture's
+    baselines. None unless two objectives or more have it."""
+    chosen = [r for r in runs if r.finished and _finite(r.metrics()[metric])]
+    if len({r.objective for r in chosen}) < 2:
+        return None
+    groups: dict[str, list[Run]] = {}
+    for run in chosen:
+        groups.setdefault(setting_of(run, keys), []).append(run)
+    plt = _pyplot()
+    colors = _colors(runs)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    spans: dict[str | None, list] = {}
+    for i, (label, members) in enumerate(groups.items()):
+        values = [r.metrics()[metric] for r in members]
+        mean = sum(values) / len(values)
+        color = colors[members[0].objective or "?"]
+        ax.errorbar([i], [mean], yerr=[[mean - min(values)], [max(values) - mean]], marker="o", capsize=5,
+                    color=color, linestyle="none", zorder=3)
+        ax.scatter([i] * len(values), values, s=12, color=color, alpha=0.35, zorder=3)
+        spans.setdefault(members[0].architecture or "?", []).append([i - 0.4, i + 0.4])
+    found = baselines(chosen, METRIC_KEYS[metric])
+    if any(b["architecture"] is None for b in found):  # the same for every architecture: over every setting
+        spans[None] = [[i - 0.4, i + 0.4] for i in range(len(groups))]
+    draw_baselines(ax, found, spans)
+    ax.set_xticks(range(len(groups)), list(groups), rotation=20, ha="right", fontsize=8)
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    counts = {len(m) for m in groups.values()}
+    spread = "one run each" if counts == {1} else "mean over seeds, bars = min-max"
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title} ({spread})")
+    ax.grid(alpha=0.3, axis="y")
+    if found:
+        outside_legend(ax, 8)
+    return fig
 
 
 KNOBS = [(MASK_RATE, "mask_rate", "mask rate (objective.mask_rate)", {"mlm", "span_corruption"}),
          (SPAN_LENGTH, "span_length", "mean span length (objective.mean_span_length)", {"span_corruption"})]
 COMPARABLE = [("fixed_loss", "fixed_loss", "fixed-exam loss (eval/fixed/loss)",
                "the family's fixed exam (lower is better; the same masks for every run of a family)"),
+              ("pairs", "pairs", "minimal-pairs accuracy (eval/pairs/accuracy)",
+               "minimal-pairs accuracy (higher is better; the same pairs for every run)"),
               ("probe", "probe", "probe accuracy (eval/probe/accuracy)",
                "the downstream probe's accuracy (higher is better)")]
 
 
 def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]:
-    """[(name, caption, png bytes)]"""
+    """[(name, caption, png bytes)]; a plot not drawn is (name, the line saying why, b"")."""
     plots = []
     for key, name in (("val/loss", "val_loss_vs_tokens"), ("train/loss", "train_loss_vs_tokens")):
         png = plot_loss_vs_tokens(runs, keys, key)
@@ -232,22 +479,42 @@ def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]
             plots.append((name, (f"Each run's own {key.split('/')[0]} loss against tokens seen, a colour per setting "
                                  f"(seeds: mean and min-max band; dashed: a run that did not finish): how it trained "
                                  f"on its own exam, not a comparison across settings."), png))
-    for axis, name, label in (("train/tokens_seen", "tokens", "tokens seen (train/tokens_seen)"),
-                              ("train/flops_seen", "flops", "training FLOPs (train/flops_seen)")):
-        png = plot_curves(runs, PROBE, axis, "probe accuracy (eval/probe/accuracy)", label,
-                          f"Probe accuracy against {label.split(' (')[0]}", keys)
-        if png:
-            plots.append((f"probe_vs_{name}", (f"Downstream probe accuracy against {label}, a colour per setting (seeds: "
-                                               f"mean and min-max band; a point per evaluation; eval.every_n_validations adds points during "
-                                               f"training): objectives compared at equal text or equal compute."),
-                          png))
+    for key, name, what in ((PROBE, "probe", "probe accuracy"), (PAIRS, "pairs", "minimal-pairs accuracy")):
+        single = []
+        for axis, axis_name, label in (("train/tokens_seen", "tokens", "tokens seen (train/tokens_seen)"),
+                                       ("train/flops_seen", "flops", "training FLOPs (train/flops_seen)")):
+            fig, left_out = curves_figure(runs, key, axis, f"{what} ({key})", label,
+                                          f"{what.capitalize()} against {label.split(' (')[0]}", keys, True)
+            if fig is None:
+                single += [label.split(" (")[0]] if left_out else []
+                continue
+            caption = (f"{what.capitalize()} ({key}) against {label}, a colour per setting (seeds: mean and min-max "
+                       f"band; a point per evaluation): objectives compared at equal text or equal compute."
+                       + baseline_words(baselines(runs, key))
+                       + (f" Left out (evaluated once): {', '.join(left_out)}." if left_out else ""))
+            plots.append((f"{name}_vs_{axis_name}", caption, _png(fig)))
+        if single:
+            why = (f"{what.capitalize()} against {' and '.join(single)}: not drawn, the evaluation ran once per run "
+                   f"(one point per setting, no curve); eval.every_n_validations=1 evaluates at every validation.")
+            plots.append((f"{name}_vs_tokens", why, b""))
     for x_key, x_name, x_label, objectives in KNOBS:
         for metric, name, y_label, what in COMPARABLE:
-            png = plot_metric_vs_knob(runs, keys, x_key, objectives, metric,
-                                      f"{y_label.split(' (')[0].capitalize()} against {x_label.split(' (')[0]}",
-                                      x_label, y_label)
-            if png:
-                plots.append((f"{name}_vs_{x_name}", (f"Final {what}, against {x_label}: points are the mean over "
-                                                      f"seeds, error bars the min-max over seeds, faint dots the "
-                                                      f"single runs."), png))
+            fig, scattered = knob_figure(runs, keys, x_key, objectives, metric,
+                              f"{y_label.split(' (')[0].capitalize()} against {x_label.split(' (')[0]}",
+                              x_label, y_label)
+            if fig is not None:
+                found = baselines([r for r in runs if r.objective in objectives], METRIC_KEYS[metric])
+                how = ("each point a run (the other swept values differ from run to run: no line joins them)"
+                       if scattered else "points are the mean over seeds, error bars the min-max over seeds, faint "
+                                         "dots the single runs")
+                plots.append((f"{name}_vs_{x_name}", f"Final {what}, against {x_label}: {how}." + baseline_words(found),
+                              _png(fig)))
+    for metric, name, y_label, what in COMPARABLE[1:]:  # the fixed exams differ by family: not across objectives
+        fig = setting_figure(runs, keys, metric, f"{y_label.split(' (')[0].capitalize()} by setting", y_label)
+        if fig is not None:
+            plots.append((f"{name}_by_setting", (f"Final {what}, per setting: the mean over seeds with min-max bars, "
+                                                 f"faint dots the single runs, each beside its architecture's "
+                                                 f"baselines; compare the margins over random-init, not the raw "
+                                                 f"accuracies." + baseline_words(baselines(runs, METRIC_KEYS[metric]))),
+                          _png(fig)))
     return plots

@@ -35,6 +35,19 @@ def tasks(runs: list[Run]) -> list[str]:
     return [t for t in task_names(k for run in runs for k in run.logged_keys()) if t != "probe"]
 
 
+BENCHMARK_SECONDS = 60  # a shorter run's tokens/s is mostly start-up and evaluation: not a throughput figure
+
+
+def tokens_per_sec(metrics: dict) -> str:
+    """`962`, or `962 (not a benchmark: 54 s run)` for a run shorter than a minute."""
+    value, wall = metrics["tokens_per_sec"], metrics["wall_seconds"]
+    if value is None:
+        return "-"
+    if wall is not None and wall < BENCHMARK_SECONDS:
+        return f"{value:,.0f} (not a benchmark: {wall:.0f} s run)"
+    return f"{value:,.0f}"
+
+
 def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     keys = [k for k in keys if k not in ("objective", "architecture")]  # columns of their own
     own = tasks(runs)
@@ -56,7 +69,7 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
                      number("val_loss", ".4f"), number("val_perplexity", ".2f"), number("fixed_loss", ".4f"),
                      number("pairs", ".4f"), m["pairs_margin"] or "-", number("probe", ".4f"), m["probe_margin"] or "-",
                      *task_cells, number("signal_per_token", ".3f"), number("tokens_seen", ",.0f"), number("flops_seen", ".2g"),
-                     number("targets_seen", ",.0f"), number("tokens_per_sec", ",.0f"),
+                     number("targets_seen", ",.0f"), tokens_per_sec(m),
                      "-" if m["wall_seconds"] is None else str(timedelta(seconds=round(m["wall_seconds"]))),
                      status, run.source])
     return header, rows
@@ -126,14 +139,20 @@ def _counts(runs: list[Run]) -> str:
 CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2em auto; max-width: 1200px;
        color: #222; padding: 0 1em; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
+p, li, figcaption, details, h1 { overflow-wrap: anywhere; }
+.table-box { max-width: 100%; overflow-x: auto; margin: 1em 0; }
+table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td { max-width: 28em; overflow-wrap: break-word; }
+th { background: #f3f3f3; min-width: 3em; }
+th:first-child, td:first-child { position: sticky; left: 0; background: #fff; }
+th:first-child { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; overflow-wrap: normal; }
 tr.failed td { background: #fdecea; }
 figure { margin: 1.5em 0; }
-figure img { max-width: 100%; border: 1px solid #eee; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.9em; color: #555; }
+.not-drawn { font-size: 0.9em; color: #555; font-style: italic; }
 .note { background: #f7f7ff; border-left: 4px solid #88a; padding: 0.6em 1em; }
 code { background: #f3f3f3; padding: 0 0.2em; }
 """
@@ -159,11 +178,29 @@ def prediction_rows(runs: list[Run], per_run: int = 2, width: int = 160) -> list
     return rows
 
 
+def _breakable(text: str) -> str:
+    """A header, escaped, that may break after its dots (objective.<wbr>mean_span_length)."""
+    return html.escape(text).replace(".", ".<wbr>")
+
+
+def _box(table: str) -> str:
+    """A table in its own box, which scrolls sideways when the table is wider than the page."""
+    return f'<div class="table-box">{table}</div>'
+
+
+def _figure(name: str, caption: str, png: bytes) -> str:
+    esc = html.escape
+    if not png:  # not drawn: the line saying why
+        return f'<p class="not-drawn" id="{esc(name)}">{esc(caption)}</p>'
+    return (f'<figure id="{esc(name)}"><img alt="{esc(caption)}" src="data:image/png;base64,'
+            f'{base64.b64encode(png).decode("ascii")}"><figcaption>{esc(caption)}</figcaption></figure>')
+
+
 def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], setup: dict | None = None) -> str:
     setup = setup or {}
     esc = html.escape
     header, rows = table_rows(runs, keys)
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    head = "".join(f"<th>{_breakable(h)}</th>" for h in header)
     body = []
     for run, row in zip(runs, rows):
         cells = []
@@ -176,10 +213,7 @@ def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, by
             cls = ' class="num"' if name in NUMERIC or name.endswith((" acc", " margin")) else ""
             cells.append(f"<td{cls}{title}>{esc(cell)}</td>")
         body.append(f'<tr class="{"finished" if run.finished else "failed"}">{"".join(cells)}</tr>')
-    figures = "\n".join(
-        f'<figure id="{esc(name)}"><img alt="{esc(name)}" src="data:image/png;base64,'
-        f'{base64.b64encode(png).decode("ascii")}"><figcaption>{esc(caption)}</figcaption></figure>'
-        for name, caption, png in plots)
+    figures = "\n".join(_figure(name, caption, png) for name, caption, png in plots)
     notes = [f"<li><b>{esc(r.label)}</b>: {esc(r.note)}</li>" for r in runs if r.note]
     swept = ", ".join(f"<code>{esc(k)}</code>" for k in keys) or "nothing (one configuration)"
     return f"""<!DOCTYPE html>
@@ -192,9 +226,7 @@ def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, by
 <details id="fixed"><summary>Settings every run shares</summary><p><code>{esc(fixed_line(setup))}</code></p></details>
 {"".join(f"<p class='study'>{esc(line)}</p>" for line in setup.get("study", []))}
 <h2>Runs</h2>
-<table id="runs"><thead><tr>{head}</tr></thead><tbody>
-{chr(10).join(body)}
-</tbody></table>
+{_box(f'<table id="runs"><thead><tr>{head}</tr></thead><tbody>{chr(10)}{chr(10).join(body)}{chr(10)}</tbody></table>')}
 <p class="small">{esc(VALUES_NOTE)}</p>
 {"<ul>" + "".join(notes) + "</ul>" if notes else ""}
 <h2>How to compare</h2>
@@ -202,7 +234,7 @@ def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, by
 {_verdict_html(runs, keys)}
 {_tasks_html(runs)}
 <h2>Plots</h2>
-{figures or "<p>No validation values were logged: nothing to plot.</p>"}
+{figures if any(png for _, _, png in plots) else figures + "<p>No validation values were logged: nothing to plot.</p>"}
 {_predictions_html(runs)}
 </body></html>
 """
@@ -226,8 +258,8 @@ def _tasks_html(runs: list[Run]) -> str:
         head = "".join(f"<th>{esc(h)}</th>" for h in TASK_COLUMNS)
         body = "\n".join("<tr>" + "".join(f'<td{"" if i < 2 else " class=num"}>{esc(c)}</td>'
                                           for i, c in enumerate(row)) + "</tr>" for row in rows)
-        sections.append(f'<h3>{esc(task)}</h3>\n<table id="task-{esc(task)}"><thead><tr>{head}</tr></thead>'
-                        f'<tbody>\n{body}\n</tbody></table>')
+        sections.append(f'<h3>{esc(task)}</h3>\n' + _box(f'<table id="task-{esc(task)}"><thead><tr>{head}</tr></thead>'
+                                                        f'<tbody>\n{body}\n</tbody></table>'))
     if not sections:
         return ""
     return f'<h2>Evaluation tasks</h2>\n<p class="small">{esc(TASK_NOTE)}</p>\n' + "\n".join(sections)
@@ -241,7 +273,7 @@ def _predictions_html(runs: list[Run]) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in PREDICTION_COLUMNS)
     body = "\n".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
     return (f'<h2>Predictions</h2>\n<p class="small">{esc(PREDICTIONS_NOTE)}</p>\n'
-            f'<table id="predictions"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>')
+            + _box(f'<table id="predictions"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'))
 
 
 def _md_cell(text: str) -> str:
@@ -277,11 +309,14 @@ def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str
     lines += ["## Plots", ""]
     files = []
     for name, caption, png in plots:
+        if not png:  # not drawn: the line saying why
+            lines += [f"*{caption}*", ""]
+            continue
         path = out.with_name(f"{out.stem}-{name}.png")
         path.write_bytes(png)
         files.append(path)
         lines += [f"![{name}]({path.name})", "", f"*{caption}*", ""]
-    if not plots:
+    if not files:
         lines += ["No validation values were logged: nothing to plot.", ""]
     predictions = prediction_rows(runs)
     if predictions:

@@ -1,0 +1,202 @@
+"""The fixed exam's panel: its members, their mean, their seeds, its neutrality towards the shipped sweeps."""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from hydra import compose, initialize_config_dir
+
+from selfsup.config import FixedExamConfig, register
+from selfsup.data.vocab import Vocab
+from selfsup.evaluation import EvalError, Evaluation
+from selfsup.evaluation.fixed import (EXAM_BATCH, KINDS, MASK_RATES, SPAN_LENGTHS, SPAN_RATES, FixedExam, exam_seed,
+                                      panel, split_lines)
+from selfsup.build import prepare
+from selfsup.models import build_model
+from selfsup.train import CONF_DIR
+
+V = Vocab(300, n_sentinels=40)
+VAL = np.random.default_rng(0).integers(V.first_ordinary, 300, 6000).astype(np.uint16)
+
+
+def model_of(architecture):
+    torch.manual_seed(0)
+    return build_model(architecture, 300, 64, d_model=16, n_layers=1, n_heads=2).eval()
+
+
+def grid(sweep: str) -> dict[str, list[float]]:
+    """{swept key: its values} of a shipped sweep (sweeps/<sweep>.yaml)."""
+    params = yaml.safe_load((CONF_DIR / "sweeps" / f"{sweep}.yaml").read_text())["hydra"]["sweeper"]["params"]
+    return {key: [float(v) for v in str(values).split(",")] for key, values in params.items()}
+
+
+def settings(exam):
+    """(mask rate, mean span length or None) of each member of an exam."""
+    return [(o.mask_rate, getattr(o, "mean_span_length", None)) for o, _ in exam.members.values()]
+
+
+def test_the_panel_holds_every_value_the_shipped_sweeps_compare():
+    """Neutrality: every swept mask rate, noise density and span length is a member of the exam (the single exam
+    of before, MLM at 15% and span 0.15 / 3, held one value of each axis and favoured the settings near it)."""
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        shipped = compose("train").eval.fixed  # conf/eval/default.yaml
+    defaults = FixedExamConfig()
+    for values in (shipped.mask_rates, defaults.mask_rates):
+        assert list(values) == list(MASK_RATES)
+    assert list(shipped.span_rates) == list(defaults.span_rates) == list(SPAN_RATES)
+    assert list(shipped.span_lengths) == list(defaults.span_lengths) == list(SPAN_LENGTHS)
+    encoder = settings(FixedExam("encoder", V, 64, VAL))
+    assert set(grid("mask_rate")["objective.mask_rate"]) <= {rate for rate, _ in encoder}
+    span = grid("span")
+    members = settings(FixedExam("encoder_decoder", V, 64, VAL))
+    assert len(members) == 7 and len(set(members)) == 7
+    for rate in span["objective.mask_rate"]:  # each swept rate at the canonical mean span 3
+        assert (rate, 3.0) in members
+    for length in span["objective.mean_span_length"]:  # each swept span at the canonical rate 0.15
+        assert (0.15, length) in members
+
+
+def test_member_names_are_metric_safe_and_not_kinds():
+    names = [*panel("encoder"), *panel("encoder_decoder"), *panel("encoder", mask_rates=[0.125]),
+             *panel("encoder_decoder", span_rates=[0.333], span_lengths=[2.5])]
+    assert names[:4] == ["rate_10", "rate_15", "rate_25", "rate_40"]
+    assert names[4:11] == ["rate_10_span_3", "rate_15_span_3", "rate_25_span_3", "rate_50_span_3", "rate_15_span_2",
+                           "rate_15_span_5", "rate_15_span_10"]
+    assert names[11:] == ["rate_12p5", "rate_33p3_span_3", "rate_15_span_2p5"]
+    kinds = {k for ks in KINDS.values() for k in ks}
+    for name in names:  # W&B's sortable names; a CSV column
+        assert re.fullmatch(r"[_a-zA-Z][_a-zA-Z0-9]*", name) and name not in kinds
+
+
+@pytest.mark.parametrize("architecture", ["encoder", "encoder_decoder"])
+def test_the_loss_is_the_mean_of_the_members_each_as_if_alone(architecture):
+    exam = FixedExam(architecture, V, 64, VAL)
+    model = model_of(architecture)
+    found = exam.metrics(model)
+    members = [found[f"eval/fixed/{m}/loss"] for m in exam.members]
+    assert found["eval/fixed/loss"] == sum(members) / len(members)  # exactly: each setting counts equally
+    assert found["eval/fixed/perplexity"] == pytest.approx(np.exp(found["eval/fixed/loss"]), rel=1e-12)
+    for (name, (objective, _)), loss in zip(exam.members.items(), members):
+        alone = ({"mask_rates": [objective.mask_rate]} if architecture == "encoder" else
+                 {"span_rates": [objective.mask_rate], "span_lengths": [objective.mean_span_length]})
+        single = FixedExam(architecture, V, 64, VAL, max_tokens=None, **alone)
+        # the member alone (an encoder-decoder's beside the canonical one: a span_rates and a span_lengths member)
+        assert name in single.members
+        assert len(single.members) == (1 if architecture == "encoder" or name == exam.canonical else 2)
+        if len(single.members) == 1:
+            assert single.loss(model) == loss
+        else:
+            assert single.metrics(model)[f"eval/fixed/{name}/loss"] == loss
+    shares = sum(found[f"eval/fixed/{k}/fraction"] for k in KINDS[architecture])
+    weighted = sum(found[f"eval/fixed/{k}/fraction"] * found[f"eval/fixed/{k}/loss"] for k in KINDS[architecture])
+    assert shares == pytest.approx(1.0, abs=1e-12) and weighted == pytest.approx(found["eval/fixed/loss"], rel=1e-12)
+
+
+def test_the_decoder_has_one_member_and_the_keys_of_before():
+    exam = FixedExam("decoder", V, 64, VAL, unigram=np.full(300, -np.log(300)))
+    assert list(exam.members) == ["clm"]
+    assert set(exam.metrics(model_of("decoder"))) == {"eval/fixed/loss", "eval/fixed/perplexity",
+                                                      "eval/fixed/unigram_loss"}
+
+
+def test_each_member_has_its_own_seeds_and_the_canonical_one_keeps_the_single_exams():
+    """Seeded by (family, member, batch index) only; the predictions table shows the canonical member, whose
+    masks are the single exam's of before the panel (MLM at 15%, span corruption at 0.15 / 3)."""
+    exam = FixedExam("encoder_decoder", V, 64, VAL, max_tokens=None)
+    assert exam.canonical == "rate_15_span_3" and exam.objective is exam.members["rate_15_span_3"][0]
+    objective, windows = exam.members["rate_15_span_3"]
+    first = next(exam.batches())
+    again = objective(windows[:EXAM_BATCH], torch.Generator().manual_seed(exam_seed("encoder_decoder", 0)))
+    assert torch.equal(first.encoder_inputs, again.encoder_inputs) and torch.equal(first.targets, again.targets)
+    other = next(exam.batches(member="rate_15_span_2"))
+    objective, windows = exam.members["rate_15_span_2"]
+    again = objective(windows[:EXAM_BATCH], torch.Generator().manual_seed(exam_seed("encoder_decoder", 0,
+                                                                                    "rate_15_span_2")))
+    assert torch.equal(other.encoder_inputs, again.encoder_inputs)
+    # the predictions table: the canonical member's first windows, with or without it in the panel
+    without = FixedExam("encoder_decoder", V, 64, VAL, max_tokens=None, span_rates=[0.5], span_lengths=[2])
+    assert list(without.members) == ["rate_50_span_3", "rate_15_span_2"]
+    assert (without.objective.mask_rate, without.objective.mean_span_length) == (0.15, 3.0)
+    assert torch.equal(next(without.batches()).targets, first.targets)
+    encoder = FixedExam("encoder", V, 64, VAL, max_tokens=None, mask_rates=[0.4])
+    assert list(encoder.members) == ["rate_40"] and encoder.objective.mask_rate == 0.15
+    assert torch.equal(next(encoder.batches()).encoder_inputs,
+                       next(FixedExam("encoder", V, 64, VAL, max_tokens=None).batches()).encoder_inputs)
+
+
+def test_members_share_max_tokens_and_one_without_a_window_leaves_the_mean():
+    exam = FixedExam("encoder", V, 64, VAL, max_tokens=4 * 64 * 3)
+    assert [len(w) for _, w in exam.members.values()] == [3, 3, 3, 3]
+    tiny = FixedExam("encoder_decoder", V, 32, VAL[:40], max_tokens=None)  # room for windows of 33..38 tokens only
+    found = tiny.metrics(model_of("encoder_decoder"))
+    kept = [m for m, (_, w) in tiny.members.items() if len(w)]
+    assert len(kept) == 6 and "rate_50_span_3" not in kept and "eval/fixed/rate_50_span_3/loss" not in found
+    assert found["eval/fixed/loss"] == sum(found[f"eval/fixed/{m}/loss"] for m in kept) / len(kept)
+
+
+def test_a_member_whose_spans_need_more_sentinels_reads_shorter_windows_and_one_that_never_fits_is_refused():
+    from selfsup.objectives import ObjectiveError, build_objective
+
+    def span(length):
+        return build_objective("span_corruption", Vocab(300, n_sentinels=8), length, "encoder_decoder",
+                               mask_rate=0.5, mean_span_length=3.0)
+    with pytest.raises(ObjectiveError, match="sentinels"):
+        span(64)  # at data.seq_len its spans need more than 8 sentinels
+    exam = FixedExam("encoder_decoder", Vocab(300, n_sentinels=8), 64, VAL)
+    objective, windows = exam.members["rate_50_span_3"]
+    assert objective.raw_length == span(32).raw_length  # the longest halved length that fits
+    assert windows.shape[1] == objective.raw_length
+    assert exam.members["rate_15_span_3"][0].raw_length == build_objective(  # the others keep data.seq_len
+        "span_corruption", Vocab(300, n_sentinels=8), 64, "encoder_decoder", mask_rate=0.15,
+        mean_span_length=3.0).raw_length
+    with pytest.raises(EvalError, match=r"panel member rate_50_span_3 .*sentinels") as err:
+        FixedExam("encoder_decoder", Vocab(300, n_sentinels=1), 64, VAL)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("fixed,message", [
+    ({"mask_rates": []}, r"eval.fixed.mask_rates=\[\] is empty"),
+    ({"mask_rates": [0.15, 1.0]}, r"eval.fixed.mask_rates=\[0.15, 1.0\]: 1.0 is not a rate in \(0, 1\)"),
+    ({"span_rates": [0.0]}, r"eval.fixed.span_rates=\[0.0\]: 0.0 is not a rate"),
+    ({"span_rates": [float("nan")]}, r"nan is not a rate"),
+    ({"span_lengths": [3, 0.5]}, r"eval.fixed.span_lengths=\[3, 0.5\]: 0.5 is not a mean span length >= 1"),
+    ({"span_lengths": []}, r"eval.fixed.span_lengths=\[\] is empty"),
+])
+def test_bad_panel_settings_are_refused_in_one_line(fixed, message):
+    with pytest.raises(EvalError, match=message) as err:
+        Evaluation(fixed={"max_tokens": 1000, **fixed}).check()
+    assert "\n" not in str(err.value)
+
+
+def test_the_panel_is_set_from_the_config(tmp_path):
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("train", overrides=["debug=tiny", "eval.pairs=null", "eval.tasks={}",
+                                          f"data.cache_dir={tmp_path}", "eval.fixed.mask_rates=[0.2,0.3]"])
+        bad = compose("train", overrides=["debug=tiny", "eval.pairs=null", "eval.tasks={}",
+                                          f"data.cache_dir={tmp_path}", "eval.fixed.span_lengths=[0.5]"])
+        with pytest.raises(Exception, match="mask_rate"):  # a typo'd key: refused by the schema
+            compose("train", overrides=["debug=tiny", "eval.fixed.mask_rate=[0.2]"])
+    corpus, _, evaluation = prepare(cfg)
+    evaluation.setup("encoder", corpus.vocab, corpus.tokenizer, 32, corpus.val_tokens, 32)
+    assert list(evaluation.exam.members) == ["rate_20", "rate_30"]
+    with pytest.raises(EvalError, match=r"eval.fixed.span_lengths=\[0.5\]"):
+        prepare(bad)
+
+
+def test_the_closing_lines_list_the_panel_then_the_kinds():
+    metrics = {"eval/fixed/loss": 5.5, "eval/fixed/rate_10_span_3/loss": 5.012, "eval/fixed/rate_12p5_span_2p5/loss": 6.0,
+               "eval/fixed/first/loss": 6.52, "eval/fixed/first/fraction": 0.25, "eval/fixed/first/unigram_loss": 6.6,
+               "eval/fixed/sentinel/loss": 1.5, "eval/fixed/sentinel/fraction": 0.75}
+    assert split_lines(metrics) == [
+        "fixed exam panel (nats): rate 10% span 3 5.01, rate 12.5% span 2.5 6.00",
+        "fixed exam by target (nats): first 6.52 (unigram 6.60, 25%);  sentinel 1.50 (75%)"]
+    assert split_lines({"eval/fixed/loss": 5.0, "eval/fixed/unigram_loss": 6.0}) == [
+        "fixed exam by target (nats): next 5.00 (unigram 6.00)"]
+    many = {f"eval/fixed/rate_{r}/loss": 5.0 for r in range(10, 30)}
+    lines = split_lines(many, width=60)
+    assert all(len(line) <= 60 for line in lines) and all(line.startswith("  rate") for line in lines[1:])
+    assert sum(line.count("%") for line in lines) == 20
