@@ -11,7 +11,8 @@ from hydra import compose, initialize_config_dir
 from selfsup.config import FixedExamConfig, register
 from selfsup.data.vocab import Vocab
 from selfsup.evaluation import EvalError, Evaluation
-from selfsup.evaluation.fixed import (EXAM_BATCH, KINDS, MASK_RATES, SPAN_LENGTHS, SPAN_RATES, FixedExam, exam_seed,
+from selfsup.evaluation.fixed import (EXAM_BATCH, KINDS, MASK_RATES, SPAN_LENGTHS, SPAN_RATES, FixedExam, exam_objective,
+                                      exam_seed,
                                       panel, split_lines)
 from selfsup.build import prepare
 from selfsup.models import build_model
@@ -80,16 +81,8 @@ def test_the_loss_is_the_mean_of_the_members_each_as_if_alone(architecture):
     assert found["eval/fixed/loss"] == sum(members) / len(members)  # exactly: each setting counts equally
     assert found["eval/fixed/perplexity"] == pytest.approx(np.exp(found["eval/fixed/loss"]), rel=1e-12)
     for (name, (objective, _)), loss in zip(exam.members.items(), members):
-        alone = ({"mask_rates": [objective.mask_rate]} if architecture == "encoder" else
-                 {"span_rates": [objective.mask_rate], "span_lengths": [objective.mean_span_length]})
-        single = FixedExam(architecture, V, 64, VAL, max_tokens=None, **alone)
-        # the member alone (an encoder-decoder's beside the canonical one: a span_rates and a span_lengths member)
-        assert name in single.members
-        assert len(single.members) == (1 if architecture == "encoder" or name == exam.canonical else 2)
-        if len(single.members) == 1:
-            assert single.loss(model) == loss
-        else:
-            assert single.metrics(model)[f"eval/fixed/{name}/loss"] == loss
+        if architecture == "encoder":  # the member alone (an encoder-decoder's windows depend on the panel)
+            assert FixedExam(architecture, V, 64, VAL, max_tokens=None, mask_rates=[objective.mask_rate]).loss(model) == loss
     shares = sum(found[f"eval/fixed/{k}/fraction"] for k in KINDS[architecture])
     weighted = sum(found[f"eval/fixed/{k}/fraction"] * found[f"eval/fixed/{k}/loss"] for k in KINDS[architecture])
     assert shares == pytest.approx(1.0, abs=1e-12) and weighted == pytest.approx(found["eval/fixed/loss"], rel=1e-12)
@@ -106,9 +99,9 @@ def test_each_member_has_its_own_seeds_and_the_canonical_one_keeps_the_single_ex
     """Seeded by (family, member, batch index) only; the predictions table shows the canonical member, whose
     masks are the single exam's of before the panel (MLM at 15%, span corruption at 0.15 / 3)."""
     exam = FixedExam("encoder_decoder", V, 64, VAL, max_tokens=None)
-    assert exam.canonical == "rate_15_span_3" and exam.objective is exam.members["rate_15_span_3"][0]
+    assert exam.canonical == "rate_15_span_3"
     objective, windows = exam.members["rate_15_span_3"]
-    first = next(exam.batches())
+    first = next(exam.batches(member="rate_15_span_3"))
     again = objective(windows[:EXAM_BATCH], torch.Generator().manual_seed(exam_seed("encoder_decoder", 0)))
     assert torch.equal(first.encoder_inputs, again.encoder_inputs) and torch.equal(first.targets, again.targets)
     other = next(exam.batches(member="rate_15_span_2"))
@@ -120,7 +113,8 @@ def test_each_member_has_its_own_seeds_and_the_canonical_one_keeps_the_single_ex
     without = FixedExam("encoder_decoder", V, 64, VAL, max_tokens=None, span_rates=[0.5], span_lengths=[2])
     assert list(without.members) == ["rate_50_span_3", "rate_15_span_2"]
     assert (without.objective.mask_rate, without.objective.mean_span_length) == (0.15, 3.0)
-    assert torch.equal(next(without.batches()).targets, first.targets)
+    assert without.objective.raw_length == exam_objective("encoder_decoder", V, 64).raw_length  # at data.seq_len
+    assert torch.equal(next(without.batches()).targets, next(exam.batches()).targets)
     encoder = FixedExam("encoder", V, 64, VAL, max_tokens=None, mask_rates=[0.4])
     assert list(encoder.members) == ["rate_40"] and encoder.objective.mask_rate == 0.15
     assert torch.equal(next(encoder.batches()).encoder_inputs,
@@ -130,31 +124,38 @@ def test_each_member_has_its_own_seeds_and_the_canonical_one_keeps_the_single_ex
 def test_members_share_max_tokens_and_one_without_a_window_leaves_the_mean():
     exam = FixedExam("encoder", V, 64, VAL, max_tokens=4 * 64 * 3)
     assert [len(w) for _, w in exam.members.values()] == [3, 3, 3, 3]
-    tiny = FixedExam("encoder_decoder", V, 32, VAL[:40], max_tokens=None)  # room for windows of 33..38 tokens only
+    longest = max(o.raw_length for o, _ in FixedExam("encoder_decoder", V, 32, VAL).members.values())
+    tiny = FixedExam("encoder_decoder", V, 32, VAL[:longest - 1], max_tokens=None)  # one window or none each
     found = tiny.metrics(model_of("encoder_decoder"))
-    kept = [m for m, (_, w) in tiny.members.items() if len(w)]
-    assert len(kept) == 6 and "rate_50_span_3" not in kept and "eval/fixed/rate_50_span_3/loss" not in found
+    kept = [m for m, (o, w) in tiny.members.items() if len(w)]
+    assert kept == [m for m, (o, _) in tiny.members.items() if o.raw_length < longest] and 0 < len(kept) < 7
+    assert all(f"eval/fixed/{m}/loss" not in found for m in tiny.members if m not in kept)
     assert found["eval/fixed/loss"] == sum(found[f"eval/fixed/{m}/loss"] for m in kept) / len(kept)
 
 
-def test_a_member_whose_spans_need_more_sentinels_reads_shorter_windows_and_one_that_never_fits_is_refused():
-    from selfsup.objectives import ObjectiveError, build_objective
+def test_every_span_member_has_the_fewest_spans_of_the_panel_so_every_run_has_seen_its_sentinels():
+    """A run trained at (rate, mean span) meets only sentinels <extra_id_0 .. n-1>, n fixed by its window: each
+    member's window is the longest with no more spans than the member with the fewest has at data.seq_len."""
+    from selfsup.objectives.span import span_counts
+    for seq_len in (64, 128):
+        exam = FixedExam("encoder_decoder", Vocab(300, n_sentinels=40), seq_len, VAL)
+        at_seq_len = {name: span_counts(exam_objective_at(params, seq_len), params["mask_rate"],
+                                        params["mean_span_length"])[1]
+                      for name, (_, params) in panel("encoder_decoder").items()}
+        fewest = min(at_seq_len.values())
+        for name, (objective, windows) in exam.members.items():
+            rate, span = objective.mask_rate, objective.mean_span_length
+            assert span_counts(objective.raw_length, rate, span)[1] == fewest
+            assert (objective.raw_length == exam_objective_at({"mask_rate": rate, "mean_span_length": span}, seq_len)
+                    or span_counts(objective.raw_length + 1, rate, span)[1] > fewest)  # the longest such window
+            assert windows.shape[1] == objective.raw_length
+    assert fewest == 2 and at_seq_len["rate_50_span_3"] > 10  # at 128: (0.15, 10) has 2 spans, (0.5, 3) 21
 
-    def span(length):
-        return build_objective("span_corruption", Vocab(300, n_sentinels=8), length, "encoder_decoder",
-                               mask_rate=0.5, mean_span_length=3.0)
-    with pytest.raises(ObjectiveError, match="sentinels"):
-        span(64)  # at data.seq_len its spans need more than 8 sentinels
-    exam = FixedExam("encoder_decoder", Vocab(300, n_sentinels=8), 64, VAL)
-    objective, windows = exam.members["rate_50_span_3"]
-    assert objective.raw_length == span(32).raw_length  # the longest halved length that fits
-    assert windows.shape[1] == objective.raw_length
-    assert exam.members["rate_15_span_3"][0].raw_length == build_objective(  # the others keep data.seq_len
-        "span_corruption", Vocab(300, n_sentinels=8), 64, "encoder_decoder", mask_rate=0.15,
-        mean_span_length=3.0).raw_length
-    with pytest.raises(EvalError, match=r"panel member rate_50_span_3 .*sentinels") as err:
-        FixedExam("encoder_decoder", Vocab(300, n_sentinels=1), 64, VAL)
-    assert "\n" not in str(err.value)
+
+def exam_objective_at(params: dict, seq_len: int) -> int:
+    from selfsup.objectives import build_objective
+    return build_objective("span_corruption", Vocab(300, n_sentinels=40), seq_len, "encoder_decoder",
+                           mask_rate=params["mask_rate"], mean_span_length=params["mean_span_length"]).raw_length
 
 
 @pytest.mark.parametrize("fixed,message", [

@@ -15,11 +15,12 @@ targets weighing 1 / (members x its targets): the kinds' fractions sum to 1 and 
 fractions sum to eval/fixed/loss exactly (a token-pooled split would sum to the token-weighted panel loss).
 
 Each member reads the start of the validation split (eval.fixed.max_tokens shared evenly by the members: the
-exam's cost does not grow with the panel or the corpus), cut into windows of its own raw length, in batches of
+exam's cost does not grow with the panel or the corpus), cut into windows of its own raw length (span
+corruption's: at most as many spans as the panel's member with the fewest, `same_sentinels`), in batches of
 EXAM_BATCH, with masks drawn from generators seeded by (family, member, batch index) only: two runs with the
 same data and data.seq_len see the same masked windows, whatever their mask rate, span length or seed. The
 family's canonical member (MLM at 15%; span corruption at 0.15, mean span 3; CLM) keeps the seeds of the single
-exam the panel replaced: the predictions table (FixedExam.examples) shows it. The loss is what makes mask-rate
+exam the panel replaced: the predictions table (FixedExam.examples) shows it at data.seq_len. The loss is what makes mask-rate
 and span-length sweeps comparable within a family. Across families the exams differ (see the downstream probe
 for that axis).
 """
@@ -36,6 +37,7 @@ import torch
 from selfsup.evaluation.tasks import EvalError
 from selfsup.loss import stream_seed, token_nll
 from selfsup.objectives import Objective, ObjectiveError, build_objective
+from selfsup.objectives.span import span_counts
 
 MLM = {"mask_token_prob": 0.8, "random_token_prob": 0.1}
 EXAMS = {"encoder": ("mlm", {"mask_rate": 0.15, **MLM}),  # the canonical member of each family
@@ -128,6 +130,27 @@ def _member_objective(name: str, objective: str, params: dict, vocab, seq_len: i
             length //= 2
 
 
+def same_sentinels(built: dict[str, tuple[Objective, dict]], vocab, architecture: str,
+                   named: dict) -> dict[str, Objective]:
+    """Span corruption's members cut to windows of at most as many noise spans as the member with the fewest has
+    at data.seq_len (each the longest raw window that does; the others unchanged). A run trained at a setting
+    meets only the sentinels of its own number of spans (T5 numbers a window's spans from <extra_id_0> on, and
+    that number is fixed by the window's length, rate and mean span), so members with more spans would score
+    sentinels that runs with long spans or low rates never saw: every run of the panel's range sees all of
+    these."""
+    if architecture != "encoder_decoder":
+        return {name: objective for name, (objective, _) in built.items()}
+    spans = {name: span_counts(o.raw_length, p["mask_rate"], p["mean_span_length"])[1] for name, (o, p) in built.items()}
+    fewest, out = min(spans.values()), {}
+    for name, (objective, params) in built.items():
+        raw = objective.raw_length
+        while span_counts(raw, params["mask_rate"], params["mean_span_length"])[1] > fewest:
+            raw -= 1
+        out[name] = objective if raw == objective.raw_length else build_objective(
+            "span_corruption", vocab, objective.model_length, architecture, raw_length=raw, **params, **named)
+    return out
+
+
 class FixedExam:
     """The exam of one family over the start of a flat array of validation token ids: each member of the panel
     reads the first max_tokens // members tokens (max_tokens None: all of them). mask_rates, span_rates,
@@ -140,20 +163,18 @@ class FixedExam:
         self.unigram = unigram  # log-probabilities [vocab] of the training split's tokens, or None
         members = panel(architecture, mask_rates, span_rates, span_lengths)
         budget = len(val_tokens) if max_tokens is None else min(len(val_tokens), max_tokens // len(members))
-        self.members: dict[str, tuple[Objective, torch.Tensor]] = {}  # name -> (objective, windows)
-        for name, (objective, params) in members.items():
-            named = {"setting": "eval.fixed"} if objective == "span_corruption" else {}  # in its errors
-            built = _member_objective(name, objective, params, vocab, seq_len, architecture, named)
-            length = built.raw_length
-            windows = np.asarray(val_tokens[:budget // length * length], dtype=np.int64).reshape(-1, length)
-            self.members[name] = (built, torch.from_numpy(windows))
+        named = {"setting": "eval.fixed"} if architecture == "encoder_decoder" else {}  # in its errors
+        built = same_sentinels({name: (_member_objective(name, objective, params, vocab, seq_len, architecture, named),
+                                       params) for name, (objective, params) in members.items()},
+                               vocab, architecture, named)
+
+        def windows(objective: Objective) -> torch.Tensor:
+            length = objective.raw_length
+            return torch.from_numpy(np.asarray(val_tokens[:budget // length * length], dtype=np.int64).reshape(-1, length))
+        self.members = {name: (objective, windows(objective)) for name, objective in built.items()}
         self.canonical = member_name(architecture, EXAMS[architecture][1])
-        if self.canonical not in self.members:  # the predictions table's member, outside the panel
-            objective = exam_objective(architecture, vocab, seq_len)
-            windows = np.asarray(val_tokens[:budget // objective.raw_length * objective.raw_length], dtype=np.int64)
-            self.examples_member = (objective, torch.from_numpy(windows.reshape(-1, objective.raw_length)))
-        else:
-            self.examples_member = self.members[self.canonical]
+        objective = exam_objective(architecture, vocab, seq_len)  # the predictions table's: at data.seq_len
+        self.examples_member = (objective, windows(objective))
 
     @property
     def objective(self) -> Objective:
