@@ -393,7 +393,7 @@ class SelfSupOptunaSweeper(Sweeper):
         import math
 
         from optuna.trial import TrialState
-        run_dirs = [Path(r.hydra_cfg.hydra.runtime.output_dir) if r.hydra_cfg else None for r in returns]
+        run_dirs = [_run_dir(r) for r in returns]
         summaries = [_summary(d) for d in run_dirs]
         trial.set_user_attr("run_dir", str(run_dirs[0]) if run_dirs[0] else None)
         trial.set_user_attr("run_dirs", [str(d) if d else None for d in run_dirs])
