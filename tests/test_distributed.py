@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 from selfsup.config import register
 from selfsup.distributed import strategy_for
 from selfsup.strategies import HydraSafeDDPStrategy, HydraSafeFSDPStrategy, WorkerLauncher
-from selfsup.checks import SelfSupError, check_devices
+from selfsup.checks import check_devices
+from selfsup.errors import UserError
 from selfsup.train import CONF_DIR
 
 
@@ -42,5 +43,5 @@ def test_fsdp_preset_is_hydra_safe_fsdp2_over_all_ranks(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
 @pytest.mark.parametrize("preset", ["gpu", "ddp", "fsdp"])
 def test_gpu_presets_without_a_gpu_fail_in_one_line(preset):
-    with pytest.raises(SelfSupError, match="no usable GPU.*trainer=cpu"):
+    with pytest.raises(UserError, match="no usable GPU.*trainer=cpu"):
         check_devices(config(f"trainer={preset}"))

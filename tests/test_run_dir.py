@@ -7,7 +7,8 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
-from selfsup.checks import SelfSupError, check_values
+from selfsup.checks import check_values
+from selfsup.errors import UserError
 from selfsup.config import register
 from selfsup.reliability.run_dir import check_new_path, check_resume_path, claim
 from selfsup.train import CONF_DIR
@@ -16,13 +17,13 @@ from selfsup.train import CONF_DIR
 def test_a_run_dir_that_is_or_lies_under_a_file_is_refused(tmp_path):
     f = tmp_path / "a-file"
     f.write_text("x")
-    with pytest.raises(SelfSupError, match="is a file: pick a folder"):
+    with pytest.raises(UserError, match="is a file: pick a folder"):
         check_new_path(f)
-    with pytest.raises(SelfSupError, match=f"lies under {f}, which is a file"):
+    with pytest.raises(UserError, match=f"lies under {f}, which is a file"):
         check_new_path(f / "run")
-    with pytest.raises(SelfSupError, match="is a file, not a run dir"):
+    with pytest.raises(UserError, match="is a file, not a run dir"):
         check_resume_path(f)
-    with pytest.raises(SelfSupError, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):
         check_resume_path(tmp_path / "typo")
     assert not (tmp_path / "typo").exists()  # nothing created
 
@@ -35,7 +36,7 @@ def test_a_dir_locked_by_another_process_is_refused(tmp_path):
                                "sys.stdin.read()", str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(SelfSupError, match=rf"is in use by another selfsup-train \(pid {holder.pid}\)"):
+        with pytest.raises(UserError, match=rf"is in use by another selfsup-train \(pid {holder.pid}\)"):
             claim(run)
     finally:
         holder.communicate("", timeout=30)
@@ -49,5 +50,5 @@ def test_every_non_finite_setting_is_refused(override):
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("train", overrides=[override])
-    with pytest.raises(SelfSupError, match=rf"^{override.split('=')[0]}=(nan|inf) is not a finite number"):
+    with pytest.raises(UserError, match=rf"^{override.split('=')[0]}=(nan|inf) is not a finite number"):
         check_values(cfg)

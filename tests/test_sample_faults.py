@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import selfsup
-from selfsup.checks import SelfSupError
+from selfsup.errors import UserError
 from selfsup.models import TransformerConfig
 
 WORDS = ["the", "module", "returns", "a", "list", "of", "files", "in", "the", "folder", "and", "each", "file", "holds",
@@ -123,7 +123,7 @@ def test_sample_refuses_bad_sampling_settings_in_one_line(checkpoints, capsys, o
 def test_generate_refuses_bad_sampling_settings(checkpoints, kwargs):
     p = selfsup.load(checkpoints["clm"])
     name = next(iter(kwargs))
-    with pytest.raises(SelfSupError, match=name):
+    with pytest.raises(UserError, match=name):
         p.generate("the module", **{"max_new_tokens": 2, **kwargs})
 
 
@@ -165,7 +165,7 @@ def test_a_prompt_longer_than_the_model_reads_is_refused(checkpoints, capsys):
     p = selfsup.load(checkpoints["clm"])
     prompt = " ".join(WORDS)  # more tokens than the 16 positions
     assert len(p.encode(prompt)) >= p.model.max_len
-    with pytest.raises(SelfSupError, match=str(p.model.max_len)):
+    with pytest.raises(UserError, match=str(p.model.max_len)):
         p.generate(prompt, 2)
     with pytest.raises(SystemExit) as exit_info:
         sample([str(checkpoints["clm"]), "--prompt", prompt, "--max-new-tokens", "2"])
@@ -182,5 +182,5 @@ def test_fill_spans_caps_max_new_tokens_at_the_decoders_positions(checkpoints):
     with pytest.warns(UserWarning, match=rf"max_new_tokens=1000.*{limit}"):
         capped = p.fill_spans(text, 1000)
     assert capped == p.fill_spans(text, limit)
-    with pytest.raises(SelfSupError, match="max_new_tokens"):
+    with pytest.raises(UserError, match="max_new_tokens"):
         p.fill_spans(text, -1)

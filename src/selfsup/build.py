@@ -21,9 +21,9 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from selfsup.checks import SelfSupError, user_errors
 from selfsup.data import Corpus
 from selfsup.data.vocab import Vocab
+from selfsup.errors import UserError
 from selfsup.evaluation import EvalError, Evaluation, PairSource, Task
 from selfsup.objectives import Objective
 
@@ -33,22 +33,22 @@ def make(node: DictConfig, group: str, **runtime):
     class does not take, or the class's own refusal of a value."""
     target = node.get("_target_")
     if not target:
-        raise SelfSupError(f"{group} has no _target_: name the class that builds it (e.g. _target_: "
+        raise UserError(f"{group} has no _target_: name the class that builds it (e.g. _target_: "
                            f"mypackage.MyObjective)")
     cls = target_class(node, group)
     unknown = [k for k in node if not str(k).startswith("_") and not accepts(cls, str(k))]
     if unknown:
         taken = [p for p in inspect.signature(cls).parameters if p not in runtime and p not in ("self", "kwargs")]
-        raise SelfSupError(f"{group}.{unknown[0]} is not a setting of {target}: use {', '.join(taken) or 'none'}")
+        raise UserError(f"{group}.{unknown[0]} is not a setting of {target}: use {', '.join(taken) or 'none'}")
     try:  # the run's objects (a vocabulary, say) go to the class as they are, not through the config
         made = instantiate(node, _convert_="all", _partial_=bool(runtime))
         return made(**runtime) if runtime else made
     except (InstantiationException, ValueError, TypeError) as err:
         cause = err.__cause__ if isinstance(err, InstantiationException) else err
-        if isinstance(cause, user_errors()):
+        if isinstance(cause, UserError):
             raise cause from None
         if isinstance(cause, (ValueError, TypeError)):
-            raise SelfSupError(str(cause) if str(cause).startswith(f"{group}.") else f"{group}: {cause}") from None
+            raise UserError(str(cause) if str(cause).startswith(f"{group}.") else f"{group}: {cause}") from None
         raise
 
 
@@ -56,7 +56,7 @@ def target_class(node: DictConfig, group: str) -> type:
     try:
         return get_class(node._target_)
     except Exception as err:  # noqa: BLE001 - ImportError, AttributeError, ValueError
-        raise SelfSupError(f"{group}._target_={node._target_} cannot be imported ({type(err).__name__}): check the "
+        raise UserError(f"{group}._target_={node._target_} cannot be imported ({type(err).__name__}): check the "
                            f"name, and that its package is installed or on PYTHONPATH") from None
 
 
@@ -179,7 +179,7 @@ def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
     try:
         model = shape.build(vocab.size, max_len)
     except ValueError as err:
-        raise SelfSupError(f"architecture: {err}") from None
+        raise UserError(f"architecture: {err}") from None
     if cfg.trainer.compile:
         # Dynamo keeps compiled graphs per code object across models: the jobs of a multirun in one process
         # (e.g. a d_model sweep) would add theirs to one cache until its recompile limit, then run eagerly

@@ -1,7 +1,7 @@
 """The checks `selfsup-train` runs before building anything, and its one-line errors.
 
-A mistake the user can fix is a SelfSupError (or a DataError / ObjectiveError): reported as one
-line, exit 2, no traceback. Hydra's and OmegaConf's own config errors are folded into one line too.
+A mistake the user can fix is a UserError (selfsup.errors): reported as one line, exit 2, no traceback.
+Hydra's and OmegaConf's own config errors are folded into one line too (config_error_line).
 """
 
 from __future__ import annotations
@@ -11,27 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-
-class SelfSupError(Exception):
-    """A problem the user can fix; reported as one line, no traceback."""
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    """The errors that are the user's to fix (one line, exit 2), not bugs (a traceback)."""
-    from selfsup.data import DataError
-    from selfsup.objectives import ObjectiveError
-    from selfsup.reliability.errors import CheckpointError, NonFiniteLossError
-    return (SelfSupError, DataError, ObjectiveError, CheckpointError, NonFiniteLossError)
-
-
-def error_line(err: BaseException) -> str:
-    """A user error's message; one raised in a data-loader worker is re-raised by torch with the worker's
-    traceback in its message ("Caught DataError in DataLoader worker process 0. Original Traceback ..."): the
-    message is its last line, after the error's name."""
-    text = str(err)
-    if text.startswith("Caught ") and "\nOriginal Traceback" in text:
-        text = text.rstrip().splitlines()[-1].split(": ", 1)[-1]
-    return text
+from selfsup.errors import UserError
 
 
 def check_settings(cfg: DictConfig) -> None:
@@ -40,25 +20,25 @@ def check_settings(cfg: DictConfig) -> None:
     cls = objective_class(cfg)
     problem = cls.incompatibility(cfg.architecture.name) if hasattr(cls, "incompatibility") else None
     if problem:
-        raise SelfSupError(problem)
+        raise UserError(problem)
     check_devices(cfg)
     check_values(cfg)
     make(cfg.architecture, "architecture")  # its config checks its own values
     make(cfg.optim, "optim")
     metric = cfg.optimized_metric
     if metric not in ("val/loss", "val/perplexity", "val/accuracy") and not metric.startswith("eval/"):
-        raise SelfSupError(f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
+        raise UserError(f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
                            f"val/accuracy or an eval/<task>/<metric> such as eval/probe/accuracy")
     if metric.startswith("eval/") and not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
-        raise SelfSupError(f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or "
+        raise UserError(f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or "
                            f"optimize val/loss")
     evaluated = [*(["fixed"] if cfg.eval.fixed else []), *(["pairs"] if cfg.eval.get("pairs") else []),
                  *(cfg.eval.tasks or {})]
     if metric.startswith("eval/") and metric.split("/")[1] not in evaluated:
-        raise SelfSupError(f"optimized_metric={metric}: this run evaluates no {metric.split('/')[1]!r}: use "
+        raise UserError(f"optimized_metric={metric}: this run evaluates no {metric.split('/')[1]!r}: use "
                            + ", ".join(f"eval/{name}/..." for name in evaluated) + " (eval.tasks.NAME adds a task)")
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
-        raise SelfSupError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
+        raise UserError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
                            f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
 
 
@@ -85,23 +65,23 @@ def check_values(cfg: DictConfig) -> None:
     """Values of the right type but out of range: one line here, not a traceback from deep in a build."""
     found = non_finite(OmegaConf.to_container(cfg, resolve=True))
     if found:
-        raise SelfSupError(f"{found[0]}={found[1]} is not a finite number: set a number (or null where the "
+        raise UserError(f"{found[0]}={found[1]} is not a finite number: set a number (or null where the "
                            f"setting allows it)")
     t, o = cfg.trainer, cfg.optim
     at_least_one = [("trainer.max_steps", t.max_steps), ("trainer.val_check_interval", t.val_check_interval),
                     ("trainer.log_every_n_steps", t.log_every_n_steps), ("trainer.accumulate", t.accumulate)]
     for key, value in at_least_one:
         if value is not None and value < 1:
-            raise SelfSupError(f"{key}={value} must be at least 1")
+            raise UserError(f"{key}={value} must be at least 1")
     if "lr" in o and not o.lr > 0:
-        raise SelfSupError(f"optim.lr={o.lr} must be positive (the lab's default is 1e-3)")
+        raise UserError(f"optim.lr={o.lr} must be positive (the lab's default is 1e-3)")
     for key in ("warmup_steps", "weight_decay", "grad_clip", "min_lr_ratio"):
         if o.get(key) is not None and o[key] < 0:
-            raise SelfSupError(f"optim.{key}={o[key]} is negative: use 0 or more")
+            raise UserError(f"optim.{key}={o[key]} is negative: use 0 or more")
     if str(t.precision) not in PRECISIONS:
-        raise SelfSupError(f"trainer.precision={t.precision} is unknown: use one of {', '.join(PRECISIONS[::2])}")
+        raise UserError(f"trainer.precision={t.precision} is unknown: use one of {', '.join(PRECISIONS[::2])}")
     if t.accelerator not in ACCELERATORS:
-        raise SelfSupError(f"trainer.accelerator={t.accelerator} is not supported: use one of {', '.join(ACCELERATORS)}")
+        raise UserError(f"trainer.accelerator={t.accelerator} is not supported: use one of {', '.join(ACCELERATORS)}")
 
 
 def check_devices(cfg: DictConfig) -> None:
@@ -109,7 +89,7 @@ def check_devices(cfg: DictConfig) -> None:
     import torch
     t = cfg.trainer
     if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise SelfSupError(f"trainer.accelerator={t.accelerator} but this machine has no usable GPU "
+        raise UserError(f"trainer.accelerator={t.accelerator} but this machine has no usable GPU "
                            f"(torch.cuda.is_available() is False): use trainer=cpu or trainer=ddp_cpu, "
                            f"or install a CUDA build of torch")
 

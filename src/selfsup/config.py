@@ -6,7 +6,6 @@ of the wrong type is refused by Hydra with the key's full name.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from selfsup.checks import SelfSupError
+from selfsup.errors import UserError
 
 HF_CLASSES = {"decoder": ("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"),
               "encoder": ("megatron-bert", "MegatronBertForMaskedLM", "AutoModelForMaskedLM"),
@@ -113,7 +113,7 @@ def megatron_bert(model, p) -> tuple[dict, dict]:
     s = model.encoder
     g, b = s.ln_f.weight.detach(), _bias(s.ln_f).detach()
     if bool((g == 0).any()):
-        raise SelfSupError("this encoder's final LayerNorm has zero weights, whose features Megatron-BERT's "
+        raise UserError("this encoder's final LayerNorm has zero weights, whose features Megatron-BERT's "
                            "masked-LM head cannot recover: it cannot be exported exactly")
     shift = math.ceil(math.sqrt(d)) + 8  # every normalised feature is > 6 after the shift
     w = {"bert.embeddings.word_embeddings.weight": _vocab(model.tok_emb.weight, p.vocab.size),
@@ -205,10 +205,10 @@ def export(path: str | Path, out_dir: str | Path) -> dict:
     from selfsup.pretrained import load
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise SelfSupError(f"{out_dir} already exists and is not empty: pass a new folder (nothing was written)")
+        raise UserError(f"{out_dir} already exists and is not empty: pass a new folder (nothing was written)")
     p = load(path)
     if p.architecture not in EXPORTERS:
-        raise SelfSupError(f"architecture {p.architecture} has no transformers class to export to: exportable are "
+        raise UserError(f"architecture {p.architecture} has no transformers class to export to: exportable are "
                            f"{', '.join(EXPORTERS)}")
     config, weights = EXPORTERS[p.architecture](p.model, p)
     model_type, cls, auto = HF_CLASSES[p.architecture]
@@ -240,10 +240,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="a run dir (its best checkpoint) or a .ckpt file")
     parser.add_argument("out_dir", metavar="OUT_DIR", help="a new (or empty) folder")
     args = parser.parse_args(argv)
-    from selfsup.checks import user_errors
     try:
         done = export(args.path, args.out_dir)
-    except user_errors() as err:
+    except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     print(f"{done['architecture']} from {done['checkpoint']} -> {done['out_dir']} ({done['class']}); load it with "

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from selfsup.checks import SelfSupError
+from selfsup.errors import UserError
 from selfsup.data.vocab import Vocab
 from selfsup.models import TransformerConfig, TransformerModel
 
@@ -33,20 +33,20 @@ PREFIX_OBJECTIVES = ("prefix_lm", "ul2")  # objectives that train a decoder with
 
 def check_generation_settings(max_new_tokens: int = 0, temperature: float = 0.0, top_k: int | None = None,
                               flags: bool = False) -> None:
-    """Refuse settings generation cannot use (SelfSupError, one line): max_new_tokens < 0, a negative or
+    """Refuse settings generation cannot use (UserError, one line): max_new_tokens < 0, a negative or
     non-finite temperature (0 is greedy), top_k < 0 (0 or None: every token). `flags`: name them as
     selfsup-sample's options (--max-new-tokens) rather than as arguments (max_new_tokens=)."""
     def name(arg: str, value) -> str:
         return f"--{arg.replace('_', '-')} {value}" if flags else f"{arg}={value}"
     if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral)
             or max_new_tokens < 0):
-        raise SelfSupError(f"{name('max_new_tokens', max_new_tokens)} is not a number of tokens: use 0 or more")
+        raise UserError(f"{name('max_new_tokens', max_new_tokens)} is not a number of tokens: use 0 or more")
     if (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not math.isfinite(temperature)
             or temperature < 0):
-        raise SelfSupError(f"{name('temperature', temperature)} is not a temperature: use 0 (greedy) or a "
+        raise UserError(f"{name('temperature', temperature)} is not a temperature: use 0 (greedy) or a "
                            f"positive finite number (1 samples the model's distribution)")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0):
-        raise SelfSupError(f"{name('top_k', top_k)} is not a number of tokens: use k >= 1 to sample from the k "
+        raise UserError(f"{name('top_k', top_k)} is not a number of tokens: use k >= 1 to sample from the k "
                            f"likeliest tokens, or 0 for every token")
 
 
@@ -58,7 +58,7 @@ def run_checkpoint(run_dir: Path) -> Path:
         return best[-1]
     if (folder / "last.ckpt").is_file():
         return folder / "last.ckpt"
-    raise SelfSupError(f"{run_dir} holds no weights (no checkpoints/*.ckpt): pass a run dir that trained past its "
+    raise UserError(f"{run_dir} holds no weights (no checkpoints/*.ckpt): pass a run dir that trained past its "
                        f"first checkpoint, or a .ckpt file")
 
 
@@ -99,7 +99,7 @@ class Pretrained:
 
     def _ids(self, ids: list[int]) -> torch.Tensor:
         if len(ids) > self.model.max_len:
-            raise SelfSupError(f"the text is {len(ids)} tokens, the model takes at most {self.model.max_len}")
+            raise UserError(f"the text is {len(ids)} tokens, the model takes at most {self.model.max_len}")
         return torch.tensor([ids], dtype=torch.long, device=self.device)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -107,7 +107,7 @@ class Pretrained:
 
     def _needs(self, architecture: str, what: str) -> None:
         if self.architecture != architecture:
-            raise SelfSupError(f"{what} needs a model of architecture {architecture}; this one is {self.architecture}")
+            raise UserError(f"{what} needs a model of architecture {architecture}; this one is {self.architecture}")
 
     def _pick(self, logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> int:
         logits = logits.clone()
@@ -124,7 +124,7 @@ class Pretrained:
         """The most tokens the model can write after `text` with the positions it has: a decoder, its
         max_len less the prompt's tokens (it reads an end of document, the prompt, then what it wrote, all
         but the last token); an encoder-decoder, its decoder's max_len (a start token, then what it wrote).
-        A text the model cannot read in its positions is refused (SelfSupError)."""
+        A text the model cannot read in its positions is refused (UserError)."""
         if self.architecture == "decoder":
             prompt_ids = self.encode(text)
             self._decoder_inputs(prompt_ids)
@@ -159,7 +159,7 @@ class Pretrained:
         of document in training); refused when that does not fit its positions."""
         ids = [self.vocab.eos_id, *prompt_ids]
         if len(ids) > self.model.max_len:
-            raise SelfSupError(f"the prompt is {len(prompt_ids)} tokens; the model reads an end-of-document token "
+            raise UserError(f"the prompt is {len(prompt_ids)} tokens; the model reads an end-of-document token "
                                f"and the prompt in its {self.model.max_len} positions: shorten the prompt to at "
                                f"most {self.model.max_len - 1} tokens")
         return ids
@@ -208,11 +208,11 @@ class Pretrained:
         """Encoders: for each <mask> in text, the top_k tokens and their probabilities."""
         self._needs("encoder", "fill_masks")
         if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
-            raise SelfSupError(f"top_k={top_k} is not a number of tokens to show per <mask>: use 1 or more")
+            raise UserError(f"top_k={top_k} is not a number of tokens to show per <mask>: use 1 or more")
         ids = self.encode(text)
         where = [i for i, t in enumerate(ids) if t == self.vocab.mask_id]
         if not where:
-            raise SelfSupError("fill_masks: put <mask> where the model should fill in a token, e.g. 'The <mask> of'")
+            raise UserError("fill_masks: put <mask> where the model should fill in a token, e.g. 'The <mask> of'")
         logits = self._logits(self.model(encoder_inputs=self._ids(ids))[0, where])
         logits[:, : self.vocab.first_ordinary] = float("-inf")
         probs = torch.softmax(logits, dim=-1)
@@ -230,7 +230,7 @@ class Pretrained:
         ids = self.encode(text)
         sentinels = [t for t in ids if self.vocab.sentinel_start <= t < self.vocab.first_ordinary]
         if not sentinels:
-            raise SelfSupError("fill_spans: put <extra_id_0>, <extra_id_1>, ... where spans are missing, "
+            raise UserError("fill_spans: put <extra_id_0>, <extra_id_1>, ... where spans are missing, "
                                "e.g. 'The <extra_id_0> of'")
         max_new_tokens = self._capped(text, max_new_tokens)
         encoder_inputs = self._ids([*ids, self.vocab.eos_id])
@@ -259,7 +259,7 @@ class Pretrained:
 def _state_dict(checkpoint: dict, path: Path) -> dict:
     weights = checkpoint.get("state_dict")
     if not isinstance(weights, dict) or not any(k.startswith("model.") for k in weights):
-        raise SelfSupError(f"{path} is not a selfsup checkpoint (no model weights under state_dict): pass a .ckpt "
+        raise UserError(f"{path} is not a selfsup checkpoint (no model weights under state_dict): pass a .ckpt "
                            f"written by selfsup-train, or its run dir")
     return {k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")}
 
@@ -271,7 +271,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Pretrained:
     from selfsup.reliability.checkpoints import load_checkpoint_safely
     path = Path(path)
     if not path.exists():
-        raise SelfSupError(f"{path} does not exist: pass a run dir (outputs/<date>/<time>) or a .ckpt file")
+        raise UserError(f"{path} does not exist: pass a run dir (outputs/<date>/<time>) or a .ckpt file")
     run_dir = path if path.is_dir() else path.parent.parent
     checkpoint_path = run_checkpoint(path) if path.is_dir() else path
     checkpoint = load_checkpoint_safely(checkpoint_path, map_location="cpu")
@@ -279,14 +279,14 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Pretrained:
     record = checkpoint.get("selfsup") or {}
     config = record.get("config")
     if not isinstance(config, dict) or "architecture" not in config:
-        raise SelfSupError(f"{checkpoint_path} records no architecture settings (written before selfsup kept them): "
+        raise UserError(f"{checkpoint_path} records no architecture settings (written before selfsup kept them): "
                            f"it cannot be rebuilt here")
     if record.get("tokenizer"):
         tokenizer = Tokenizer.from_str(record["tokenizer"])
     elif (run_dir / "tokenizer.json").is_file():
         tokenizer = Tokenizer.from_file(str(run_dir / "tokenizer.json"))
     else:
-        raise SelfSupError(f"{checkpoint_path} holds no tokenizer and {run_dir} has no tokenizer.json: it was "
+        raise UserError(f"{checkpoint_path} holds no tokenizer and {run_dir} has no tokenizer.json: it was "
                            f"written before runs kept them; copy the tokenizer.json of its data cache into {run_dir}")
     shape = {k: v for k, v in config["architecture"].items() if k in TransformerConfig.__dataclass_fields__}
     stack = "decoder" if shape.get("name") == "decoder" else "encoder"

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from selfsup.errors import UserError
+
 PROMPTS = {"decoder": "The module", "encoder": "The <mask> of the <mask> is returned.",
            "encoder_decoder": "The <extra_id_0> of the <extra_id_1> is returned."}
 
@@ -35,7 +37,6 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from selfsup.checks import user_errors
     try:
         from selfsup.pretrained import check_generation_settings, load
         check_generation_settings(args.max_new_tokens, args.temperature, args.top_k, flags=True)  # before loading
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
             print(prompt)
             for sentinel, span in p.fill_spans(prompt, max_new_tokens).items():
                 print(f"{sentinel}: {span!r}")
-    except user_errors() as err:
+    except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
 

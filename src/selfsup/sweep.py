@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
+from selfsup.errors import UserError
 from selfsup.report.summary import DEFINITIONS, PAIRS, PROBE, read_summaries, shown_path, summary_table, value
 from selfsup.report.verdict import save_verdict, verdict_lines
 from selfsup.upstream import failed_job_value
@@ -30,11 +31,10 @@ class SweepSummary(Callback):
         os.environ["SELFSUP_SWEPT"] = ",".join(sorted({o.get_key_element() for o in parsed if o.is_sweep_override()}))
         if "Optuna" not in str(config.hydra.sweeper.get("_target_", "")):  # (a study checks its own corners)
             check_jobs(job_overrides(parsed))  # before anything is written
-        from selfsup.checks import SelfSupError
         from selfsup.reliability.run_dir import claim, own
         try:  # one sweep at a time in a sweep dir (two launched in the same second share the default one)
             claim(sweep_dir)
-        except SelfSupError as err:
+        except UserError as err:
             print(f"error: {err}".replace("hydra.run.dir", "hydra.sweep.dir"), file=sys.stderr)
             raise SystemExit(2) from None
         if any(p.is_dir() or p.name == "optuna.db" for p in sweep_dir.iterdir()):
@@ -105,7 +105,7 @@ def check_jobs(jobs: list[list[str]], label: str = "job") -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from selfsup.build import check_objective
-    from selfsup.checks import check_settings, config_error_line, user_errors
+    from selfsup.checks import check_settings, config_error_line
     for number, overrides in enumerate(jobs):
         try:
             cfg = compose(config_name="train", overrides=overrides)
@@ -113,7 +113,7 @@ def check_jobs(jobs: list[list[str]], label: str = "job") -> None:
             check_objective(cfg)
         except (HydraException, OmegaConfBaseException) as err:
             problem = config_error_line(err)
-        except user_errors() as err:
+        except UserError as err:
             problem = str(err)
         else:
             continue

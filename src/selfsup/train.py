@@ -32,7 +32,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from selfsup.build import check_objective, objective_name, prepared
-from selfsup.checks import check_settings, config_error_line, error_line, user_errors
+from selfsup.checks import check_settings, config_error_line
+from selfsup.errors import UserError, error_line
 from selfsup.config import register
 from selfsup.distributed import launched_rank, leave_distributed
 from selfsup.reliability.run_dir import requeue_checkpoint, resumed_config
@@ -205,7 +206,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
             print(f"{error}: continue the run with selfsup-train resume={run_dir}", file=sys.stderr, flush=True)
         raise SystemExit(143 if isinstance(err, SIGTERMException) else 130) from None
     except Exception as err:  # recorded in the run dir and W&B, then re-raised
-        error = error_line(err) if isinstance(err, user_errors()) else f"{type(err).__name__}: {err}"
+        error = error_line(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
         raise
     finally:
         if before_sigterm is not None:
@@ -233,7 +234,6 @@ def log_model(loggers: list, run_dir: Path, config: dict, summary: dict, export:
         if files:
             lg.log_checkpoints(files, metadata)
     if export and wandb_loggers and files:
-        from selfsup.checks import user_errors
         from selfsup.export import export as export_model
         target = run_dir / "hf"
         previous = target.with_name(f".hf-previous-{os.getpid()}")
@@ -241,7 +241,7 @@ def log_model(loggers: list, run_dir: Path, config: dict, summary: dict, export:
             target.rename(previous)
         try:
             done = export_model(summary.get("best_checkpoint") or summary["last_checkpoint"], target)
-        except user_errors() as err:
+        except UserError as err:
             if previous.exists():
                 previous.rename(target)
             print(f"warning: logger.log_export: {err}", file=sys.stderr)
@@ -348,7 +348,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
             check_objective(cfg)
         summary = fit(cfg, run_dir, rank_zero=rank == 0, loggers_first=multirun, progress=progress)
     except Exception as err:
-        user_error = isinstance(err, user_errors())
+        user_error = isinstance(err, UserError)
         message = f"error: {error_line(err)}" if user_error else f"error: {type(err).__name__}: {err}"
         if rank == 0 and (not earlier_run or progress.get("training")):  # a refused resume changes nothing
             with contextlib.suppress(OSError):  # a full disk: the message still reaches the console
@@ -399,7 +399,7 @@ def main() -> None:
         from omegaconf.errors import OmegaConfBaseException
         if wants_trace:
             raise
-        if isinstance(err, user_errors()):  # re-raised by a job for Optuna's sweeper
+        if isinstance(err, UserError):  # re-raised by a job for Optuna's sweeper
             print(f"error: {error_line(err)}", file=sys.stderr)
             raise SystemExit(2) from None
         frames = traceback.extract_tb(err.__traceback__)

@@ -3,7 +3,6 @@ damage, the tokenizer sample, a data set's own validation split, progress lines.
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest

@@ -1,9 +1,10 @@
 """Bad input: one clear line, a non-zero exit, no traceback, nothing overwritten."""
 
 import json
-import re
 
 import pytest
+
+from selfsup.errors import UserError
 
 
 def assert_refused(out, *words):
@@ -37,7 +38,7 @@ def refusal(cache_dir, *overrides) -> str | None:
     from omegaconf.errors import OmegaConfBaseException
 
     from selfsup.build import check_objective, make_corpus
-    from selfsup.checks import check_settings, config_error_line, user_errors
+    from selfsup.checks import check_settings, config_error_line
     from selfsup.config import register
     from selfsup.train import CONF_DIR
     register()
@@ -49,7 +50,7 @@ def refusal(cache_dir, *overrides) -> str | None:
         make_corpus(cfg)._check_settings()
     except (HydraException, OmegaConfBaseException) as err:
         return config_error_line(err)
-    except user_errors() as err:
+    except UserError as err:
         return str(err)
     return None
 

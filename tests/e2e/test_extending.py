@@ -27,7 +27,8 @@ def test_an_objective_from_outside_the_package_trains_and_declares_its_architect
     import pytest
     from hydra import compose, initialize_config_dir
 
-    from selfsup.checks import SelfSupError, check_settings
+    from selfsup.checks import check_settings
+    from selfsup.errors import UserError
     from selfsup.config import register
     from selfsup.train import CONF_DIR
     register()
@@ -36,7 +37,7 @@ def test_an_objective_from_outside_the_package_trains_and_declares_its_architect
         with initialize_config_dir(str(CONF_DIR), version_base=None):
             cfg = compose("train", overrides=[f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]",
                                               "objective=replaced_token", "architecture=decoder"])
-        with pytest.raises(SelfSupError, match="^objective=replaced_token cannot train architecture=decoder: a causal "
+        with pytest.raises(UserError, match="^objective=replaced_token cannot train architecture=decoder: a causal "
                                                "decoder cannot see the right context of a swapped token$"):
             check_settings(cfg)
     finally:

@@ -9,7 +9,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -62,12 +61,12 @@ def test_resume_applies_a_new_learning_rate_and_records_it(train, tmp_path):
     assert train(*QUICK, run_dir=run).returncode == 0  # 6 steps, lr 1e-3
     before = snapshot(run)
     # finished at its max_steps: refused, and the run is exactly as it was (what RunDirGuard checks, in-process)
-    from selfsup.checks import SelfSupError
+    from selfsup.errors import UserError
     from selfsup.reliability.run_dir import check_resume
-    with pytest.raises(SelfSupError, match="nothing to continue, the run is unchanged") as finished:
+    with pytest.raises(UserError, match="nothing to continue, the run is unchanged") as finished:
         check_resume(run, [f"resume={run}"])
     # resuming with other objective settings: refused
-    with pytest.raises(SelfSupError, match="cannot change objective.mask_rate"):
+    with pytest.raises(UserError, match="cannot change objective.mask_rate"):
         check_resume(run, [f"resume={run}", "trainer.max_steps=9", "objective.mask_rate=0.3"])
     assert snapshot(run) == before
     # the suggested command continues; the new learning rate is used and recorded
@@ -114,9 +113,9 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, 
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not list((run / "checkpoints").glob("*.ckpt")) if (run / "checkpoints").exists() else True
-    from selfsup.checks import SelfSupError
+    from selfsup.errors import UserError
     from selfsup.reliability.run_dir import check_new_run_dir
-    with pytest.raises(SelfSupError, match=f"stopped before its first checkpoint.*resume={run}"):
+    with pytest.raises(UserError, match=f"stopped before its first checkpoint.*resume={run}"):
         check_new_run_dir(run)  # starting it again names the command that works
     out = train(*QUICK, f"resume={run}", "trainer.max_steps=4", run_dir=run)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -67,7 +67,7 @@ def test_the_console_of_a_run_in_a_log_file(lab):
     assert [line.split(":")[0] for line in validations] == ["val at step 20", "val at step 40"]
     assert "fixed exam" in validations[-1]  # the evaluation after training, in the last validation's line
     summary = json.loads((root / "run" / "summary.json").read_text())
-    assert out.stdout.splitlines()[0].startswith(f"finished: mlm on encoder, 0.03M parameters, 40 steps, wall time ")
+    assert out.stdout.splitlines()[0].startswith("finished: mlm on encoder, 0.03M parameters, 40 steps, wall time ")
     assert f"tokens/s {summary['tokens_per_sec']:,.0f} (training time" in out.stdout
     assert "run dir: run" in out.stdout and "  upload: wandb sync run/wandb/offline-run-" in out.stdout
     [log] = (root / "run" / "wandb").glob("offline-run-*/files/output.log")
@@ -116,9 +116,9 @@ def test_a_damaged_last_checkpoint_names_a_resume_from_another_that_works(lab, t
     last = run / "checkpoints" / "last.ckpt"
     last.write_bytes(last.read_bytes()[:1000])
     before = sorted(p.name for p in run.rglob("*"))
-    from selfsup.checks import SelfSupError
+    from selfsup.errors import UserError
     from selfsup.reliability.run_dir import check_resume
-    with pytest.raises(SelfSupError) as refused:  # what `selfsup-train resume=RUN` checks first (in-process here)
+    with pytest.raises(UserError) as refused:  # what `selfsup-train resume=RUN` checks first (in-process here)
         check_resume(run, [f"resume={run}", "trainer.max_steps=46"])
     line = str(refused.value)
     assert "is truncated or not a checkpoint" in line and "continue from another checkpoint of the run" in line

@@ -43,7 +43,7 @@ def test_fixed_exam_masks_are_the_same_whatever_the_run_trained_with(cache_dir, 
     for overrides in runs:
         cfg = config(cache_dir, f"objective={family}", "eval.tasks={}", *overrides)
         run = build(cfg)
-        model, module = run.model, run.module
+        module = run.module
         exam = module.evaluation.exam
         exams.append({member: list(exam.batches(member=member)) for member in exam.members})
     first = exams[0]
@@ -85,12 +85,13 @@ def test_fixed_exam_is_mlm_at_each_panel_rate_and_its_loss_is_the_mean_of_token_
 
 @pytest.mark.parametrize("family", ["mlm", "span_corruption", "clm"])
 def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, family):
-    """eval/fixed/<kind>/...: pooled over the panel's members with each member's targets weighing 1 / (members x
-    its targets), as in the loss: the fractions sum to 1 and each kind's loss weighted by its fraction sums to
-    the exam's loss (the mean of the members'); each kind is what it says (MLM: what the encoder read; span
-    corruption: sentinels, first and later tokens of spans), beside the training split's unigram on the same
-    targets, weighed alike."""
-    from selfsup.evaluation.fixed import KINDS
+    """eval/fixed/<kind>/...: pooled over the panel's members with each member's scored targets weighing
+    1 / (members x their number), as in the loss: the scored kinds' fractions sum to 1 and each one's loss
+    weighted by its fraction sums to the exam's loss (the mean of the members'); each kind is what it says (MLM:
+    what the encoder read; span corruption: first and later tokens of spans, scored, and the sentinels and eos,
+    reported as the mean of the members' loss on them but out of the loss), beside the training split's unigram
+    on the same targets, weighed alike."""
+    from selfsup.evaluation.fixed import KINDS, UNSCORED
     from selfsup.evaluation.scoring import unigram_logprobs
     cfg = config(cache_dir, f"objective={family}", "eval.tasks={}", "eval.fixed.max_tokens=null")
     run = build(cfg)
@@ -98,25 +99,30 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
     model.eval()
     found = exam.metrics(model)
     kinds = KINDS[exam.architecture]
+    graded = [k for k in kinds if k not in UNSCORED]
+    assert graded == (["first", "later"] if family == "span_corruption" else list(kinds))
     if len(kinds) > 1:
-        assert sum(found[f"eval/fixed/{k}/fraction"] for k in kinds) == pytest.approx(1.0, abs=1e-12)
-        total = sum(found[f"eval/fixed/{k}/fraction"] * found[f"eval/fixed/{k}/loss"] for k in kinds)
+        assert sum(found[f"eval/fixed/{k}/fraction"] for k in graded) == pytest.approx(1.0, abs=1e-12)
+        total = sum(found[f"eval/fixed/{k}/fraction"] * found[f"eval/fixed/{k}/loss"] for k in graded)
         assert total == pytest.approx(found["eval/fixed/loss"], rel=1e-9)
     assert found["eval/fixed/loss"] == pytest.approx(exam.loss(model), rel=1e-12)
     vocab = exam.objective.vocab
     unigram = torch.as_tensor(unigram_logprobs(run.data.corpus.train_tokens, vocab.size))
-    losses, shares, unigrams = [], {k: [] for k in kinds}, {k: [] for k in kinds}
+    losses, shares, unigrams, apart = [], {k: [] for k in kinds}, {k: [] for k in kinds}, []
     for member, (objective, _) in exam.members.items():
         batches = list(exam.batches(member=member))
         with torch.no_grad():
-            nll = sum(float(F.cross_entropy(model.head(model(encoder_inputs=b.encoder_inputs,
-                                                             decoder_inputs=b.decoder_inputs,
-                                                             encoder_mask=b.encoder_mask))[b.scored].float(),
-                                            b.targets[b.scored], reduction="sum")) for b in batches)
-        scored = sum(int(b.n_scored) for b in batches)
-        losses.append(nll / scored)
+            nll = torch.cat([F.cross_entropy(model.head(model(encoder_inputs=b.encoder_inputs,
+                                                              decoder_inputs=b.decoder_inputs,
+                                                              encoder_mask=b.encoder_mask))[b.scored].float(),
+                                             b.targets[b.scored], reduction="none") for b in batches])
         codes = torch.cat([exam.kinds(b) for b in batches])
         targets = torch.cat([b.targets[b.scored] for b in batches])
+        out = torch.tensor([kinds[int(c)] in UNSCORED for c in codes], dtype=torch.bool)
+        scored = int((~out).sum())
+        losses.append(float(nll[~out].sum()) / scored)
+        if out.any():
+            apart.append(float(nll[out].mean()))
         for code, kind in enumerate(kinds):
             shares[kind].append(int((codes == code).sum()) / scored)
             unigrams[kind].append(float(-unigram[targets[codes == code]].sum()) / scored)
@@ -128,19 +134,21 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
             assert bool((read[codes == 0] == vocab.mask_id).all()) and bool((read[codes == 2] == targets[codes == 2]).all())
             assert not bool((read[codes == 1] == targets[codes == 1]).any())
         if family == "span_corruption":  # every row: spans sentinels and one eos; one first token per span
-            assert shares["sentinel"][-1] == pytest.approx((objective.spans + 1) / objective.targets_length, abs=1e-12)
-            assert shares["first"][-1] == pytest.approx(objective.spans / objective.targets_length, abs=1e-12)
+            text = objective.targets_length - objective.spans - 1  # a row's scored targets: the spans' text
+            assert shares["sentinel"][-1] == pytest.approx((objective.spans + 1) / text, abs=1e-12)
+            assert shares["first"][-1] == pytest.approx(objective.spans / text, abs=1e-12)
             after = torch.cat([torch.roll(b.targets, 1, dims=1)[b.scored] for b in batches])
             assert bool(((after[codes == 0] >= vocab.sentinel_start) & (after[codes == 0] < vocab.first_ordinary)).all())
     assert found["eval/fixed/loss"] == pytest.approx(sum(losses) / len(losses), rel=1e-5)  # the dense head's loss
     for kind in kinds:  # the members' shares, each member counting equally
+        key = f"eval/fixed/{kind}/unigram_loss" if len(kinds) > 1 else "eval/fixed/unigram_loss"
+        if kind == "sentinel":  # out of the loss: no share of it; never in the text: no unigram
+            assert key not in found and f"eval/fixed/{kind}/fraction" not in found
+            assert found[f"eval/fixed/{kind}/loss"] == pytest.approx(sum(apart) / len(apart), rel=1e-5)
+            continue
         if len(kinds) > 1:
             assert found[f"eval/fixed/{kind}/fraction"] == pytest.approx(sum(shares[kind]) / len(losses), abs=1e-12)
-        key = f"eval/fixed/{kind}/unigram_loss" if len(kinds) > 1 else "eval/fixed/unigram_loss"
-        if kind == "sentinel":
-            assert key not in found  # never in the text
-        else:
-            assert found[key] == pytest.approx(sum(unigrams[kind]) / sum(shares[kind]), rel=1e-9)
+        assert found[key] == pytest.approx(sum(unigrams[kind]) / sum(shares[kind]), rel=1e-9)
 
 
 def test_decoder_exam_is_next_token_loss(cache_dir):

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from selfsup.config import FixedExamConfig, register
 from selfsup.data.vocab import Vocab
 from selfsup.evaluation import EvalError, Evaluation
-from selfsup.evaluation.fixed import (EXAM_BATCH, KINDS, MASK_RATES, SPAN_LENGTHS, SPAN_RATES, FixedExam, exam_objective,
+from selfsup.evaluation.fixed import (EXAM_BATCH, KINDS, MASK_RATES, SPAN_LENGTHS, SPAN_RATES, UNSCORED, FixedExam, exam_objective,
                                       exam_seed,
                                       panel, split_lines)
 from selfsup.build import prepare
@@ -83,8 +83,9 @@ def test_the_loss_is_the_mean_of_the_members_each_as_if_alone(architecture):
     for (name, (objective, _)), loss in zip(exam.members.items(), members):
         if architecture == "encoder":  # the member alone (an encoder-decoder's windows depend on the panel)
             assert FixedExam(architecture, V, 64, VAL, max_tokens=None, mask_rates=[objective.mask_rate]).loss(model) == loss
-    shares = sum(found[f"eval/fixed/{k}/fraction"] for k in KINDS[architecture])
-    weighted = sum(found[f"eval/fixed/{k}/fraction"] * found[f"eval/fixed/{k}/loss"] for k in KINDS[architecture])
+    graded = [k for k in KINDS[architecture] if k not in UNSCORED]
+    shares = sum(found[f"eval/fixed/{k}/fraction"] for k in graded)
+    weighted = sum(found[f"eval/fixed/{k}/fraction"] * found[f"eval/fixed/{k}/loss"] for k in graded)
     assert shares == pytest.approx(1.0, abs=1e-12) and weighted == pytest.approx(found["eval/fixed/loss"], rel=1e-12)
 
 
@@ -191,10 +192,10 @@ def test_the_panel_is_set_from_the_config(tmp_path):
 def test_the_closing_lines_list_the_panel_then_the_kinds():
     metrics = {"eval/fixed/loss": 5.5, "eval/fixed/rate_10_span_3/loss": 5.012, "eval/fixed/rate_12p5_span_2p5/loss": 6.0,
                "eval/fixed/first/loss": 6.52, "eval/fixed/first/fraction": 0.25, "eval/fixed/first/unigram_loss": 6.6,
-               "eval/fixed/sentinel/loss": 1.5, "eval/fixed/sentinel/fraction": 0.75}
+               "eval/fixed/sentinel/loss": 1.5}
     assert split_lines(metrics) == [
         "fixed exam panel (nats): rate 10% span 3 5.01, rate 12.5% span 2.5 6.00",
-        "fixed exam by target (nats): first 6.52 (unigram 6.60, 25%);  sentinel 1.50 (75%)"]
+        "fixed exam by target (nats): first 6.52 (unigram 6.60, 25%);  sentinel 1.50 (not in the loss)"]
     assert split_lines({"eval/fixed/loss": 5.0, "eval/fixed/unigram_loss": 6.0}) == [
         "fixed exam by target (nats): next 5.00 (unigram 6.00)"]
     many = {f"eval/fixed/rate_{r}/loss": 5.0 for r in range(10, 30)}

@@ -1,6 +1,5 @@
 """Margins over random initialisation in the run's metrics: pairs and probe, each with its interval."""
 
-import numpy as np
 import pytest
 import torch
 

@@ -421,7 +421,6 @@ class SelfSupOptunaSweeper(Sweeper):
     def sweep(self, arguments: List[str]) -> None:
         import time
 
-        from optuna.trial import TrialState
 
         from selfsup.report.runs import study_best_lines
         from selfsup.sweep import check_jobs

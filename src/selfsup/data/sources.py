@@ -17,8 +17,10 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from selfsup.errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """Bad data input; the message is one line saying what is wrong and how to fix it."""
 
 
@@ -385,7 +387,7 @@ def _hf_read(datasets, name, config, split, text_field, data_files, streaming, m
             f"could not load {where}: {type(e).__name__}: {_one_line(e)}"
             + ("" if cause.startswith(type(e).__name__ + ":") else f" (caused by {cause})")
             + ": check the name, config and split (and that the hub is reachable, or pass local data_files), "
-            f"and that local files are UTF-8 text in the builder's format"
+            "and that local files are UTF-8 text in the builder's format"
         ) from None
     if not isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
         raise DataError(f"{where} did not give one split ({type(dataset).__name__}): set data.hf_split")

@@ -14,9 +14,10 @@ scores every run on exams that do not depend on its settings, after training (an
                                                  corruption at 0.15, mean span 3); none for the decoder's one
     eval/fixed/<kind>/loss, .../fraction, .../unigram_loss
                                                  the exam's loss split by kind of target (MLM: masked, random,
-                                                 unchanged; span corruption: first, later, sentinel), pooled
-                                                 over the members weighted as the loss, beside the training
-                                                 split's unigram on the same targets
+                                                 unchanged; span corruption: first, later, and sentinel, the
+                                                 sentinels and eos, out of the loss and without a fraction),
+                                                 pooled over the members weighted as the loss, beside the
+                                                 training split's unigram on the same targets
     eval/pairs/accuracy, eval/pairs/<type>/...   zero-shot minimal pairs, beside their random-init and n-gram
                                                  references (selfsup.evaluation.pairs)
     eval/predictions                             a table of the exam's first examples with the model's

@@ -10,9 +10,12 @@ sweeps, so that no swept setting is favoured by being the exam's own). Its loss,
 unweighted mean over the members of each member's token-weighted loss (each setting counts equally), each
 member's beside it as eval/fixed/<member>/loss (member names: rate_15 for MLM at 15%, rate_15_span_3 for span
 corruption at 15%, mean span 3; a '.' of a number is written 'p': rate_12p5; no per-member keys with one member).
+Span corruption's members score the text of the spans only (kinds first and later): the sentinels and the closing
+eos (kind sentinel) are reported beside, out of the loss (UNSCORED: their number is the exam's, not the run's).
 Its split by kind of target (eval/fixed/<kind>/...) pools the members weighted as the loss is, each member's
-targets weighing 1 / (members x its targets): the kinds' fractions sum to 1 and their losses weighted by their
-fractions sum to eval/fixed/loss exactly (a token-pooled split would sum to the token-weighted panel loss).
+scored targets weighing 1 / (members x their number): the scored kinds' fractions sum to 1 and their losses
+weighted by their fractions sum to eval/fixed/loss exactly (a token-pooled split would sum to the token-weighted
+panel loss).
 
 Each member reads the start of the validation split (eval.fixed.max_tokens shared evenly by the members: the
 exam's cost does not grow with the panel or the corpus), cut into windows of its own raw length (span
@@ -57,6 +60,10 @@ EXAM_BATCH = 32  # fixed, so that the masks do not depend on data.batch_size
 KINDS = {"encoder": ("masked", "random", "unchanged"), "encoder_decoder": ("first", "later", "sentinel"),
          "decoder": ("next",)}
 NO_UNIGRAM = {"sentinel"}  # never in the text: a unigram of the text says nothing of them
+# kinds reported (eval/fixed/<kind>/loss) but left out of the exam's loss: the targets' structure. A member's
+# windows close after fewer spans than most runs trained with (same_sentinels), so its sentinels and eos would
+# favour runs trained with few spans; the text a span hides is scored alike whatever the run's setting
+UNSCORED = {"sentinel"}
 
 
 def _number(x: float) -> str:
@@ -238,22 +245,26 @@ class FixedExam:
         return out
 
     def metrics(self, model: torch.nn.Module) -> dict[str, float]:
-        """eval/fixed/loss: the unweighted mean over the panel's members of each member's token-weighted loss
-        (a member without targets, e.g. no window in max_tokens, is left out; none: 0), /perplexity its exp;
-        with more than one member, eval/fixed/<member>/loss. Per kind of target, pooled over the members with
-        each member's targets weighing 1 / (members x its number of targets), as in the loss:
-        eval/fixed/<kind>/loss, /fraction (its share of the targets) and, for text targets, /unigram_loss (the
-        training split's unigram on the same targets, weighed alike). So the fractions sum to 1 and the kinds'
-        losses weighted by their fractions sum to eval/fixed/loss exactly (up to rounding)."""
-        found = {m: kinds for m, kinds in self.sums(model).items() if sum(n for _, n, _ in kinds.values())}
-        counts = {m: sum(n for _, n, _ in kinds.values()) for m, kinds in found.items()}
-        losses = {m: sum(nll for nll, _, _ in kinds.values()) / counts[m] for m, kinds in found.items()}
+        """eval/fixed/loss: the unweighted mean over the panel's members of each member's token-weighted loss over
+        its scored targets, those of every kind but UNSCORED (a member without such targets, e.g. no window in
+        max_tokens, is left out; none: 0), /perplexity its exp; with more than one member,
+        eval/fixed/<member>/loss. Per scored kind, pooled over the members with each member's scored targets
+        weighing 1 / (members x its number of scored targets), as in the loss: eval/fixed/<kind>/loss, /fraction
+        (its share of the scored targets) and, for text targets, /unigram_loss (the training split's unigram on
+        the same targets, weighed alike). So the fractions sum to 1 and the scored kinds' losses weighted by their
+        fractions sum to eval/fixed/loss exactly (up to rounding). An UNSCORED kind has its loss only, the mean
+        over the members of each one's loss on it."""
+        names = KINDS[self.architecture]
+        scored = [name for name in names if name not in UNSCORED]
+        sums = self.sums(model)
+        counts = {m: sum(kinds[k][1] for k in scored) for m, kinds in sums.items()}
+        found = {m: kinds for m, kinds in sums.items() if counts[m]}
+        losses = {m: sum(kinds[k][0] for k in scored) / counts[m] for m, kinds in found.items()}
         loss = sum(losses.values()) / len(losses) if losses else 0.0
         out = {"eval/fixed/loss": loss, "eval/fixed/perplexity": math.exp(min(loss, 80.0))}
         if len(self.members) > 1:
             out.update({f"eval/fixed/{m}/loss": value for m, value in losses.items()})
-        names = KINDS[self.architecture]
-        for name in names:
+        for name in scored:
             fraction, nll, unigram = (sum(kinds[name][i] / counts[m] for m, kinds in found.items()) / len(found)
                                       for i in (1, 0, 2))
             if not fraction:
@@ -262,6 +273,10 @@ class FixedExam:
                 out.update({f"eval/fixed/{name}/loss": nll / fraction, f"eval/fixed/{name}/fraction": fraction})
             if self.unigram is not None and name not in NO_UNIGRAM:
                 out[f"eval/fixed/{name}/unigram_loss" if len(names) > 1 else "eval/fixed/unigram_loss"] = unigram / fraction
+        for name in UNSCORED.intersection(names):
+            members = [kinds[name][0] / kinds[name][1] for kinds in found.values() if kinds[name][1]]
+            if members:
+                out[f"eval/fixed/{name}/loss"] = sum(members) / len(members)
         return out
 
     def loss(self, model: torch.nn.Module) -> float:
@@ -332,9 +347,10 @@ def split_lines(metrics, width: int = 96) -> list[str]:
             if f"eval/fixed/{kind}/loss" not in metrics:
                 continue
             unigram = metrics.get(f"eval/fixed/{kind}/unigram_loss")
+            fraction = metrics.get(f"eval/fixed/{kind}/fraction")
             parts.append(f"{kind} {metrics[f'eval/fixed/{kind}/loss']:.2f} ("
                          + (f"unigram {unigram:.2f}, " if unigram is not None else "")
-                         + f"{metrics[f'eval/fixed/{kind}/fraction']:.0%})")
+                         + (f"{fraction:.0%})" if fraction is not None else "not in the loss)"))
     if not parts and "eval/fixed/unigram_loss" in metrics:
         parts.append(f"next {metrics['eval/fixed/loss']:.2f} (unigram {metrics['eval/fixed/unigram_loss']:.2f})")
     by_target = textwrap.wrap("fixed exam by target (nats): " + ";  ".join(parts), width,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from selfsup.data.vocab import Vocab
+from selfsup.errors import UserError
 
 IGNORE = -100  # target value of a position that is not scored (torch's cross-entropy default)
 
@@ -54,7 +55,7 @@ class ObjectiveBatch:
                                 for f in fields(self) if getattr(self, f.name) is not None})
 
 
-class ObjectiveError(ValueError):
+class ObjectiveError(UserError, ValueError):
     """A bad objective parameter; the message names the parameter and the fix."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from selfsup.errors import UserError
 
-class CheckpointError(RuntimeError):
+
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint cannot be written, read or resumed from; the message is one line a user can act on."""
 
 
@@ -31,5 +33,5 @@ class ResumeMismatch(CheckpointError):
     """The checkpoint was trained with a different objective, architecture, data or seed."""
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(UserError, RuntimeError):
     """The loss became nan/inf and the policy says stop."""

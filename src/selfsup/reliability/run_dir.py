@@ -28,9 +28,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from selfsup.checks import SelfSupError
+from selfsup.errors import UserError
 from selfsup.distributed import launched_rank, shared_job_id
-from selfsup.reliability.errors import CheckpointError
 
 log = logging.getLogger("selfsup")
 LOCK = ".selfsup.lock"
@@ -41,13 +40,13 @@ class RunDirGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         if launched_rank() != 0:
             return
-        from selfsup.checks import check_settings, user_errors
+        from selfsup.checks import check_settings
         overrides, run_dir = list(config.hydra.overrides.task), Path(config.hydra.run.dir)
         created = [p for p in [run_dir, *run_dir.parents] if not p.exists()]  # what claiming it makes
         try:
             if config.resume:
                 if run_dir.resolve() != Path(config.resume).resolve():
-                    raise SelfSupError(f"resume={config.resume} continues the run in its own dir: drop "
+                    raise UserError(f"resume={config.resume} continues the run in its own dir: drop "
                                        f"hydra.run.dir={run_dir}")
                 check_resume_path(run_dir)
                 claim(run_dir)  # before reading it: a run still going is "in use"
@@ -76,7 +75,7 @@ class RunDirGuard(Callback):
                                         corpus.vocab.size, tokenizer_hash(corpus),
                                         resume=str(run_dir) if config.resume else None, command=overrides)
             own(run_dir)
-        except user_errors() as err:
+        except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             unclaim(run_dir, created)
             raise SystemExit(2) from None
@@ -108,25 +107,25 @@ def check_new_path(run_dir: Path) -> None:
     """A fresh run's dir can be a folder: it is no file and lies under none."""
     blocker = _file_above(run_dir)
     if blocker == run_dir:
-        raise SelfSupError(f"hydra.run.dir={run_dir} is a file: pick a folder for the run")
+        raise UserError(f"hydra.run.dir={run_dir} is a file: pick a folder for the run")
     if blocker is not None:
-        raise SelfSupError(f"hydra.run.dir={run_dir} lies under {blocker}, which is a file: pick another folder")
+        raise UserError(f"hydra.run.dir={run_dir} lies under {blocker}, which is a file: pick another folder")
 
 
 def check_new_run_dir(run_dir: Path, other_ranks_write: bool = False) -> None:
     """A fresh run's dir is new, or holds no run (other_ranks_write: the ranks of this launch share it, and
     may have written its .hydra/ already)."""
     if (run_dir / "summary.json").exists() or any((run_dir / "checkpoints").glob("*.ckpt")):
-        raise SelfSupError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
+        raise UserError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
                            f"resume={run_dir}, or pick a new hydra.run.dir")
     if (run_dir / ".hydra" / "config.yaml").is_file() and not other_ranks_write:
-        raise SelfSupError(f"{run_dir} holds a run that stopped before its first checkpoint: nothing was "
+        raise UserError(f"{run_dir} holds a run that stopped before its first checkpoint: nothing was "
                            f"overwritten; run it again from the start in that dir with resume={run_dir}, or pick "
                            f"a new hydra.run.dir")
 
 
 def claim(run_dir: Path) -> None:
-    """Lock run_dir for this process (creating it); SelfSupError when another process holds it."""
+    """Lock run_dir for this process (creating it); UserError when another process holds it."""
     key = str(run_dir.resolve())
     if key in _claimed:
         return
@@ -134,7 +133,7 @@ def claim(run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = open(run_dir / LOCK, "a+")
     except OSError as err:
-        raise SelfSupError(f"cannot create the run dir {run_dir}: {err.strerror}: pick a writable "
+        raise UserError(f"cannot create the run dir {run_dir}: {err.strerror}: pick a writable "
                            f"hydra.run.dir") from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -142,7 +141,7 @@ def claim(run_dir: Path) -> None:
         lock.seek(0)
         holder = lock.read().strip() or "?"
         lock.close()
-        raise SelfSupError(f"{run_dir} is in use by another selfsup-train (pid {holder}): nothing was written; "
+        raise UserError(f"{run_dir} is in use by another selfsup-train (pid {holder}): nothing was written; "
                            f"wait for it to end, or pick another hydra.run.dir") from None
     _claimed[key] = lock
 
@@ -168,7 +167,7 @@ def resume_overrides(overrides: list[str], run_dir: Path | None = None) -> list[
     kept = [o for o in kept if o not in groups]
     groups = [o for o in groups if str(choices.get(o.split("=", 1)[0])) != o.split("=", 1)[1]]
     if groups:
-        raise SelfSupError(f"resume cannot change config groups ({', '.join(groups)}): the run keeps its "
+        raise UserError(f"resume cannot change config groups ({', '.join(groups)}): the run keeps its "
                            f"objective, architecture and data; override single keys such as trainer.max_steps=…")
     return kept
 
@@ -180,7 +179,7 @@ def resume_checkpoint(run_dir: Path, overrides: list[str]) -> Path:
     if chosen and chosen[-1] not in ("", "null"):
         path = Path(chosen[-1])
         if not path.is_file():
-            raise SelfSupError(f"ckpt_path={path} does not exist: pass one of the run's checkpoints, e.g. "
+            raise UserError(f"ckpt_path={path} does not exist: pass one of the run's checkpoints, e.g. "
                                f"{run_dir / 'checkpoints' / 'last.ckpt'}")
         return path
     return run_dir / "checkpoints" / "last.ckpt"
@@ -195,12 +194,12 @@ def merged_config(run_dir: Path, overrides: list[str]) -> DictConfig:
 def check_resume_path(run_dir: Path) -> None:
     """resume=RUN names the folder of a run."""
     if not run_dir.exists():
-        raise SelfSupError(f"resume={run_dir} does not exist: pass the dir of a run, e.g. outputs/<date>/<time>")
+        raise UserError(f"resume={run_dir} does not exist: pass the dir of a run, e.g. outputs/<date>/<time>")
     if not run_dir.is_dir():
-        raise SelfSupError(f"resume={run_dir} is a file, not a run dir: pass the folder that holds the run's "
+        raise UserError(f"resume={run_dir} is a file, not a run dir: pass the folder that holds the run's "
                            f".hydra/ and checkpoints/")
     if not (run_dir / ".hydra" / "config.yaml").is_file():
-        raise SelfSupError(f"resume={run_dir} is not a selfsup run dir (no .hydra/config.yaml): pass the dir of "
+        raise UserError(f"resume={run_dir} is not a selfsup run dir (no .hydra/config.yaml): pass the dir of "
                            f"a run, e.g. outputs/<date>/<time>")
 
 
@@ -226,7 +225,7 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
     if not last.is_file():
         steps, every = trained_steps(run_dir), merged.trainer.checkpoint_every_n_steps or merged.trainer.val_check_interval
         if steps >= every:  # it had a checkpoint, deleted or moved since: training from step 0 would hide that
-            raise SelfSupError(f"resume={run_dir}: the run trained {steps} steps, but {last.parent} holds no "
+            raise UserError(f"resume={run_dir}: the run trained {steps} steps, but {last.parent} holds no "
                                f"checkpoint (deleted or moved?); nothing was changed: put its checkpoints back, or "
                                f"continue from one elsewhere with selfsup-train resume={run_dir} ckpt_path=<.ckpt>")
         return  # it stopped before its first checkpoint: it starts again from step 0 (train.resumed_config)
@@ -239,9 +238,9 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
                         key=lambda p: p.stat().st_mtime, reverse=True)
         what = str(err).split("; ")[0]
         if not others:
-            raise SelfSupError(f"{what}; the run has no other checkpoint: start it again as a new run with the "
+            raise UserError(f"{what}; the run has no other checkpoint: start it again as a new run with the "
                                f"same settings in another hydra.run.dir") from None
-        raise SelfSupError(f"{what}; continue from another checkpoint of the run: selfsup-train resume={run_dir} "
+        raise UserError(f"{what}; continue from another checkpoint of the run: selfsup-train resume={run_dir} "
                            f"ckpt_path={others[0]}") from None
     step = int(checkpoint.get("global_step", 0))
     summary = run_dir / "summary.json"
@@ -251,7 +250,7 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
         finished = False
     max_steps = merged.trainer.max_steps
     if finished and step >= max_steps:
-        raise SelfSupError(f"resume={run_dir}: the run finished at step {step} and trainer.max_steps={max_steps}: "
+        raise UserError(f"resume={run_dir}: the run finished at step {step} and trainer.max_steps={max_steps}: "
                            f"nothing to continue, the run is unchanged; to train it further raise the limit, e.g. "
                            f"selfsup-train resume={run_dir} trainer.max_steps={2 * step}")
     stored = (checkpoint.get("selfsup") or {}).get("config")
@@ -261,7 +260,7 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
         changed = [key for key in now if key in then and then[key] != now[key] and not key.startswith("tokenizer.")]
         if changed:
             key = changed[0]
-            raise SelfSupError(f"resume={run_dir} cannot change {key} (the run trained with {then[key]}, this "
+            raise UserError(f"resume={run_dir} cannot change {key} (the run trained with {then[key]}, this "
                                f"command asks for {now[key]}): the run is unchanged; drop that override to continue "
                                f"it (a run with other settings is a new run, without resume=)")
 

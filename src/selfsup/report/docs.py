@@ -26,6 +26,7 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from selfsup.errors import UserError
 from selfsup.evaluation.fixed import KINDS
 from selfsup.report.summary import DEFINITIONS, read_summaries, summary_table
 from selfsup.report.verdict import run_margin, verdict_lines
@@ -34,7 +35,7 @@ FILES = ("README.md", "docs/evaluation.md")
 MARK = "selfsup.report.docs"
 
 
-class DocsError(Exception):
+class DocsError(UserError):
     """One line: what is wrong and how to fix it."""
 
 
@@ -77,7 +78,9 @@ def fixed_split(rows: list[dict]) -> str:
         for kinds in KINDS.values():
             for kind in kinds:
                 if f"eval/fixed/{kind}/loss" in evaluated:
-                    lines.append(f"| {row.get('objective')} | {kind} | {evaluated[f'eval/fixed/{kind}/fraction']:.1%} | "
+                    share = evaluated.get(f"eval/fixed/{kind}/fraction")
+                    lines.append(f"| {row.get('objective')} | {kind} | "
+                                 f"{'not in the loss' if share is None else f'{share:.1%}'} | "
                                  f"{evaluated[f'eval/fixed/{kind}/loss']:.2f} | "
                                  f"{_number(evaluated.get(f'eval/fixed/{kind}/unigram_loss'), '.2f')} |")
         if "eval/fixed/unigram_loss" in evaluated:

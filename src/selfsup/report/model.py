@@ -8,10 +8,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from selfsup.errors import UserError
 from selfsup.evaluation.stats import Interval
 
 
-class ReportError(Exception):
+class ReportError(UserError):
     """A problem the user can fix; printed as one line `error: ...`, exit status 2."""
 
 

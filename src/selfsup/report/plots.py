@@ -63,8 +63,8 @@ METRIC_KEYS = {"fixed_loss": FIXED, "probe": PROBE, "pairs": PAIRS}  # Run.metri
 
 def fixed_unigram_loss(run: Run) -> float | None:
     """The unigram's loss on the fixed exam's targets: eval/fixed/unigram_loss, else the kinds' unigram losses
-    weighted by their fractions when every kind of target has one (a span corruption exam's sentinels have
-    none: unknown)."""
+    weighted by their fractions (the scored kinds': a span corruption exam's sentinels are out of its loss)
+    when every one of them has one."""
     found = run.task_value("eval/fixed/unigram_loss")
     if found is not None:
         return found
