@@ -273,7 +273,7 @@ class FixedExam:
                 out.update({f"eval/fixed/{name}/loss": nll / fraction, f"eval/fixed/{name}/fraction": fraction})
             if self.unigram is not None and name not in NO_UNIGRAM:
                 out[f"eval/fixed/{name}/unigram_loss" if len(names) > 1 else "eval/fixed/unigram_loss"] = unigram / fraction
-        for name in UNSCORED.intersection(names):
+        for name in (name for name in names if name in UNSCORED):  # in KINDS' order
             members = [kinds[name][0] / kinds[name][1] for kinds in found.values() if kinds[name][1]]
             if members:
                 out[f"eval/fixed/{name}/loss"] = sum(members) / len(members)
