@@ -6,11 +6,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from selfsup.checks import check_devices
 from selfsup.config import register
 from selfsup.distributed import strategy_for
-from selfsup.strategies import HydraSafeDDPStrategy, HydraSafeFSDPStrategy, WorkerLauncher
-from selfsup.checks import check_devices
 from selfsup.errors import UserError
+from selfsup.strategies import HydraSafeDDPStrategy, HydraSafeFSDPStrategy, WorkerLauncher
 from selfsup.train import CONF_DIR
 
 

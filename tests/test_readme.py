@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from selfsup.checks import check_settings
+from selfsup.build import check_settings
 from selfsup.config import register
 from selfsup.train import CONF_DIR
 

@@ -27,8 +27,8 @@ from selfsup.optim import AdamWCosine
 from selfsup.reliability import checkpoint_io as reliability  # its private _open_new is patched
 from selfsup.reliability import checkpoints
 from selfsup.reliability.callbacks import NonFiniteGuard, PreemptionHandler
+from selfsup.reliability.checkpoint_io import AtomicCheckpointIO
 from selfsup.reliability.checkpoints import (
-    AtomicCheckpointIO,
     CheckpointCorrupt,
     CheckpointDiskFull,
     CheckpointError,
@@ -639,7 +639,7 @@ from selfsup.module import SelfSupModule
 from selfsup.objectives import MaskedLM
 from selfsup.optim import AdamWCosine
 from selfsup.reliability.callbacks import PreemptionHandler
-from selfsup.reliability.checkpoints import AtomicCheckpointIO
+from selfsup.reliability.checkpoint_io import AtomicCheckpointIO
 
 run_dir, marker = sys.argv[1], sys.argv[2]
 

@@ -15,10 +15,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import optuna
 import pytest
-
-optuna = pytest.importorskip("optuna")
-
 from optuna.trial import TrialState
 
 from hydra_plugins.selfsup_sweeper.optuna_sweeper import SelfSupOptunaSweeper, distributions

@@ -6,10 +6,8 @@ seed record (mean, SE, random-init margins) from summaries; the report's study l
 import json
 import math
 
+import optuna
 import pytest
-
-optuna = pytest.importorskip("optuna")
-
 from optuna.trial import TrialState
 
 from selfsup.tune import NoiseAwarePruner

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from pathlib import Path
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 

@@ -12,15 +12,16 @@ eval (conf/eval/)                  selfsup.evaluation.Evaluation (its tasks: sel
 from __future__ import annotations
 
 import hashlib
-
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from selfsup.checks import check_devices, check_values
 from selfsup.data import Corpus
 from selfsup.data.vocab import Vocab
 from selfsup.errors import UserError
@@ -72,6 +73,33 @@ def objective_class(cfg: DictConfig) -> type[Objective]:
 def objective_name(cfg: DictConfig) -> str:
     """The objective's label: its config's name, else its class's."""
     return cfg.objective.get("name") or objective_class(cfg).name
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """The cheap checks of the settings, before any data is read."""
+    cls = objective_class(cfg)
+    problem = cls.incompatibility(cfg.architecture.name) if hasattr(cls, "incompatibility") else None
+    if problem:
+        raise UserError(problem)
+    check_devices(cfg)
+    check_values(cfg)
+    make(cfg.architecture, "architecture")  # its config checks its own values
+    make(cfg.optim, "optim")
+    metric = cfg.optimized_metric
+    if metric not in ("val/loss", "val/perplexity", "val/accuracy") and not metric.startswith("eval/"):
+        raise UserError(f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
+                           f"val/accuracy or an eval/<task>/<metric> such as eval/probe/accuracy")
+    if metric.startswith("eval/") and not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
+        raise UserError(f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or "
+                           f"optimize val/loss")
+    evaluated = [*(["fixed"] if cfg.eval.fixed else []), *(["pairs"] if cfg.eval.get("pairs") else []),
+                 *(cfg.eval.tasks or {})]
+    if metric.startswith("eval/") and metric.split("/")[1] not in evaluated:
+        raise UserError(f"optimized_metric={metric}: this run evaluates no {metric.split('/')[1]!r}: use "
+                           + ", ".join(f"eval/{name}/..." for name in evaluated) + " (eval.tasks.NAME adds a task)")
+    if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
+        raise UserError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
+                           f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
 
 
 def make_objective(cfg: DictConfig, vocab: Vocab) -> Objective:

@@ -1,4 +1,4 @@
-"""The checks `selfsup-train` runs before building anything, and its one-line errors.
+"""The checks of the settings' values, and Hydra's config errors as one line.
 
 A mistake the user can fix is a UserError (selfsup.errors): reported as one line, exit 2, no traceback.
 Hydra's and OmegaConf's own config errors are folded into one line too (config_error_line).
@@ -7,40 +7,10 @@ Hydra's and OmegaConf's own config errors are folded into one line too (config_e
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.errors import UserError
-
-
-def check_settings(cfg: DictConfig) -> None:
-    """The cheap checks of the settings, before any data is read."""
-    from selfsup.build import make, objective_class
-    cls = objective_class(cfg)
-    problem = cls.incompatibility(cfg.architecture.name) if hasattr(cls, "incompatibility") else None
-    if problem:
-        raise UserError(problem)
-    check_devices(cfg)
-    check_values(cfg)
-    make(cfg.architecture, "architecture")  # its config checks its own values
-    make(cfg.optim, "optim")
-    metric = cfg.optimized_metric
-    if metric not in ("val/loss", "val/perplexity", "val/accuracy") and not metric.startswith("eval/"):
-        raise UserError(f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
-                           f"val/accuracy or an eval/<task>/<metric> such as eval/probe/accuracy")
-    if metric.startswith("eval/") and not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
-        raise UserError(f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or "
-                           f"optimize val/loss")
-    evaluated = [*(["fixed"] if cfg.eval.fixed else []), *(["pairs"] if cfg.eval.get("pairs") else []),
-                 *(cfg.eval.tasks or {})]
-    if metric.startswith("eval/") and metric.split("/")[1] not in evaluated:
-        raise UserError(f"optimized_metric={metric}: this run evaluates no {metric.split('/')[1]!r}: use "
-                           + ", ".join(f"eval/{name}/..." for name in evaluated) + " (eval.tasks.NAME adds a task)")
-    if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
-        raise UserError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
-                           f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
-
 
 PRECISIONS = ("32-true", "32", "16-mixed", "16", "bf16-mixed", "bf16", "16-true", "bf16-true", "64-true", "64")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from selfsup.errors import UserError
 from selfsup.data.vocab import Vocab
+from selfsup.errors import UserError
 from selfsup.models import TransformerConfig, TransformerModel
 
 SPECIAL = re.compile(r"\s+(<mask>|<extra_id_\d+>)")  # a special token takes the space before it (as in training)

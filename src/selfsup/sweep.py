@@ -11,9 +11,9 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from selfsup.errors import UserError
-from selfsup.report.summary import DEFINITIONS, PAIRS, PROBE, read_summaries, shown_path, summary_table, value
-from selfsup.report.verdict import save_verdict, verdict_lines
+from selfsup.summary import DEFINITIONS, PAIRS, PROBE, read_summaries, shown_path, summary_table, value
 from selfsup.upstream import failed_job_value
+from selfsup.verdict import save_verdict, verdict_lines
 
 
 class SweepSummary(Callback):
@@ -31,7 +31,7 @@ class SweepSummary(Callback):
         os.environ["SELFSUP_SWEPT"] = ",".join(sorted({o.get_key_element() for o in parsed if o.is_sweep_override()}))
         if "Optuna" not in str(config.hydra.sweeper.get("_target_", "")):  # (a study checks its own corners)
             check_jobs(job_overrides(parsed))  # before anything is written
-        from selfsup.reliability.run_dir import claim, own
+        from selfsup.run_dir import claim, own
         try:  # one sweep at a time in a sweep dir (two launched in the same second share the default one)
             claim(sweep_dir)
         except UserError as err:
@@ -104,8 +104,8 @@ def check_jobs(jobs: list[list[str]], label: str = "job") -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from selfsup.build import check_objective
-    from selfsup.checks import check_settings, config_error_line
+    from selfsup.build import check_objective, check_settings
+    from selfsup.checks import config_error_line
     for number, overrides in enumerate(jobs):
         try:
             cfg = compose(config_name="train", overrides=overrides)

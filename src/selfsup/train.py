@@ -1,6 +1,6 @@
 """selfsup-train: the story of a run, in order.
 
-    compose   Hydra composes conf/ and the command line (main, hydra_main); selfsup.reliability.run_dir
+    compose   Hydra composes conf/ and the command line (main, hydra_main); selfsup.run_dir
               checks and claims the run dir, and a resume's settings, before Hydra writes into it
     check     the settings (selfsup.checks) and the objective, before any data is read
     build     data, objective, evaluation, model, optimizer, LightningModule (selfsup.build)
@@ -31,12 +31,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from selfsup.build import check_objective, objective_name, prepared
-from selfsup.checks import check_settings, config_error_line
-from selfsup.errors import UserError, error_line
+from selfsup.build import check_objective, check_settings, objective_name, prepared
+from selfsup.checks import config_error_line
 from selfsup.config import register
 from selfsup.distributed import launched_rank, leave_distributed
-from selfsup.reliability.run_dir import requeue_checkpoint, resumed_config
+from selfsup.errors import UserError, error_line
+from selfsup.run_dir import requeue_checkpoint, resumed_config
 
 log = logging.getLogger("selfsup")
 def config_dir() -> Path:
@@ -69,7 +69,7 @@ def plugins(run_dir: Path) -> list:
     """Atomic checkpoint writes, weights_only loads; on SLURM, Lightning's requeue on SIGUSR1."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
-    from selfsup.reliability.checkpoints import AtomicCheckpointIO
+    from selfsup.reliability.checkpoint_io import AtomicCheckpointIO
     found = [AtomicCheckpointIO(resume_hint=f"selfsup-train resume={run_dir}")]
     if SLURMEnvironment.detect():
         found.append(SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1))
@@ -95,8 +95,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     from selfsup.loggers import finish_wandb, make_loggers, start_wandb, wandb_summary
     from selfsup.reliability.callbacks import LastCheckpoint, NonFiniteGuard, PreemptionHandler
     from selfsup.reliability.checkpoints import check_resume_compatible, resume_state
-    from selfsup.report.verdict import verdict_text
     from selfsup.throughput import TokenThroughput
+    from selfsup.verdict import verdict_text
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     quiet_lightning()
@@ -265,11 +265,11 @@ def stop_on_sigterm(SIGTERMException):
 
 
 def save_outcomes(run_dir: Path, outcomes: dict) -> None:
-    """The evaluation's per-example outcomes as <run_dir>/outcomes.npz (selfsup.report.verdict compares runs on
+    """The evaluation's per-example outcomes as <run_dir>/outcomes.npz (selfsup.verdict compares runs on
     them), written atomically."""
     import numpy as np
 
-    from selfsup.report.verdict import OUTCOMES
+    from selfsup.verdict import OUTCOMES
     tmp = run_dir / f".{OUTCOMES}.tmp"
     try:
         with open(tmp, "wb") as f:
@@ -370,7 +370,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
             raise SystemExit(2) from None
         raise
     if not multirun and rank == 0:
-        from selfsup.report.summary import run_lines
+        from selfsup.summary import run_lines
         print("\n".join(run_lines(summary)))
     return optimized_value(cfg, summary)
 

@@ -3,15 +3,14 @@ damage, the tokenizer sample, a data set's own validation split, progress lines.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
-
-import selfsup.data.prepare as prepare_module
-import selfsup.data.corpus as corpus_module
-import selfsup.data.cache as cache_module
-from selfsup.data import FORMAT_VERSION, Corpus, ShardedTokens, encode_documents, split_documents, text_file_documents
 from helpers import gpt2_like_tokenizer, t5_like_tokenizer, write_corpus
+
+import selfsup.data.cache as cache_module
+import selfsup.data.corpus as corpus_module
+import selfsup.data.prepare as prepare_module
+from selfsup.data import FORMAT_VERSION, Corpus, ShardedTokens, encode_documents, split_documents, text_file_documents
 from selfsup.data.sources import DataError, document_key
 
 

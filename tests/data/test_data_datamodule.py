@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import selfsup.data.prepare as prepare_module
 import selfsup.data.corpus as corpus_module
+import selfsup.data.prepare as prepare_module
 from selfsup.data import Corpus, DataError, ShardedTokens, Vocab, build_or_load_cache, cache_key
 from selfsup.data.datamodule import SelfSupDataModule
 

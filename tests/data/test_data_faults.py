@@ -11,11 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import write_corpus
 
 import selfsup.data.corpus as corpus_module
 import selfsup.data.prepare as prepare_module
 import selfsup.data.sources as sources_module
-from helpers import write_corpus
 from selfsup.data import Corpus
 from selfsup.data.sources import DataError
 

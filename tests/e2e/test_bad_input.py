@@ -37,8 +37,8 @@ def refusal(cache_dir, *overrides) -> str | None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from selfsup.build import check_objective, make_corpus
-    from selfsup.checks import check_settings, config_error_line
+    from selfsup.build import check_objective, check_settings, make_corpus
+    from selfsup.checks import config_error_line
     from selfsup.config import register
     from selfsup.train import CONF_DIR
     register()
@@ -119,10 +119,11 @@ def test_out_of_range_settings(cache_dir, key, value, words):
 ])
 def test_data_mistakes(cache_dir, files, path, words):
     """Refused in one line before anything is cached (in-process; the command line: the next test)."""
+    from hydra import compose, initialize_config_dir
+
     from selfsup.build import prepare
     from selfsup.data import DataError
     from selfsup.train import CONF_DIR
-    from hydra import compose, initialize_config_dir
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("train", overrides=["data=text_files", f"data.paths=[{files / path}]", "data.vocab_size=300",
                                           "data.n_sentinels=4", f"data.cache_dir={cache_dir}"])

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY
 
 QUICK = ["logger=csv", "eval.fixed=null", "eval.pairs=null", "eval.tasks={}"]  # eval off (TINY sizes its probe)

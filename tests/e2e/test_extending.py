@@ -27,9 +27,9 @@ def test_an_objective_from_outside_the_package_trains_and_declares_its_architect
     import pytest
     from hydra import compose, initialize_config_dir
 
-    from selfsup.checks import check_settings
-    from selfsup.errors import UserError
+    from selfsup.build import check_settings
     from selfsup.config import register
+    from selfsup.errors import UserError
     from selfsup.train import CONF_DIR
     register()
     sys.path.insert(0, str(EXAMPLE))

@@ -1,8 +1,8 @@
 """What the lab says: the console of a run (a log file and a 100-column terminal), the W&B console log, and
 messages whose suggested command is run to show it works; a refused command creates nothing."""
 
-import json
 import fcntl
+import json
 import os
 import pty
 import random
@@ -16,7 +16,6 @@ import termios
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
@@ -117,7 +116,7 @@ def test_a_damaged_last_checkpoint_names_a_resume_from_another_that_works(lab, t
     last.write_bytes(last.read_bytes()[:1000])
     before = sorted(p.name for p in run.rglob("*"))
     from selfsup.errors import UserError
-    from selfsup.reliability.run_dir import check_resume
+    from selfsup.run_dir import check_resume
     with pytest.raises(UserError) as refused:  # what `selfsup-train resume=RUN` checks first (in-process here)
         check_resume(run, [f"resume={run}", "trainer.max_steps=46"])
     line = str(refused.value)

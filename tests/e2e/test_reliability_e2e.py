@@ -7,7 +7,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import TINY, wandb_summary
 
 

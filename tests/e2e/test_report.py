@@ -1,10 +1,10 @@
 """selfsup-report end to end: a real tiny sweep (mask rate x seed, W&B offline), reported as HTML and Markdown."""
 
 import base64
-import html
-import json
 import csv
+import html
 import io
+import json
 import os
 import re
 import shutil
@@ -15,7 +15,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY, wandb_history, wandb_run_record
 from test_report_browser import assert_fits, browser_fixture, page_facts  # noqa: F401 - the `browser` fixture
 
@@ -322,6 +321,7 @@ def test_the_wandb_report_has_the_local_reports_panels_over_the_sweeps_group(mas
     """--wandb builds this Report (saving it needs the W&B server): the sweep's group as its run set, the loss,
     probe and per-mask-rate panels, and the same notes as the local report."""
     import wandb_workspaces.reports.v2 as wr
+
     from selfsup.report import COMPARISON_NOTE, build_wandb_report, load_runs, swept_keys
     runs = load_runs([str(mask_sweep)])
     report = build_wandb_report(runs, swept_keys(runs), "lab", "selfsup")
@@ -352,7 +352,7 @@ def test_a_users_task_is_in_the_closing_lines_the_sweep_table_the_report_and_the
     assert out.returncode == 0, out.stderr[-3000:]
     summaries = [json.loads((root / "0" / "summary.json").read_text())]
     evaluated = summaries[0]["eval"]
-    from selfsup.report.summary import run_lines
+    from selfsup.summary import run_lines
     lines = run_lines(summaries[0])  # the closing lines of the run
     [line] = [line for line in lines if line.strip().startswith("order acc")]
     assert line.strip() == (f"order acc {evaluated['eval/order/accuracy']:.3f}  margin "
@@ -403,6 +403,7 @@ def test_each_plot_has_its_baselines_at_their_values_in_a_legend_beside_the_data
     """The knob plots of the mask sweep: probe (random-init band, majority), minimal pairs (random-init band,
     unigram, bigram), fixed exam (unigram loss, from the kinds of target), each at the runs' logged values."""
     import matplotlib.pyplot as plt
+
     from selfsup.report import load_runs, swept_keys
     from selfsup.report.plots import fixed_unigram_loss, knob_figure
     runs = load_runs([str(mask_sweep)])
@@ -456,6 +457,7 @@ def _study(trials: list[dict]):
 
 def test_the_study_history_has_error_bars_and_the_random_init_band_and_does_without_them(tmp_path):
     import matplotlib.pyplot as plt
+
     from selfsup.report.plots import plot_study, study_history_figure
     fig = study_history_figure(_study([{"value_se": 0.02, "random_init": 0.48, "random_init_sd": 0.01}] * 3))
     artists = _baseline_artists(fig)

@@ -5,7 +5,6 @@ import os
 import subprocess
 
 import pytest
-
 from conftest import TINY, wandb_run_record, wandb_summary
 
 # an encoder and an encoder-decoder in the default run; the other objectives run in the slow set

@@ -8,9 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
-
 from conftest import TINY, wandb_run_record, wandb_summary
+from omegaconf import OmegaConf
 
 SWEEPS = sorted(p.stem for p in (Path(__file__).parents[2] / "sweeps").glob("*.yaml"))
 

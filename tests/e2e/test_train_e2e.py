@@ -10,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY, wandb_history, wandb_run_record, wandb_summary
 
 from selfsup.evaluation.fixed import panel
-
-from conftest import TINY, wandb_history, wandb_run_record, wandb_summary
 
 OBJECTIVES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_decoder",
               "prefix_lm": "decoder", "ul2": "encoder_decoder"}

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the W&B service in /proc")

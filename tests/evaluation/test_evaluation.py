@@ -6,15 +6,15 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import write_records
 from hydra import compose, initialize_config_dir
 
-from helpers import write_records
+from selfsup.build import build, prepare
 from selfsup.config import register
 from selfsup.data.builtin import builtin_documents
 from selfsup.evaluation import EvalError, Evaluation, Task
 from selfsup.evaluation.probe import features, linear_probe, scores
 from selfsup.evaluation.tasks import builtin_examples, probe_sentences, sentences
-from selfsup.build import build, prepare
 from selfsup.train import CONF_DIR
 
 TINY = ["debug=tiny", "eval.pairs=null"]

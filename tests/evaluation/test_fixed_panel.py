@@ -8,13 +8,23 @@ import torch
 import yaml
 from hydra import compose, initialize_config_dir
 
+from selfsup.build import prepare
 from selfsup.config import FixedExamConfig, register
 from selfsup.data.vocab import Vocab
 from selfsup.evaluation import EvalError, Evaluation
-from selfsup.evaluation.fixed import (EXAM_BATCH, KINDS, MASK_RATES, SPAN_LENGTHS, SPAN_RATES, UNSCORED, FixedExam, exam_objective,
-                                      exam_seed,
-                                      panel, split_lines)
-from selfsup.build import prepare
+from selfsup.evaluation.fixed import (
+    EXAM_BATCH,
+    KINDS,
+    MASK_RATES,
+    SPAN_LENGTHS,
+    SPAN_RATES,
+    UNSCORED,
+    FixedExam,
+    exam_objective,
+    exam_seed,
+    panel,
+    split_lines,
+)
 from selfsup.models import build_model
 from selfsup.train import CONF_DIR
 

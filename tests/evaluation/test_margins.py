@@ -2,14 +2,13 @@
 
 import pytest
 import torch
+from test_pairs import BLIMP, WORDS, blimp_file, word_tokenizer
 
 from selfsup.data.vocab import Vocab
 from selfsup.evaluation import MinimalPairs, PairSource
 from selfsup.evaluation.stats import margin
 from selfsup.loss import stream_seed
 from selfsup.models import build_model
-
-from test_pairs import BLIMP, WORDS, blimp_file, word_tokenizer
 
 
 def make(vocab):

@@ -7,8 +7,8 @@ import tracemalloc
 from collections import Counter
 
 import pytest
-
 from helpers import write_records
+
 from selfsup.evaluation import EvalError, Task
 
 

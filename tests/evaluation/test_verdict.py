@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from selfsup.evaluation.stats import difference, margin
-from selfsup.report.verdict import NO_LEAD, OUTCOMES, held_equal, verdict_lines, verdict_text
+from selfsup.verdict import NO_LEAD, OUTCOMES, held_equal, verdict_lines, verdict_text
 
 N = 1000
 

@@ -6,9 +6,20 @@ import pytest
 import torch
 
 from selfsup.data.vocab import Vocab
-from selfsup.objectives import (IGNORE, OBJECTIVES, CausalLM, Denoiser, MaskedLM, Mixture, ObjectiveError,
-                                PrefixLM, SpanCorruption, build_objective,
-                                raw_length_for, span_lengths)
+from selfsup.objectives import (
+    IGNORE,
+    OBJECTIVES,
+    CausalLM,
+    Denoiser,
+    MaskedLM,
+    Mixture,
+    ObjectiveError,
+    PrefixLM,
+    SpanCorruption,
+    build_objective,
+    raw_length_for,
+    span_lengths,
+)
 
 V = Vocab(size=1000, n_sentinels=100)
 ORD = V.first_ordinary

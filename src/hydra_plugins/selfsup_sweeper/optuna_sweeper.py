@@ -289,7 +289,7 @@ class SelfSupOptunaSweeper(Sweeper):
             from omegaconf import open_dict, read_write
             with read_write(self.config), open_dict(self.config):
                 self.config.hydra.sweep.dir = str(study_dir)
-        from selfsup.reliability.run_dir import LOCK
+        from selfsup.run_dir import LOCK
         with contextlib.suppress(OSError):
             if own.is_dir() and {p.name for p in own.iterdir()} <= {LOCK}:
                 (own / LOCK).unlink(missing_ok=True)
@@ -420,7 +420,6 @@ class SelfSupOptunaSweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> None:
         import time
-
 
         from selfsup.report.runs import study_best_lines
         from selfsup.sweep import check_jobs

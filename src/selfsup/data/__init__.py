@@ -21,7 +21,6 @@ from selfsup.data.tokenizer import (
 )
 from selfsup.data.vocab import WORD_START_MARKER, Vocab, special_tokens
 
-
 __all__ = [
     "FORMAT_VERSION",
     "Corpus",

@@ -26,8 +26,14 @@ from torch.utils.data import Dataset
 from selfsup.data.builtin import BUILTIN_MAX_CHARS, builtin_documents
 from selfsup.data.cache import DocumentKeys, ShardedTokens, build_or_load, cache_key
 from selfsup.data.prepare import build
-from selfsup.data.sources import (DataError, drop_empty, file_stats, iter_hf_documents, iter_text_file_documents,
-                                  local_stats)
+from selfsup.data.sources import (
+    DataError,
+    drop_empty,
+    file_stats,
+    iter_hf_documents,
+    iter_text_file_documents,
+    local_stats,
+)
 from selfsup.data.tokenizer import check_vocab_size, train_tokenizer, vocab_from_tokenizer
 from selfsup.data.vocab import Vocab
 

@@ -179,7 +179,7 @@ class Evaluation:
 
     def outcomes(self) -> dict[str, np.ndarray]:
         """The last evaluation's per-example outcomes (1 right, 0 wrong, 0.5 a tie), for comparing runs on the
-        same examples (selfsup.report.verdict; the run dir's outcomes.npz): for every score key K with a margin
+        same examples (selfsup.verdict; the run dir's outcomes.npz): for every score key K with a margin
         (eval/pairs..., eval/<task>), K: the model's [n], K|random_init: its baselines' [seeds, n], K|examples:
         a hash of the examples."""
         found = []

@@ -43,8 +43,16 @@ import numpy as np
 import torch
 
 from selfsup.evaluation.baselines import cached, untrained_key
-from selfsup.evaluation.scoring import (BATCH_TOKENS, NGram, accuracy, blank_rows, decoder_rows, denoise_rows,
-                                        encoder_rows, score_rows)
+from selfsup.evaluation.scoring import (
+    BATCH_TOKENS,
+    NGram,
+    accuracy,
+    blank_rows,
+    decoder_rows,
+    denoise_rows,
+    encoder_rows,
+    score_rows,
+)
 from selfsup.evaluation.stats import Interval, margin, standard_error
 from selfsup.evaluation.tasks import PLAIN, EvalError, hf_rows, perturb_words, probe_sentences, read_records
 from selfsup.loss import stream_seed

@@ -2,9 +2,9 @@
 
 from selfsup.models.transformer import (
     ACTIVATIONS,
+    MLP,
     MODEL_NAMES,
     MODELS,
-    MLP,
     Attention,
     Block,
     Decoder,

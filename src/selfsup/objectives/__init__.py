@@ -15,8 +15,7 @@ from selfsup.objectives.clm import CausalLM, CausalLMConfig
 from selfsup.objectives.mixture import UL2_DENOISERS, Denoiser, Mixture, MixtureConfig
 from selfsup.objectives.mlm import MaskedLM, MaskedLMConfig
 from selfsup.objectives.prefix import PrefixLM, PrefixLMConfig
-from selfsup.objectives.span import (SpanCorruption, SpanCorruptionConfig, raw_length_for, span_counts,
-                                     span_lengths)
+from selfsup.objectives.span import SpanCorruption, SpanCorruptionConfig, raw_length_for, span_counts, span_lengths
 
 # the built-in objectives by name, with their configs (conf/objective/<name>.yaml builds on these)
 OBJECTIVES: dict[str, type[Objective]] = {

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from selfsup.reliability.errors import (  # noqa: F401 - the checkpoint errors, raised (or re-exported) here
     CheckpointCorrupt,
     CheckpointDiskFull,
@@ -144,14 +145,6 @@ def _unsafe_globals(path: Path) -> list[str]:
             return list(torch.serialization.get_unsafe_globals_in_checkpoint(str(path)))
     except Exception:  # noqa: BLE001 - an unreadable file has no globals to report
         return []
-
-
-def __getattr__(name: str):
-    """AtomicCheckpointIO lives in checkpoint_io.py, which imports Lightning: loading a checkpoint does not."""
-    if name == "AtomicCheckpointIO":
-        from selfsup.reliability.checkpoint_io import AtomicCheckpointIO
-        return AtomicCheckpointIO
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ============================================================================ resume compatibility

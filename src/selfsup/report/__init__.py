@@ -47,7 +47,7 @@ from selfsup.report.runs import (
     load_runs,
     swept_keys,
 )
-from selfsup.report.summary import COLUMNS, read_summaries, summary_table
+from selfsup.summary import COLUMNS, read_summaries, summary_table
 
 __all__ = ["COLUMNS", "IGNORED_KEYS", "IGNORED_PREFIXES", "MASK_RATE", "COMPARISON_NOTE", "SEED",
            "SPAN_LENGTH", "VALUES_NOTE", "ReportError", "Run", "api_history", "build_wandb_report", "csv_history",

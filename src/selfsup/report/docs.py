@@ -11,7 +11,7 @@
 
 A block lies between `<!-- selfsup.report.docs:NAME -->` and `<!-- /selfsup.report.docs:NAME -->`; the
 text between is replaced, the rest of the file kept (the `seeds` block only when seeds were run or given). The tables are printed by the same functions as the
-end of a sweep (selfsup.report.summary, selfsup.report.verdict).
+end of a sweep (selfsup.summary, selfsup.verdict).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from selfsup.errors import UserError
 from selfsup.evaluation.fixed import KINDS
-from selfsup.report.summary import DEFINITIONS, read_summaries, summary_table
-from selfsup.report.verdict import run_margin, verdict_lines
+from selfsup.summary import DEFINITIONS, read_summaries, summary_table
+from selfsup.verdict import run_margin, verdict_lines
 
 FILES = ("README.md", "docs/evaluation.md")
 MARK = "selfsup.report.docs"

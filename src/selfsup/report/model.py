@@ -96,7 +96,7 @@ class Run:
         return self.curve("val/loss")
 
     def as_summary_row(self, keys: list[str]) -> dict:
-        """Its summary.json with the report's swept keys and its own folder (for selfsup.report.verdict)."""
+        """Its summary.json with the report's swept keys and its own folder (for selfsup.verdict)."""
         return {**self.summary, "objective": self.objective, "status": self.status, "run_dir": str(self.path),
                 "swept": {k: self.value(k) for k in keys if k not in ("objective.name", "architecture.name")}}
 

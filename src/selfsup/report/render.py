@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from selfsup.report.model import Run, _show
-from selfsup.report.summary import DEFINITIONS, task_names
-from selfsup.report.verdict import verdict_text
+from selfsup.summary import DEFINITIONS, task_names
+from selfsup.verdict import verdict_text
 from selfsup.version import describe
 
 COMPARISON_NOTE = (
@@ -101,7 +101,7 @@ def task_rows(runs: list[Run], task: str) -> list[list[str]]:
 
 
 def verdict(runs: list[Run], keys: list[str]) -> list[str]:
-    """The verdict's lines (selfsup.report.verdict), as the end of a sweep prints them: runs are told apart by
+    """The verdict's lines (selfsup.verdict), as the end of a sweep prints them: runs are told apart by
     their objective and the keys that vary among runs of one objective (those that change with the objective,
     such as its own defaults, say nothing more)."""
     by_objective: dict[tuple, set] = {}

@@ -22,7 +22,7 @@ from selfsup.report.model import (
     Run,
     _number,
 )
-from selfsup.report.summary import _job_key
+from selfsup.summary import _job_key
 
 
 # ---------------------------------------------------------------------------- finding runs

@@ -1,5 +1,5 @@
 """The end-of-run lines (`run_lines`) and the end-of-sweep table (`summary_table` of the rows `read_summaries`
-reads from a sweep dir), each followed by the verdict (selfsup.report.verdict). The table and selfsup-report
+reads from a sweep dir), each followed by the verdict (selfsup.verdict). The table and selfsup-report
 show the same values, defined in DEFINITIONS."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from selfsup.evaluation.fixed import split_lines
 from selfsup.evaluation.pairs import pair_lines
 from selfsup.evaluation.stats import Interval
-from selfsup.report.verdict import count, run_margin, verdict_lines
+from selfsup.verdict import count, run_margin, verdict_lines
 
 PROBE, PAIRS = "eval/probe/accuracy", "eval/pairs/accuracy"
 COLUMNS = [("job", "job"), ("objective", "objective"), ("architecture", "architecture"), ("parameters", "params"),

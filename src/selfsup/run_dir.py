@@ -28,8 +28,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from selfsup.errors import UserError
 from selfsup.distributed import launched_rank, shared_job_id
+from selfsup.errors import UserError
 
 log = logging.getLogger("selfsup")
 LOCK = ".selfsup.lock"
@@ -40,7 +40,7 @@ class RunDirGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         if launched_rank() != 0:
             return
-        from selfsup.checks import check_settings
+        from selfsup.build import check_settings
         overrides, run_dir = list(config.hydra.overrides.task), Path(config.hydra.run.dir)
         created = [p for p in [run_dir, *run_dir.parents] if not p.exists()]  # what claiming it makes
         try:

@@ -1,0 +1,80 @@
+"""The names a run writes and the lab reads back: metric keys, the files of a run dir, the key of a Hydra
+override, and RunSummary, the one reader and writer of a run's summary.json."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# metrics, as logged (W&B, csv/metrics.csv) and kept in summary.json's "eval"
+VAL_LOSS, VAL_PERPLEXITY, VAL_ACCURACY = "val/loss", "val/perplexity", "val/accuracy"
+FIXED_LOSS = "eval/fixed/loss"
+PAIRS, PAIRS_MARGIN = "eval/pairs/accuracy", "eval/pairs/margin"
+PROBE = "eval/probe/accuracy"
+
+# the files of a run dir
+SUMMARY = "summary.json"        # RunSummary: written when the run ends (finished, failed or stopped)
+ERROR = "error.txt"             # the one-line error of a failed run
+TRACEBACK = "traceback.txt"     # a failed sweep job's traceback (a bug, not a user's mistake)
+OUTCOMES = "outcomes.npz"       # the evaluation's per-example outcomes (selfsup.verdict)
+TOKENIZER = "tokenizer.json"
+
+log = logging.getLogger("selfsup")
+
+
+def override_key(override: str) -> str:
+    """The key a Hydra override sets: `+trainer.max_steps=3`, `++seed=1`, `~eval.tasks` -> the key alone."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _strict(value):
+    """NaN and infinities as null: summary.json is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    return [_strict(v) for v in value] if isinstance(value, list) else value
+
+
+@dataclass
+class RunSummary:
+    """A run dir's summary.json: what a run reports when it ends (status, objective, architecture, steps,
+    val_loss, eval: {metric: value}, checkpoints, ...), as the dict `values`.
+
+    read() never raises: a missing file gives `found=False`; a torn or foreign one gives `problem` (one line)
+    and empty values. write() is atomic, so the file is valid or absent."""
+
+    values: dict = field(default_factory=dict)
+    found: bool = False
+    problem: str | None = None
+
+    @classmethod
+    def read(cls, run_dir: Path | str | None) -> RunSummary:
+        path = Path(run_dir) / SUMMARY if run_dir is not None else None
+        if path is None or not path.is_file():
+            return cls()
+        try:
+            values = json.loads(path.read_text())
+        except (OSError, ValueError) as err:  # (a torn write, binary garbage: UnicodeDecodeError)
+            return cls(found=True, problem=str(err).splitlines()[0] if str(err) else type(err).__name__)
+        if not isinstance(values, dict):
+            return cls(found=True, problem=f"a JSON {type(values).__name__}, not an object")
+        return cls(values, found=True)
+
+    def write(self, run_dir: Path) -> None:
+        """summary.json as strict JSON, written atomically (a full disk keeps the previous file, with a warning);
+        a finished run's stale error.txt goes."""
+        run_dir = Path(run_dir)
+        tmp = run_dir / f".{SUMMARY}.tmp"
+        try:
+            tmp.write_text(json.dumps(_strict(self.values), indent=2, allow_nan=False))
+            os.replace(tmp, run_dir / SUMMARY)
+            if self.values.get("status") == "finished":
+                (run_dir / ERROR).unlink(missing_ok=True)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            log.warning(f"could not write {run_dir / SUMMARY}: {err.strerror}")
