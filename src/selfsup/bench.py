@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import statistics
 import sys
@@ -23,9 +25,16 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer, models
 
-from selfsup.data.vocab import Vocab
-from selfsup.objectives import build_objective
+from selfsup.data.bench import bench_data
+from selfsup.data.vocab import Vocab, special_tokens
+from selfsup.evaluation.bench import bench_eval
+from selfsup.loss import linear_cross_entropy
+from selfsup.models import build_model
+from selfsup.objectives import OBJECTIVES, build_objective
+from selfsup.optim import AdamWCosine
 
 
 def timed(fn, repeats: int, warmup: int = 2) -> float:
@@ -51,10 +60,8 @@ def print_table(rows: list[dict]) -> None:
 
 def hf_collator(vocab: Vocab):
     """transformers' MLM collator over a word-level tokenizer with our special-token layout."""
-    from tokenizers import Tokenizer, models
+    # transformers is imported here, not at the top: it is the optional `bench` extra (its ImportError is caught)
     from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
-
-    from selfsup.data.vocab import special_tokens
 
     names = special_tokens(vocab.n_sentinels)
     words = {t: i for i, t in enumerate(names)}
@@ -102,10 +109,6 @@ def bench_objectives(batch: int, length: int, repeats: int) -> list[dict]:
 # ---------------------------------------------------------------------------- output head
 def bench_head(shapes: list[tuple[int, int, int]], repeats: int, device: str = "cpu") -> list[dict]:
     """ms per forward+backward of (rows x d_model) hidden states through a vocab-way tied head."""
-    import torch.nn.functional as F
-
-    from selfsup.loss import linear_cross_entropy
-
     rows_out = []
     for rows, d_model, vocab in shapes:
         weight = torch.nn.Parameter(torch.randn(vocab, d_model, device=device) * 0.02)
@@ -137,7 +140,7 @@ SHAPES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_decode
 def hf_model(objective: str, vocab_size: int, d_model: int, n_layers: int, n_heads: int, max_len: int,
              n_decoder_layers: int | None = None, d_ff: int | None = None):
     """The Hugging Face model of the same shape as ours for an objective (None without transformers)."""
-    try:
+    try:  # transformers is imported here, not at the top: it is the optional `bench` extra
         import transformers as tf
     except ImportError:
         return None
@@ -174,6 +177,7 @@ def hf_step(model, objective: str, batch, opt) -> None:
 
 def conf_defaults(objective: str = "mlm") -> dict:
     """The lab's composed config for an objective (its default architecture, data=builtin), as a dict."""
+    # Imported here, not at the top: hydra, omegaconf and selfsup.train add ~0.3 s to every selfsup-bench command
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -198,13 +202,12 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
     (selfsup, HF, selfsup, HF, ...) so a slow spell of a shared machine hits both; medians reported.
     preset "default" is the model and batch `selfsup-train` uses (read from conf/); seq_len and batch
     override the preset's."""
+    # Imported here, not at the top: Lightning (also under selfsup.module and .throughput) takes ~5 s, and
+    # selfsup.config brings hydra (~0.3 s); only `selfsup-bench train` needs them
     import lightning as L
 
     from selfsup.config import per_stack
-    from selfsup.models import build_model
     from selfsup.module import SelfSupModule
-    from selfsup.objectives import OBJECTIVES, build_objective
-    from selfsup.optim import AdamWCosine
     from selfsup.throughput import cpu_matmul_peak, gpu_peak_flops
 
     def sync():
@@ -352,12 +355,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dir", help="where the corpora are generated (kept, reused) and the runs written")
     args = parser.parse_args(argv)
     if args.what == "eval":
-        from selfsup.evaluation.bench import bench_eval
         print(f"{os.cpu_count()} cores; each run a fresh selfsup-train process, warm (token cache and baselines built)")
         print_table(bench_eval([int(x) for x in args.sizes.split(",")], args.objectives.split(","), args.dir))
         return
     if args.what == "data":
-        from selfsup.data.bench import bench_data
         sizes = [int(x) for x in args.sizes.split(",")] + ([1000] if args.big else [])
         print(f"{os.cpu_count()} cores; each run in a fresh process")
         print_table(bench_data(sizes, args.dir))
@@ -376,8 +377,6 @@ def main(argv: list[str] | None = None) -> None:
                            rounds=args.rounds)
         print_table(rows)
         if args.out:
-            import contextlib
-            import io
             buffer = io.StringIO()
             with contextlib.redirect_stdout(buffer):
                 print(f"selfsup-bench {' '.join(argv or sys.argv[1:])}")

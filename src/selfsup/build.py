@@ -197,6 +197,7 @@ class Run:
 
 def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
     """Everything a run trains; prepared: prepare(cfg) if already done."""
+    # Imported here, not at the top: they bring Lightning (~5 s), and `selfsup-train` checks settings before that
     from selfsup.data.datamodule import SelfSupDataModule
     from selfsup.module import SelfSupModule
     corpus, objective, evaluation = prepared or prepare(cfg)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.errors import UserError
@@ -56,7 +57,6 @@ def check_values(cfg: DictConfig) -> None:
 
 def check_devices(cfg: DictConfig) -> None:
     """One clear line instead of Lightning's traceback when the trainer asks for GPUs that are not there."""
-    import torch
     t = cfg.trainer
     if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise UserError(f"trainer.accelerator={t.accelerator} but this machine has no usable GPU "

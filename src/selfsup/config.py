@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
+
+from selfsup.distributed import shared_job_id
+from selfsup.models import TransformerConfig
+from selfsup.objectives import CONFIGS
+from selfsup.optim import AdamWCosine
 
 
 @dataclass
@@ -166,7 +171,6 @@ def run_dir(resume: Optional[str], fresh: str) -> str:
     else a fresh timestamped dir."""
     if resume:
         return resume
-    from selfsup.distributed import shared_job_id
     job = shared_job_id()
     return str(Path(fresh).parent / job) if job else fresh
 
@@ -177,13 +181,9 @@ def output_subdir(resume: Optional[str]) -> str:
 
 
 def register() -> None:
-    from omegaconf import OmegaConf
     for name, fn in (("per_stack", per_stack), ("selfsup_run_dir", run_dir), ("selfsup_output_subdir", output_subdir)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn, use_cache=True)
-    from selfsup.models import TransformerConfig
-    from selfsup.objectives import CONFIGS
-    from selfsup.optim import AdamWCosine
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     # the built-in options' schemas: conf/<group>/<option>.yaml starts from them (typos refused, types checked)

@@ -19,9 +19,13 @@ from datetime import timedelta
 
 from lightning.pytorch.callbacks.progress import ProgressBar
 
+from selfsup.evaluation.pairs import pair_lines
+from selfsup.names import FIXED_LOSS, PAIRS, VAL_LOSS
+from selfsup.throughput import TokenThroughput
+
 WIDTH = 100
 # the validation line, most important first (a narrow terminal drops the last ones)
-VALIDATION = [("val/loss", "loss", ".3f"), ("eval/fixed/loss", "fixed exam", ".3f"), ("eval/pairs/accuracy", "pairs", ".3f"),
+VALIDATION = [(VAL_LOSS, "loss", ".3f"), (FIXED_LOSS, "fixed exam", ".3f"), (PAIRS, "pairs", ".3f"),
               ("eval/probe/accuracy", "probe", ".3f"),
               ("val/perplexity", "ppl", ".1f"), ("val/accuracy", "acc", ".3f"), ("val/signal_per_token", "signal/token", ".3f")]
 
@@ -90,7 +94,6 @@ class ConsoleProgress(ProgressBar):
 
     # ------------------------------------------------------------------ state
     def throughput(self):
-        from selfsup.throughput import TokenThroughput
         return next((c for c in self.trainer.callbacks if isinstance(c, TokenThroughput)), None)
 
     def progress(self, loss: float | None) -> str:
@@ -142,7 +145,6 @@ class ConsoleProgress(ProgressBar):
         self.line(head + " " + fit(parts, self.width - len(head) - 1))
         evaluation = getattr(pl_module, "evaluation", None)
         if step == trainer.global_step and evaluation is not None:  # each pair score with its scorer's name
-            from selfsup.evaluation.pairs import pair_lines
             for line in pair_lines(m, evaluation.pair_scorers()):
                 self.line("  " + line)
 

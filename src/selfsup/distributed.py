@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 
@@ -44,7 +45,6 @@ def leave_distributed(env_before: set[str]) -> None:
     """Undo what a DDP launch left in this process, so that the next job of a sweep starts clean:
     the launcher's MASTER_*/LOCAL_RANK/... variables (with LOCAL_RANK set, Lightning would think
     another launcher made the processes) and the process group."""
-    import torch.distributed as dist
     for key in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK"):
         if key not in env_before:
             os.environ.pop(key, None)
@@ -61,6 +61,7 @@ def strategy_for(cfg: DictConfig, run_dir: Path, rank_zero: bool):
     if rank_zero:
         config_path.parent.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, config_path, resolve=True)
+    # Imported here, not at the top: selfsup.strategies brings Lightning (~5 s); selfsup.run_dir imports this module
     from selfsup.strategies import HydraSafeDDPStrategy, HydraSafeFSDPStrategy
     if name == "ddp":
         return HydraSafeDDPStrategy(config_path, run_dir)

@@ -39,8 +39,10 @@ import tempfile
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from selfsup.errors import UserError
+from selfsup.pretrained import load
 
 HF_CLASSES = {"decoder": ("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"),
               "encoder": ("megatron-bert", "MegatronBertForMaskedLM", "AutoModelForMaskedLM"),
@@ -200,9 +202,6 @@ def tokenizer_files(p) -> dict[str, str]:
 def export(path: str | Path, out_dir: str | Path) -> dict:
     """Write the Hugging Face folder of a run dir's (or checkpoint's) model into out_dir, which must not exist
     or be empty. Returns {"class", "auto", "out_dir", "checkpoint"}."""
-    from safetensors.torch import save_file
-
-    from selfsup.pretrained import load
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UserError(f"{out_dir} already exists and is not empty: pass a new folder (nothing was written)")

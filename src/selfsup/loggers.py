@@ -18,6 +18,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from omegaconf import DictConfig, OmegaConf
 
+from selfsup.names import override_key
 from selfsup.reliability.redact import redact, register_secrets
 from selfsup.upstream import drop_anonymous, forget_wandb_run, kill_wandb_service, wandb_run
 from selfsup.wandb_utils import api_key_configured, wandb_mode
@@ -46,7 +47,7 @@ def run_identity(cfg: DictConfig, run_dir: Path) -> tuple[str, str | None, list[
         return name, group, tags
     hc = HydraConfig.get()
     swept_keys = set(filter(None, os.environ.get("SELFSUP_SWEPT", "").split(",")))
-    swept = [o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept_keys]
+    swept = [o for o in hc.overrides.task if override_key(o) in swept_keys]
     values = [(o.split("=", 1)[0], shown(o.split("=", 1)[1])) for o in swept]
     objective = cfg.objective.get("name") or "objective"
     name = cfg.logger.name or "-".join([objective, cfg.architecture.name,

@@ -19,12 +19,16 @@ import math
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import WandbLogger
 from torch.utils.flop_counter import FlopCounterMode
 from torchmetrics import SumMetric
 
+from selfsup.evaluation import EXAMPLE_COLUMNS
 from selfsup.loss import linear_cross_entropy, stream_seed
 from selfsup.objectives import Objective, ObjectiveBatch
 from selfsup.optim import AdamWCosine
+from selfsup.reliability.callbacks import NonFiniteGuard
+from selfsup.strategies import shard
 from selfsup.upstream import align_log_step
 
 
@@ -176,7 +180,6 @@ class SelfSupModule(L.LightningModule):
     def configure_model(self) -> None:
         mesh = self.device_mesh  # set by the FSDP strategy (selfsup.strategies), else None
         if mesh is not None:
-            from selfsup.strategies import shard
             shard(self.model, mesh)
 
     def on_before_optimizer_step(self, optimizer) -> None:
@@ -232,9 +235,6 @@ class SelfSupModule(L.LightningModule):
 
     def log_examples(self, rows: list[list]) -> None:
         """The evaluation's example predictions as the W&B Table eval/predictions (one per evaluation)."""
-        from lightning.pytorch.loggers import WandbLogger
-
-        from selfsup.evaluation import EXAMPLE_COLUMNS
         step = self.trainer.global_step
         for logger in self.loggers:
             if isinstance(logger, WandbLogger):
@@ -247,7 +247,6 @@ class SelfSupModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_fit_start(self) -> None:
-        from selfsup.reliability.callbacks import NonFiniteGuard
         self.nonfinite = NonFiniteGuard.find(self.trainer)
 
     def on_train_start(self) -> None:

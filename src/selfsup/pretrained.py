@@ -23,9 +23,11 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from selfsup.data.tokenizer import vocab_from_tokenizer
 from selfsup.data.vocab import Vocab
 from selfsup.errors import UserError
 from selfsup.models import TransformerConfig, TransformerModel
+from selfsup.reliability.checkpoints import load_checkpoint_safely
 
 SPECIAL = re.compile(r"\s+(<mask>|<extra_id_\d+>)")  # a special token takes the space before it (as in training)
 PREFIX_OBJECTIVES = ("prefix_lm", "ul2")  # objectives that train a decoder with a bidirectional prefix
@@ -267,8 +269,6 @@ def _state_dict(checkpoint: dict, path: Path) -> dict:
 def load(path: str | Path, device: str | torch.device = "cpu") -> Pretrained:
     """The model of a run dir (its best checkpoint, else last.ckpt) or of a checkpoint file, ready for
     inference on `device`: weights, tokenizer and the settings it was trained with."""
-    from selfsup.data.tokenizer import vocab_from_tokenizer
-    from selfsup.reliability.checkpoints import load_checkpoint_safely
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path} does not exist: pass a run dir (outputs/<date>/<time>) or a .ckpt file")

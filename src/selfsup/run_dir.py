@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import fcntl
-import json
 import logging
 import os
 import sys
@@ -30,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from selfsup.distributed import launched_rank, shared_job_id
 from selfsup.errors import UserError
+from selfsup.names import SUMMARY, RunSummary, override_key
 
 log = logging.getLogger("selfsup")
 LOCK = ".selfsup.lock"
@@ -115,7 +115,7 @@ def check_new_path(run_dir: Path) -> None:
 def check_new_run_dir(run_dir: Path, other_ranks_write: bool = False) -> None:
     """A fresh run's dir is new, or holds no run (other_ranks_write: the ranks of this launch share it, and
     may have written its .hydra/ already)."""
-    if (run_dir / "summary.json").exists() or any((run_dir / "checkpoints").glob("*.ckpt")):
+    if (run_dir / SUMMARY).exists() or any((run_dir / "checkpoints").glob("*.ckpt")):
         raise UserError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
                            f"resume={run_dir}, or pick a new hydra.run.dir")
     if (run_dir / ".hydra" / "config.yaml").is_file() and not other_ranks_write:
@@ -163,7 +163,7 @@ def resume_overrides(overrides: list[str], run_dir: Path | None = None) -> list[
     choices = {}
     if run_dir is not None and (run_dir / ".hydra" / "hydra.yaml").is_file():
         choices = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices
-    groups = [o for o in kept if "=" in o and "." not in o.split("=", 1)[0].lstrip("+~")]
+    groups = [o for o in kept if "=" in o and "." not in override_key(o)]
     kept = [o for o in kept if o not in groups]
     groups = [o for o in groups if str(choices.get(o.split("=", 1)[0])) != o.split("=", 1)[1]]
     if groups:
@@ -207,8 +207,8 @@ def trained_steps(run_dir: Path) -> int:
     """The steps a run dir's records say it trained (summary.json, the CSV log), 0 when they say none."""
     steps = 0
     try:
-        steps = int(json.loads((run_dir / "summary.json").read_text()).get("steps") or 0)
-    except (OSError, ValueError, TypeError, AttributeError):
+        steps = int(RunSummary.read(run_dir).values.get("steps") or 0)
+    except (ValueError, TypeError):
         pass
     try:
         with open(run_dir / "csv" / "metrics.csv", newline="") as f:
@@ -243,11 +243,7 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
         raise UserError(f"{what}; continue from another checkpoint of the run: selfsup-train resume={run_dir} "
                            f"ckpt_path={others[0]}") from None
     step = int(checkpoint.get("global_step", 0))
-    summary = run_dir / "summary.json"
-    try:
-        finished = json.loads(summary.read_text()).get("status") == "finished"
-    except (OSError, ValueError, AttributeError):
-        finished = False
+    finished = RunSummary.read(run_dir).values.get("status") == "finished"
     max_steps = merged.trainer.max_steps
     if finished and step >= max_steps:
         raise UserError(f"resume={run_dir}: the run finished at step {step} and trainer.max_steps={max_steps}: "

@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from selfsup.errors import UserError
+from selfsup.pretrained import check_generation_settings, load
 
 PROMPTS = {"decoder": "The module", "encoder": "The <mask> of the <mask> is returned.",
            "encoder_decoder": "The <extra_id_0> of the <extra_id_1> is returned."}
@@ -38,7 +39,6 @@ def parse_args(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
-        from selfsup.pretrained import check_generation_settings, load
         check_generation_settings(args.max_new_tokens, args.temperature, args.top_k, flags=True)  # before loading
         p = load(args.path, args.device)
         prompt = args.prompt if args.prompt is not None else PROMPTS[p.architecture]

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
+from torch.distributed.fsdp import FSDPModule, fully_shard
 
+from selfsup.models.transformer import Block
 from selfsup.upstream import subprocess_script_launcher
 
 
@@ -65,9 +67,6 @@ class HydraSafeFSDPStrategy(_WorkerLaunch, ModelParallelStrategy):
 def shard(model, device_mesh) -> None:
     """Apply fully_shard to each transformer block, then to the whole model (the root unit).
     Called from the LightningModule's configure_model when the strategy provides a device mesh."""
-    from torch.distributed.fsdp import FSDPModule, fully_shard
-
-    from selfsup.models.transformer import Block
     if isinstance(model, FSDPModule):
         return  # configure_model can run more than once
     mesh = device_mesh["data_parallel"]

@@ -4,19 +4,18 @@ show the same values, defined in DEFINITIONS."""
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from pathlib import Path
 
 from selfsup.evaluation.fixed import split_lines
 from selfsup.evaluation.pairs import pair_lines
 from selfsup.evaluation.stats import Interval
+from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PAIRS_MARGIN, PROBE, RunSummary
 from selfsup.verdict import count, run_margin, verdict_lines
 
-PROBE, PAIRS = "eval/probe/accuracy", "eval/pairs/accuracy"
 COLUMNS = [("job", "job"), ("objective", "objective"), ("architecture", "architecture"), ("parameters", "params"),
            ("steps", "steps"), ("flops_seen", "FLOPs"), ("targets_seen", "targets"), ("val_loss", "val loss"),
-           ("eval/fixed/loss", "fixed loss"), (PAIRS, "pairs acc"), ("eval/pairs/margin", "pairs margin"),
+           (FIXED_LOSS, "fixed loss"), (PAIRS, "pairs acc"), (PAIRS_MARGIN, "pairs margin"),
            (PROBE, "probe acc"), ("eval/probe/margin", "probe margin"), ("signal_per_token", "signal/token"),
            ("tokens_per_sec", "tokens/s"), ("wall_seconds", "wall time"), ("status", "status")]
 
@@ -93,7 +92,7 @@ def run_lines(row: dict) -> list[str]:
     head = (f"{row.get('status', '?')}: {row.get('objective')} on {row.get('architecture')}, "
             f"{_fmt('parameters', row.get('parameters'))} parameters, {row.get('steps', 0)} steps"
             + (f", wall time {_fmt('wall_seconds', wall)}" if wall is not None else ""))
-    scores = [p for p in (part("val_loss", "val loss"), part("eval/fixed/loss", "fixed loss"),
+    scores = [p for p in (part("val_loss", "val loss"), part(FIXED_LOSS, "fixed loss"),
                           part("signal_per_token", "signal/token")) if p]
     lines = [head, "  " + "  ".join(scores)] if scores else [head]
     lines += ["  " + line for line in task_lines(row.get("eval") or {})]
@@ -157,9 +156,9 @@ def _job_key(path: Path):
 def read_summaries(sweep_dir: Path) -> list[dict]:
     rows = []
     for job in sorted((p for p in Path(sweep_dir).iterdir() if p.is_dir()), key=_job_key):
-        summary, error = job / "summary.json", job / "error.txt"
-        if summary.is_file():
-            rows.append(json.loads(summary.read_text()))
+        summary, error = RunSummary.read(job), job / ERROR
+        if summary.found:
+            rows.append(summary.values)
         elif error.is_file():
             rows.append({"status": "failed", "error": error.read_text().strip(), "run_dir": str(job)})
     return rows

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import textwrap
@@ -11,7 +10,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from selfsup.errors import UserError
-from selfsup.summary import DEFINITIONS, PAIRS, PROBE, read_summaries, shown_path, summary_table, value
+from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PROBE, RunSummary, override_key
+from selfsup.summary import DEFINITIONS, read_summaries, shown_path, summary_table, value
 from selfsup.upstream import failed_job_value
 from selfsup.verdict import save_verdict, verdict_lines
 
@@ -50,21 +50,21 @@ class SweepSummary(Callback):
         if config.hydra.mode.name != "MULTIRUN":
             return
         job_dir = Path(config.hydra.runtime.output_dir)
-        error = job_dir / "error.txt"
+        error = job_dir / ERROR
         if job_return.status != JobStatus.COMPLETED:
             what = f"FAILED: {failed_job_value(job_return)}"
         elif error.is_file():
             what = "FAILED: " + error.read_text().strip().removeprefix("error: ")
         else:
-            summary = json.loads((job_dir / "summary.json").read_text()) if (job_dir / "summary.json").is_file() else {}
+            summary = RunSummary.read(job_dir).values
             parts = [f"{name} {v:.3f}" for name, v in (("val loss", summary.get("val_loss")),
-                                                       ("fixed loss", value(summary, "eval/fixed/loss")),
+                                                       ("fixed loss", value(summary, FIXED_LOSS)),
                                                        ("pairs acc", value(summary, PAIRS)),
                                                        ("probe acc", value(summary, PROBE))) if v is not None]
             what = ", ".join(parts) or "finished"
         swept = set(os.environ.get("SELFSUP_SWEPT", "").split(","))
         label = " ".join(f"{o.split('=', 1)[0]}={shown(o.split('=', 1)[1])}" for o in config.hydra.overrides.task
-                         if o.split("=", 1)[0].lstrip("+~") in swept)
+                         if override_key(o) in swept)
         print(f"[job {config.hydra.job.num}] {label}: {what}  ({shown_path(job_dir)})", flush=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:

@@ -15,7 +15,7 @@ import time
 import warnings
 
 import torch
-from lightning.fabric.utilities.throughput import Throughput
+from lightning.fabric.utilities.throughput import Throughput, get_available_flops
 from lightning.pytorch.callbacks import Callback
 
 NAMES = {"train/items_per_sec": "perf/tokens_per_sec", "train/device/items_per_sec": "perf/device_tokens_per_sec",
@@ -44,7 +44,6 @@ EXTRA_GPU_FLOPS = {"h200": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.
 
 def gpu_peak_flops(device: torch.device, precision: str) -> float | None:
     """The device's spec FLOP/s for a Lightning precision ("bf16-mixed", "16-mixed", "32", ...)."""
-    from lightning.fabric.utilities.throughput import get_available_flops
     if "bf16" in precision:
         dtype = torch.bfloat16
     elif "16" in precision:

@@ -5,7 +5,7 @@
     check     the settings (selfsup.checks) and the objective, before any data is read
     build     data, objective, evaluation, model, optimizer, LightningModule (selfsup.build)
     fit       Lightning's Trainer with the lab's callbacks and loggers (fit)
-    summarise summary.json, the table, the W&B run files (write_summary, hydra_main)
+    summarise summary.json (selfsup.names.RunSummary), the table, the W&B run files (hydra_main)
 
     selfsup-train objective=clm trainer.max_steps=100
     selfsup-train -m objective=mlm,clm,span_corruption
@@ -14,9 +14,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import math
 import os
 import shutil
 import signal
@@ -36,6 +34,7 @@ from selfsup.checks import config_error_line
 from selfsup.config import register
 from selfsup.distributed import launched_rank, leave_distributed
 from selfsup.errors import UserError, error_line
+from selfsup.names import ERROR, OUTCOMES, SUMMARY, TRACEBACK, VAL_ACCURACY, VAL_LOSS, VAL_PERPLEXITY, RunSummary
 from selfsup.run_dir import requeue_checkpoint, resumed_config
 
 log = logging.getLogger("selfsup")
@@ -214,7 +213,7 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
         summary.update(status=status, error=error, wall_seconds=round(time.perf_counter() - began, 1),
                        wandb_dir=finish_wandb(loggers, 0 if status in ("finished", "preempted") else 1))
         if rank_zero and (not cfg.resume or progress.get("training")):
-            write_summary(run_dir, summary)
+            RunSummary(summary).write(run_dir)
         if rank_zero:
             leave_distributed(env_before)
     return summary
@@ -269,7 +268,6 @@ def save_outcomes(run_dir: Path, outcomes: dict) -> None:
     them), written atomically."""
     import numpy as np
 
-    from selfsup.verdict import OUTCOMES
     tmp = run_dir / f".{OUTCOMES}.tmp"
     try:
         with open(tmp, "wb") as f:
@@ -280,24 +278,6 @@ def save_outcomes(run_dir: Path, outcomes: dict) -> None:
         log.warning(f"could not write {run_dir / OUTCOMES}: {err.strerror}")
 
 
-def write_summary(run_dir: Path, summary: dict) -> None:
-    """summary.json as strict JSON (null for NaN and infinities), written atomically: valid or absent (a full
-    disk keeps the previous file); a finished run's stale error.txt goes."""
-    def strict(value):
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        if isinstance(value, dict):
-            return {k: strict(v) for k, v in value.items()}
-        return [strict(v) for v in value] if isinstance(value, list) else value
-    tmp = run_dir / ".summary.json.tmp"
-    try:
-        tmp.write_text(json.dumps(strict(summary), indent=2, allow_nan=False))
-        os.replace(tmp, run_dir / "summary.json")
-        if summary.get("status") == "finished":
-            (run_dir / "error.txt").unlink(missing_ok=True)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        log.warning(f"could not write {run_dir / 'summary.json'}: {err.strerror}")
 
 
 def command_overrides() -> list[str]:
@@ -330,7 +310,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     JOB_STARTED.append(True)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
-    earlier_run = (run_dir / "summary.json").exists()  # its files are never touched by a refused run
+    earlier_run = (run_dir / SUMMARY).exists()  # its files are never touched by a refused run
     # under torchrun or srun every rank runs this app in the same run dir (selfsup.config.run_dir);
     # rank 0 owns the loggers, the summary and the error files, as with selfsup's own launch
     rank = launched_rank()
@@ -352,7 +332,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
         message = f"error: {error_line(err)}" if user_error else f"error: {type(err).__name__}: {err}"
         if rank == 0 and (not earlier_run or progress.get("training")):  # a refused resume changes nothing
             with contextlib.suppress(OSError):  # a full disk: the message still reaches the console
-                (run_dir / "error.txt").write_text(message + "\n")
+                (run_dir / ERROR).write_text(message + "\n")
         if multirun:
             # a failing job does not end the sweep: it is recorded (error.txt, summary.json, a failed
             # W&B run). The basic sweeper gets NaN and goes on; Optuna's sweeper needs the exception
@@ -360,7 +340,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
             # exceed hydra.sweeper.max_failure_rate (default 0: the first failure).
             if not user_error:
                 with contextlib.suppress(OSError):
-                    (run_dir / "traceback.txt").write_text(traceback.format_exc())
+                    (run_dir / TRACEBACK).write_text(traceback.format_exc())
             log.error(message)
             if "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
                 raise
@@ -377,8 +357,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
 
 def optimized_value(cfg: DictConfig, summary: dict) -> float | None:
     """The value of cfg.optimized_metric in a run summary (what a sweep's job returns to its sweeper)."""
-    values = {"val/loss": summary.get("val_loss"), "val/perplexity": summary.get("val_perplexity"),
-              "val/accuracy": summary.get("val_accuracy"), **(summary.get("eval") or {})}
+    values = {VAL_LOSS: summary.get("val_loss"), VAL_PERPLEXITY: summary.get("val_perplexity"),
+              VAL_ACCURACY: summary.get("val_accuracy"), **(summary.get("eval") or {})}
     return values.get(cfg.optimized_metric)
 
 

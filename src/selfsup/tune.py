@@ -26,26 +26,26 @@ from __future__ import annotations
 import logging
 import math
 
+import numpy as np
+import optuna
 from lightning.pytorch import Callback
+from optuna.pruners import BasePruner
+from optuna.trial import TrialState
+
+from selfsup.upstream import hyperband_bracket_trials
 
 log = logging.getLogger("selfsup")
 
 PRUNERS = ("median", "hyperband", "none")
 
 
-def _base():
-    from optuna.pruners import BasePruner
-    return BasePruner
-
-
-class NoiseAwarePruner(_base()):
+class NoiseAwarePruner(BasePruner):
     """An Optuna pruner (median | hyperband | none) that also needs the value worse than its reference by more
     than `se`, the metric's standard error at the validation being judged (set before should_prune; None:
     unknown, nothing is pruned). `last`: the last judgement, {value, reference, se, prune, inner, why}."""
 
     def __init__(self, kind: str = "median", startup: int = 3, warmup: int = 0, min_resource: int = 1,
                  max_resource: int | None = None, reduction_factor: int = 3):
-        import optuna
         if kind not in PRUNERS:
             raise ValueError(f"pruner {kind}: use {', '.join(PRUNERS)}")
         self.kind, self.reduction_factor = kind, reduction_factor
@@ -76,8 +76,6 @@ class NoiseAwarePruner(_base()):
 
     @staticmethod
     def median_reference(study, trial) -> tuple[float, float, str]:
-        import numpy as np
-        from optuna.trial import TrialState
         step = trial.last_step
         at_step = [t.intermediate_values[step] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                    if step in t.intermediate_values]
@@ -87,7 +85,6 @@ class NoiseAwarePruner(_base()):
                 f"median of {len(at_step)} complete trials at step {step}")
 
     def rung_reference(self, study, trial) -> tuple[float, float, str]:
-        from selfsup.upstream import hyperband_bracket_trials
         value = float(trial.intermediate_values[trial.last_step])
         bracket = hyperband_bracket_trials(self.inner, study, trial)
         mine = [t for t in bracket if t.number == trial.number]
@@ -116,7 +113,6 @@ def load_trial(trial: dict, pruner=None):
     """The job's Optuna trial from the `trial=` override ({storage, study, number}): the study loaded with
     `pruner`, the trial found by its number (public storage API: the study's id by its name, the trial's
     storage id by the study id and the number)."""
-    import optuna
     storage = optuna.storages.get_storage(str(trial["storage"]))
     study = optuna.load_study(study_name=str(trial["study"]), storage=storage, pruner=pruner)
     trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(str(trial["study"])),

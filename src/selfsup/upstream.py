@@ -12,6 +12,7 @@ import contextlib
 def subprocess_script_launcher() -> type:
     """Lightning's launcher for ranks > 0, which selfsup.strategies.WorkerLauncher extends (it starts them as
     `python -m selfsup.worker` instead of the script again)."""
+    # Lightning is imported here, not at the top: ~5 s, and selfsup.sweep imports this module without it
     from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
     return _SubprocessScriptLauncher
 
@@ -54,12 +55,14 @@ def wandb_run(logger):
 def kill_wandb_service() -> None:
     """Kill the wandb-core service process this process started (wandb 0.31's handle on it)."""
     with contextlib.suppress(Exception):
+        # wandb is imported here, not at the top: ~0.5 s, and selfsup.sweep imports this module without it
         from wandb.sdk import wandb_setup
         wandb_setup.singleton()._connection._proc._process.kill()
 
 
 def forget_wandb_run(run) -> None:
     """Let go of a W&B run whose service is gone, so that the next run in this process starts afresh."""
+    # wandb is imported here, not at the top: ~0.5 s, and selfsup.sweep imports this module without it
     import wandb
     with contextlib.suppress(Exception):
         if wandb.run is run:

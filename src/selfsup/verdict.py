@@ -20,6 +20,8 @@ The first line says what the runs held equal (steps, input tokens, FLOPs) and wh
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import textwrap
 from dataclasses import dataclass
@@ -28,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from selfsup.evaluation.stats import Interval, difference
+from selfsup.names import OUTCOMES
 
-OUTCOMES = "outcomes.npz"
 VERDICT = "verdict.json"  # a sweep's, in its sweep dir
 EQUAL_WITHIN = 0.01  # FLOPs and tokens differ by up to a step when trainer.max_flops / max_tokens stops a run
 NO_LEAD = "no difference at this scale"
@@ -236,8 +238,6 @@ def verdict_text(rows: list[dict]) -> str:
 
 def save_verdict(sweep_dir: Path, rows: list[dict]) -> None:
     """The sweep's verdict as <sweep_dir>/verdict.json: {"verdict": the text, "runs": the run dirs it read}."""
-    import json
-    import os
     text = verdict_text(rows)
     if not text:
         return

@@ -35,7 +35,6 @@ unreadable study database are refused in one line (exit 2) before any storage is
 """
 
 import contextlib
-import json
 import logging
 import sys
 import threading
@@ -51,6 +50,8 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
+
+from selfsup.names import RunSummary, override_key
 
 log = logging.getLogger("selfsup")
 
@@ -394,7 +395,7 @@ class SelfSupOptunaSweeper(Sweeper):
 
         from optuna.trial import TrialState
         run_dirs = [_run_dir(r) for r in returns]
-        summaries = [_summary(d) for d in run_dirs]
+        summaries = [RunSummary.read(d).values for d in run_dirs]
         trial.set_user_attr("run_dir", str(run_dirs[0]) if run_dirs[0] else None)
         trial.set_user_attr("run_dirs", [str(d) if d else None for d in run_dirs])
         if run_dirs[0] and (run_dirs[0] / "wandb-run-id").is_file():
@@ -425,7 +426,7 @@ class SelfSupOptunaSweeper(Sweeper):
         from selfsup.sweep import check_jobs
         space = self.space
         fixed = [a for a in arguments if a.split("=", 1)[0] not in space]
-        if self.seeds > 1 and any(a.split("=", 1)[0].lstrip("+~") == "seed" for a in fixed):
+        if self.seeds > 1 and any(override_key(a) == "seed" for a in fixed):
             refuse(f"hydra.sweeper.seeds={self.seeds} sets each trial's run seeds (0..{self.seeds - 1}): drop "
                    f"the seed= override")
         check_jobs(corners(fixed, space), label="corner of the search space")  # before the first trial, and the storage
@@ -448,7 +449,7 @@ class SelfSupOptunaSweeper(Sweeper):
             with self.heartbeats(batch):
                 returns = self.launch([(t, 0) for t in batch], **how)  # seed 0 reports, and may be pruned
                 going = [t for t in batch if returns[(t.number, 0)].status.name == "COMPLETED"
-                         and _summary(_run_dir(returns[(t.number, 0)])).get("status") == "finished"]
+                         and RunSummary.read(_run_dir(returns[(t.number, 0)])).values.get("status") == "finished"]
                 for seed in range(1, self.seeds):  # the other seeds of the trials seed 0 finished
                     returns.update(self.launch([(t, seed) for t in going], **how))
             for trial in batch:
@@ -504,11 +505,3 @@ def seed_record(metric: str, values: List[float], summaries: List[dict]) -> Dict
         elif margins:
             out.update(margin=statistics.fmean(margins), margin_se=statistics.stdev(margins) / math.sqrt(n))
     return out
-
-
-def _summary(run_dir: Optional[Path]) -> dict:
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError, TypeError):
-        return {}
-    return summary if isinstance(summary, dict) else {}

@@ -23,6 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from selfsup.data import Corpus
+from selfsup.data.builtin import builtin_documents
+
 CHILD = "selfsup.data.bench"
 
 
@@ -31,7 +34,6 @@ def generate(folder: Path, megabytes: int) -> Path:
     done = folder / f".{megabytes}MB"
     if done.is_file():
         return folder
-    from selfsup.data.builtin import builtin_documents
     folder.mkdir(parents=True, exist_ok=True)
     paragraphs = [p for d in builtin_documents() for p in d.split("\n\n") if len(p) > 40]
     rng = random.Random(megabytes)
@@ -54,7 +56,6 @@ def peak_rss_mb() -> tuple[float, float]:
 
 def child(mode: str, corpus: str, cache: str, started: float) -> None:
     """One measurement in this (fresh) process; prints one JSON line."""
-    from selfsup.data import Corpus
     c = Corpus(source="text_files", paths=[corpus], cache_dir=cache, vocab_size=4096, quiet=True)
     if mode == "baseline":
         c.prepare()  # the cache of the cold run: its tokenizer

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
+import inspect
+import io
 import json
 import os
+import pkgutil
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
+from pydoc_data.topics import topics
 
 BUILTIN_MAX_CHARS = 3_000_000  # cap on the builtin corpus, so tokenizing stays fast
 BUILTIN_MIN_DOCSTRING_CHARS = 200
@@ -44,13 +50,6 @@ def _stdlib_docstrings() -> dict:
     built-in pretraining corpus never contains. Meant to run in a fresh interpreter
     (`python -I -S builtin.py --stdlib-docstrings`), so imports cannot disturb the caller.
     """
-    import contextlib
-    import importlib
-    import inspect
-    import io
-    import pkgutil
-    import warnings
-
     def modules() -> Iterable:
         pending = sorted(n for n in sys.stdlib_module_names if not _skip_module(n))
         while pending:
@@ -141,6 +140,7 @@ def stdlib_docstrings(cache_dir: str | os.PathLike | None = None) -> dict:
 
 
 def _gather() -> dict:
+    # Imported here, not at the top: run as a script (below), this file has no selfsup to import.
     from selfsup.data.sources import DataError, _one_line
 
     if sys.executable:
@@ -161,8 +161,6 @@ def builtin_documents(max_chars: int = BUILTIN_MAX_CHARS, cache_dir: str | os.Pa
 
     Deterministic for a given Python installation (see `stdlib_docstrings`), in sorted order.
     """
-    from pydoc_data.topics import topics
-
     # Imported here, not at the top: run as a script (below), this file has no selfsup to import.
     from selfsup.data.sources import drop_empty
 

@@ -40,6 +40,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from selfsup.data.sources import DataError, document_key, out_of_space
+from selfsup.data.tokenizer import load_tokenizer
 
 FORMAT_VERSION = 4  # 3: sharded .bin token files, train_keys.npy, end checksums; 4: chunk checksums
 END_BYTES = 1 << 20  # a shard's checksum covers its first and last MiB: cheap at every start
@@ -210,7 +211,6 @@ def cache_damage(folder: Path) -> str | None:
 
 
 def load_cache(folder: Path, built: bool = False) -> TokenCache:
-    from selfsup.data.tokenizer import load_tokenizer
     meta = json.loads((folder / "meta.json").read_text())
     shards = {split: [s["name"] for s in meta["shards"][split]] for split in ("train", "val")}
 

@@ -26,6 +26,7 @@ from torch.utils.data import Dataset
 from selfsup.data.builtin import BUILTIN_MAX_CHARS, builtin_documents
 from selfsup.data.cache import DocumentKeys, ShardedTokens, build_or_load, cache_key
 from selfsup.data.prepare import build
+from selfsup.data.pretrained_tokenizer import lab_layout, load_pretrained
 from selfsup.data.sources import (
     DataError,
     drop_empty,
@@ -226,7 +227,6 @@ class Corpus:
         """The tokenizer: BPE trained on an iterator over (a sample of) the training documents, or the pretrained
         one of data.tokenizer in the lab's layout (selfsup.data.pretrained_tokenizer)."""
         if self.pretrained_tokenizer:
-            from selfsup.data.pretrained_tokenizer import lab_layout, load_pretrained
             return lab_layout(load_pretrained(self.pretrained_tokenizer), self.n_sentinels, self.pretrained_tokenizer)
         return train_tokenizer(sample, self.vocab_size, self.n_sentinels)
 

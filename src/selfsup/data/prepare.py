@@ -23,6 +23,8 @@ from tokenizers import Tokenizer
 
 from selfsup.data.cache import FORMAT_VERSION, TokenCache, build_or_load, cache_key, chunk_checksums, end_checksum
 from selfsup.data.sources import DataError, document_key, split_keys
+from selfsup.data.tokenizer import check_vocab_size, load_tokenizer_json, train_tokenizer
+from selfsup.data.vocab import Vocab
 
 SHARD_CHARS = 64_000_000  # default characters per shard (data.shard_chars): one Dataset.map call each
 PARALLEL_CHARS = 4_000_000  # a slice this large is tokenized in num_proc processes (starting them costs ~1 s)
@@ -64,7 +66,6 @@ class Encoder:
 
     def __call__(self, batch: dict) -> dict:
         if self._tokenizer is None:
-            from selfsup.data.tokenizer import load_tokenizer_json
             self._tokenizer = load_tokenizer_json(self.tokenizer_json)
         encodings = self._tokenizer.encode_batch_fast(batch["text"], add_special_tokens=False)
         return {"ids": [e.ids + [self.eos_id] for e in encodings]}
@@ -75,7 +76,7 @@ class Encoder:
 
 def _arrow_documents(documents: Callable[[], Iterable[str]], scratch: Path, source: str):
     """The documents as an Arrow table on disk, with each one's key and length: (Dataset, keys, chars)."""
-    import datasets
+    import datasets  # here, not at the top: it and pyarrow take ~1 s, kept out of `import selfsup.data`
     count = [0]
 
     def rows(make=documents):
@@ -118,7 +119,7 @@ def _write_split(dataset, indices: np.ndarray, chars: np.ndarray, split: str, fo
                  eos_id: int, dtype, num_proc: int, progress: Progress, shard_chars: int) -> tuple[list[dict], int, int]:
     """Tokenize dataset[indices] slice by slice into <split>-NNNNN.bin shards: (shard records, tokens, longest
     document in tokens)."""
-    import datasets
+    import datasets  # here, not at the top: it and pyarrow take ~1 s, kept out of `import selfsup.data`
     features = datasets.Features({"ids": datasets.Sequence(datasets.Value(np.dtype(dtype).name))})
     cumulative = np.cumsum(chars[indices])
     bounds = [0]
@@ -154,9 +155,8 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
           val_fraction: float, make_tokenizer: Callable[[Iterator[str]], Tokenizer], n_sentinels: int,
           num_proc: int, source: str, identity: dict, quiet: bool = False, shard_chars: int = SHARD_CHARS) -> None:
     """Stream, split, train/prepare the tokenizer, tokenize into shards, write meta.json last."""
-    import datasets
+    import datasets  # here, not at the top: it and pyarrow take ~1 s, kept out of `import selfsup.data`
 
-    from selfsup.data.vocab import Vocab
     started = time.perf_counter()
     scratch = folder / ".arrow"
     bars = datasets.utils.logging.is_progress_bar_enabled()
@@ -242,7 +242,6 @@ def build_or_load_cache(documents: list[str], *, cache_dir: str | os.PathLike, v
                         n_sentinels: int, source: str = "", num_proc: int = 1, quiet: bool = True) -> TokenCache:
     """The cache of documents held in memory (keyed by their text): a BPE tokenizer trained on the training
     split, the tokens in shards. Corpus keys files by their stats instead, so it never reads them to find one."""
-    from selfsup.data.tokenizer import check_vocab_size, train_tokenizer
     check_vocab_size(vocab_size, n_sentinels)
     digest = hashlib.sha256()
     for doc in documents:

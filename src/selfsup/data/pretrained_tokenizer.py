@@ -40,6 +40,7 @@ def load_pretrained(spec: str, hub_cache: str | None = None) -> Tokenizer:
                             f"tokenizer.json of a fast tokenizer") from None
     if path.suffix == ".json" or spec.startswith(("/", ".", "~")) or spec.count("/") > 1:
         raise DataError(f"data.tokenizer={spec} does not exist: pass a tokenizer.json file (or a hub name such as gpt2)")
+    # huggingface_hub is imported here, not at the top: ~0.15 s, kept out of `import selfsup.data`
     from huggingface_hub import constants, hf_hub_download
     try:
         return Tokenizer.from_file(hf_hub_download(spec, "tokenizer.json", cache_dir=hub_cache, local_files_only=True))

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import codecs
 import errno
+import glob
 import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from selfsup.errors import UserError
 
@@ -196,7 +199,7 @@ def _jsonl_documents(path: Path, text_field: str):
 
 
 def _parquet_documents(path: Path, text_field: str):
-    try:
+    try:  # pyarrow is imported here, not at the top: ~0.2 s, kept out of `import selfsup.data`
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
@@ -279,7 +282,6 @@ def local_stats(value, content: bool = False):
     """[path, bytes, mtime_ns] of every local file a data_files value or a data set name names (a file, a glob, a
     folder, ~ expanded; lists and tuples element by element); other values (hub names, URLs) as they are.
     content: the hash of each local file's bytes in place of its mtime."""
-    import glob
     if value is None:
         return None
     if isinstance(value, (list, tuple)) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes))):
@@ -325,7 +327,7 @@ def iter_hf_documents(
     """
     if not name:
         raise DataError("data.hf_name is not set: name a data set (e.g. data.hf_name=wikitext) for data=hf_dataset")
-    try:
+    try:  # datasets is imported here, not at the top: it and pyarrow take ~1 s, kept out of `import selfsup.data`
         import datasets
     except ImportError:
         raise DataError("data=hf_dataset needs the datasets package: pip install datasets") from None
@@ -451,7 +453,6 @@ def split_keys(keys, val_fraction: float):
     modulo 10000) < val_fraction * 10000. With two or more documents both splits are non-empty: an empty
     validation split takes the document with the smallest bucket, an empty training split gives back the one
     with the largest."""
-    import numpy as np
     keys = np.asarray(keys, dtype=np.uint64)
     if len(keys) < 2:
         raise DataError(

@@ -3,6 +3,7 @@ one-shot encoding the streaming token cache (selfsup.data.cache) is checked agai
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 
@@ -72,7 +73,6 @@ def load_tokenizer_json(text: str) -> Tokenizer:
 def vocab_from_tokenizer(tokenizer: Tokenizer, n_sentinels: int) -> Vocab:
     """The Vocab of a tokenizer: its size, and word_start (tokens beginning with 'Ġ' (byte-level BPE) or '▁'
     (SentencePiece), WordPiece tokens not beginning with its '##', and specials)."""
-    import json
     size = tokenizer.get_vocab_size()
     n_special = len(special_tokens(n_sentinels))
     word_start = torch.zeros(size, dtype=torch.bool)

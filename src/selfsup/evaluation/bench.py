@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from selfsup.names import RunSummary
+
 FAMILIES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_decoder"}
 
 
@@ -28,7 +30,7 @@ def train(run_dir: Path, corpus: Path, cache: Path, objective: str, *extra: str)
     out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"})
     if out.returncode != 0:
         raise SystemExit(f"selfsup-bench eval: {' '.join(command[3:])} failed: {out.stderr.strip()[-2000:]}")
-    return json.loads((run_dir / "summary.json").read_text())
+    return RunSummary.read(run_dir).values
 
 
 def bench_eval(sizes: list[int], objectives: list[str], folder: str | None = None) -> list[dict]:

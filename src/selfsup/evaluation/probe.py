@@ -136,6 +136,7 @@ def finetune(model: torch.nn.Module, train: tuple[torch.Tensor, torch.Tensor, to
 
 def scores(predicted: torch.Tensor, labels: torch.Tensor, n_classes: int) -> dict[str, float]:
     """accuracy (the share right) and macro_f1 (the mean over classes of each class's F1)."""
+    # torchmetrics is imported here, not at the top: ~3 s (it loads transformers), kept out of `selfsup-train`'s start
     from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
     return {"accuracy": float(multiclass_accuracy(predicted, labels, n_classes, average="micro")),
             "macro_f1": float(multiclass_f1_score(predicted, labels, n_classes, average="macro"))}

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from selfsup.data.builtin import builtin_documents, stdlib_docstrings
 from selfsup.data.sources import DataError, _one_line, document_bucket
 
 BUILTIN_TASKS = ("replaced_word", "word_order")
@@ -197,7 +198,7 @@ def hf_rows(name: str, config: str | None, split: str, data_files, fields: Seque
             setting) -> list[tuple]:
     """The values of `fields` of every row of `datasets.load_dataset(name, config, split=split)`, as tuples;
     one line for a data set that does not load or lacks a field (naming setting(keys[i]))."""
-    try:
+    try:  # datasets is imported here, not at the top: it and pyarrow take ~1 s, kept out of `selfsup-train`'s start
         import datasets
     except ImportError:
         raise EvalError("an hf_dataset task needs the datasets package: pip install datasets") from None
@@ -310,7 +311,7 @@ def _not_utf8(path: Path) -> EvalError:
 
 
 def _parquet_records(path: Path, fields) -> Iterator[tuple[str, dict, list]]:
-    try:
+    try:  # pyarrow is imported here, not at the top: ~0.2 s, kept out of `selfsup-train`'s start
         import pyarrow.parquet as pq
     except ImportError:
         raise EvalError(f"reading {path} needs pyarrow: pip install pyarrow") from None
@@ -346,7 +347,6 @@ def sentences(text: str) -> list[str]:
 def probe_sentences() -> list[str]:
     """Sentences of the held-out standard-library docstrings that no built-in corpus document holds
     (not even inside a longer sentence), each once, in a fixed shuffled order."""
-    from selfsup.data.builtin import builtin_documents, stdlib_docstrings
     text = " ".join(" ".join(doc.split()) for doc in builtin_documents())
     words = text.split()
     shingles = {tuple(words[i:i + 4]) for i in range(len(words) - 3)}

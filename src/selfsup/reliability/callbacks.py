@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from selfsup.reliability.errors import NonFiniteLossError
 from selfsup.upstream import cluster_environment
@@ -215,7 +217,6 @@ class PreemptionHandler(Callback):
     # --------------------------------------------------------------- signals
     def _handled_signals(self, environment) -> list[int]:
         """Our signals, less the one Lightning requeues on when the environment is SLURM with auto-requeue."""
-        from lightning.fabric.plugins.environments import SLURMEnvironment
         handled = list(self.signals)
         if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
             handled = [s for s in handled if s != environment.requeue_signal]
@@ -247,7 +248,6 @@ class PreemptionHandler(Callback):
         if callable(previous):
             previous(signum, frame)
         elif previous == signal.SIG_DFL:  # stop now, through the run's own exit path (status "interrupted")
-            from lightning.pytorch.utilities.exceptions import SIGTERMException
             raise SIGTERMException(128 + signum)
 
     # --------------------------------------------------------------- hooks

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from selfsup.names import override_key
 from selfsup.reliability.errors import (  # noqa: F401 - the checkpoint errors, raised (or re-exported) here
     CheckpointCorrupt,
     CheckpointDiskFull,
@@ -246,7 +247,7 @@ def check_resume_compatible(checkpoint_path, cfg_dict: Mapping, vocab_size: int,
     changed = [key for key in now if key in then and then[key] != now[key] and not key.startswith("tokenizer.")]
     if changed:
         kept = [o for o in command or [] if not o.startswith(("ckpt_path=", "hydra.run.dir=", "hydra.sweep.dir="))
-                and o.split("=", 1)[0].lstrip("+~") not in changed]
+                and override_key(o) not in changed]
         settings = [f"{key}={_override(then[key])}" for key in changed]
         raise ResumeMismatch(f"{what}; train with the checkpoint's settings: "
                              + " ".join(["selfsup-train", *kept, f"ckpt_path={checkpoint_path}", *settings]))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import resource
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,7 +84,5 @@ def rss_mb() -> float:
             resident_pages = int(f.read().split()[1])
         return resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError, IndexError):
-        import resource
-        import sys
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak / 2**20 if sys.platform == "darwin" else peak / 1024

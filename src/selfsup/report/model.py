@@ -10,6 +10,7 @@ from pathlib import Path
 
 from selfsup.errors import UserError
 from selfsup.evaluation.stats import Interval
+from selfsup.names import FIXED_LOSS, PAIRS, PROBE
 
 
 class ReportError(UserError):
@@ -21,7 +22,6 @@ IGNORED_KEYS = {"objective.name", "architecture.name", "data.cache_dir", "data.n
                 "trainer.checkpoint_every_n_steps"}
 IGNORED_PREFIXES = ("logger.", "hydra.", "trial.")  # trial: which Optuna trial a job is
 MASK_RATE, SPAN_LENGTH, SEED = "objective.mask_rate", "objective.mean_span_length", "seed"
-FIXED, PROBE, PAIRS = "eval/fixed/loss", "eval/probe/accuracy", "eval/pairs/accuracy"
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Run:
 
     def metrics(self) -> dict:
         return {"val_loss": self.last("val/loss"), "val_perplexity": self.last("val/perplexity"),
-                "fixed_loss": self.last(FIXED), "pairs": self.last(PAIRS),
+                "fixed_loss": self.last(FIXED_LOSS), "pairs": self.last(PAIRS),
                 "pairs_margin": self.margin(PAIRS), "probe": self.last(PROBE), "probe_margin": self.margin(PROBE),
                 "targets_seen": self.last("train/targets_seen"),
                 "signal_per_token": self.last("val/signal_per_token", "train/signal_per_token"),

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import io
 
+from selfsup.names import FIXED_LOSS, PAIRS, PROBE, RunSummary
 from selfsup.report.model import (
-    FIXED,
     MASK_RATE,
-    PAIRS,
-    PROBE,
     SEED,
     SPAN_LENGTH,
     ReportError,
@@ -58,7 +56,7 @@ BASELINES = {"random_init": "random-init (mean ± sd)", "majority": "majority cl
              "bigram": "bigram"}
 BASELINE_STYLE = {"random_init": ("#555555", "--"), "majority": ("#000000", ":"), "unigram": ("#8c564b", "-."),
                   "bigram": ("#e377c2", (0, (1, 1)))}
-METRIC_KEYS = {"fixed_loss": FIXED, "probe": PROBE, "pairs": PAIRS}  # Run.metrics() names -> logged keys
+METRIC_KEYS = {"fixed_loss": FIXED_LOSS, "probe": PROBE, "pairs": PAIRS}  # Run.metrics() names -> logged keys
 
 
 def fixed_unigram_loss(run: Run) -> float | None:
@@ -81,7 +79,7 @@ def run_baselines(run: Run, key: str) -> dict[str, tuple[float, float | None]]:
     """{kind: (value, sd or None)} of the baselines of a logged metric key (eval/<task>/accuracy: random-init and
     majority; eval/pairs/accuracy: random-init, unigram, bigram; eval/fixed/loss: the unigram loss), where
     known."""
-    if key == FIXED:
+    if key == FIXED_LOSS:
         found = fixed_unigram_loss(run)
         return {} if found is None else {"unigram": (found, None)}
     if not key.endswith("/accuracy"):
@@ -255,13 +253,12 @@ def trial_baseline(trial) -> tuple[float, float | None] | None:
     if not attrs.get("run_dir"):
         return None
     try:
-        import json
         from pathlib import Path
 
         from omegaconf import OmegaConf
         run_dir = Path(attrs["run_dir"])
         metric = OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("optimized_metric")
-        evaluated = json.loads((run_dir / "summary.json").read_text()).get("eval") or {}
+        evaluated = RunSummary.read(run_dir).values.get("eval") or {}
     except Exception:  # noqa: BLE001 - a moved or unfinished run: no baseline, the rest of the plot stands
         return None
     if not isinstance(metric, str) or not metric.startswith("eval/") or metric.count("/") != 2:

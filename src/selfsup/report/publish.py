@@ -12,7 +12,7 @@ from selfsup.wandb_utils import api_key_configured
 
 def build_wandb_report(runs: list[Run], keys: list[str], entity: str, project: str):
     """The W&B Report with the same panels as the local report (a wandb_workspaces Report; not saved)."""
-    try:
+    try:  # wandb-workspaces is imported here, not at the top: it is an optional extra (`sweep`)
         import wandb_workspaces.reports.v2 as wr
         from wandb_workspaces import expr
     except ImportError:
@@ -94,7 +94,7 @@ def publish_wandb(runs: list[Run], keys: list[str]) -> int:
         next((r.config.get("logger.entity") for r in logged if r.config.get("logger.entity")), None)
     try:
         if not entity:
-            import wandb
+            import wandb  # here, not at the top: ~0.5 s, and `import selfsup.report` does not load wandb
             entity = wandb.Api().default_entity
         report = build_wandb_report(runs, keys, entity, project).save()
     except ReportError:

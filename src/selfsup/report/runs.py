@@ -15,6 +15,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from selfsup.names import ERROR, SUMMARY, TRACEBACK, RunSummary
 from selfsup.report.model import (
     IGNORED_KEYS,
     IGNORED_PREFIXES,
@@ -27,7 +28,7 @@ from selfsup.summary import _job_key
 
 # ---------------------------------------------------------------------------- finding runs
 def _is_run_dir(path: Path) -> bool:
-    return (path / "summary.json").is_file() or (path / "error.txt").is_file()
+    return (path / SUMMARY).is_file() or (path / ERROR).is_file()
 
 
 def _is_job_dir(path: Path) -> bool:
@@ -186,21 +187,15 @@ def csv_history(job: Path) -> list[dict]:
 
 def load_run(run: Run) -> Run:
     job = run.path
-    summary, corrupt = {}, None
-    if (job / "summary.json").is_file():
-        try:
-            summary = json.loads((job / "summary.json").read_text())
-        except (OSError, ValueError) as err:  # (a torn write, binary garbage: UnicodeDecodeError)
-            corrupt = str(err).splitlines()[0] if str(err) else type(err).__name__
-        if not isinstance(summary, dict):
-            summary, corrupt = {}, f"a JSON {type(summary).__name__}, not an object"
+    read = RunSummary.read(job)
+    summary, corrupt = read.values, read.problem
     run.summary = summary
-    error_file = job / "error.txt"
+    error_file = job / ERROR
     run.status = summary.get("status") or ("failed" if error_file.is_file() else "incomplete")
     if run.status != "finished":
         error = error_file.read_text().strip() if error_file.is_file() else summary.get("error")
-        if not error and (job / "traceback.txt").is_file():
-            lines = (job / "traceback.txt").read_text().strip().splitlines()
+        if not error and (job / TRACEBACK).is_file():
+            lines = (job / TRACEBACK).read_text().strip().splitlines()
             error = lines[-1] if lines else None
         if error and error.startswith("error: "):
             error = error[len("error: "):]
