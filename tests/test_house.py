@@ -1,6 +1,6 @@
 """The house rules a contributor's change is held to (docs/contributing.md): the layers never import upward and
-no package's modules import each other in a cycle (import-linter, the contracts in pyproject.toml), and
-ruff's lint passes."""
+no package's modules import each other in a cycle (import-linter, the contracts in pyproject.toml), ruff's
+lint passes, and the plain-torch core type-checks (mypy)."""
 
 import shutil
 import subprocess
@@ -36,3 +36,9 @@ def test_an_upward_import_breaks_the_layers_contract(tmp_path):
 def test_ruff_finds_nothing():
     done = run(sys.executable, "-m", "ruff", "check", "src", "tests")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_the_plain_torch_core_type_checks():
+    done = run(sys.executable, "-m", "mypy")  # the files and settings: [tool.mypy] in pyproject.toml
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.startswith("Success: no issues found")

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from selfsup.data.vocab import Vocab
+from selfsup.memory import rss_mb
 from selfsup.models import build_model
 from selfsup.module import SelfSupModule
 from selfsup.objectives import CausalLM
 from selfsup.optim import AdamWCosine
 from selfsup.reliability.callbacks import LastCheckpoint
-from selfsup.reliability.redact import rss_mb
 
 
 class MemoryProbe(L.Callback):

@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import OmegaConf
 
 from selfsup.data.vocab import Vocab
+from selfsup.memory import rss_mb
 from selfsup.models import build_model
 from selfsup.module import SelfSupModule
 from selfsup.objectives import MaskedLM
@@ -42,7 +43,7 @@ from selfsup.reliability.checkpoints import (
     resume_fingerprint,
     resume_state,
 )
-from selfsup.reliability.redact import redact, rss_mb
+from selfsup.reliability.redact import redact
 
 V = Vocab(size=300, n_sentinels=10)
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -4,6 +4,7 @@ import inspect
 
 import lightning as L
 import pytest
+import torch
 
 from selfsup import upstream
 
@@ -23,6 +24,22 @@ def test_lightning_subprocess_launcher_has_the_hooks_the_worker_launcher_overrid
         assert callable(getattr(launcher, name)), name
     assert list(inspect.signature(launcher.__init__).parameters)[1:4] == ["cluster_environment", "num_processes",
                                                                            "num_nodes"]
+
+
+def test_lightning_strategies_keep_the_launcher_and_mesh_sizes_selfsup_sets():
+    from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
+    for cls in (DDPStrategy, ModelParallelStrategy):
+        assert callable(getattr(cls, "_configure_launcher")), cls
+        strategy = cls()
+        assert hasattr(strategy, "_launcher"), cls
+        upstream.set_launcher(strategy, "launcher")
+        assert strategy._launcher == "launcher"
+    strategy = ModelParallelStrategy()
+    assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == ("auto", "auto")
+    strategy.num_nodes, strategy.parallel_devices = 2, [torch.device("cpu")] * 3  # the accelerator connector's
+    upstream.data_parallel_only(strategy)
+    assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (6, 1)
+    assert "self._data_parallel_size" in inspect.getsource(ModelParallelStrategy.setup_environment)
 
 
 def test_hydra_job_return_keeps_what_a_failed_job_raised():
@@ -66,3 +83,16 @@ def test_hyperband_bracket_trials():
     assert set(brackets) <= {0, 1, 2}
     assert [t.number for t in upstream.hyperband_bracket_trials(pruner, study, frozen)] == \
         [t.number for t, b in zip(study.trials, brackets) if b == brackets[-1]]
+
+
+def test_successive_halving_keeps_each_rung_in_a_completed_rung_attribute():
+    optuna = pytest.importorskip("optuna")
+    study = optuna.create_study(pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2))
+    trial = study.ask()
+    for step in range(1, 5):
+        trial.report(1.0, step)
+        trial.should_prune()
+    attrs = study.trials[-1].system_attrs
+    rung, key = upstream.completed_rung(attrs)
+    assert rung >= 1 and attrs[key] == 1.0
+    assert upstream.completed_rung({}) == (0, "completed_rung_0")

@@ -139,15 +139,7 @@ def with_targets(nodes: dict, where: str, cls: type, what: str, example: str) ->
 
 
 def make_corpus(cfg: DictConfig) -> Corpus:
-    d = cfg.data
-    return Corpus(source=d.source, paths=list(d.paths), text_field=d.text_field, hf_name=d.hf_name,
-                  hf_config=d.hf_config, hf_split=d.hf_split, data_files=list(d.data_files) if d.data_files else None,
-                  streaming=d.streaming, max_documents=d.max_documents, vocab_size=d.vocab_size,
-                  n_sentinels=d.n_sentinels, val_fraction=d.val_fraction, batch_size=d.batch_size,
-                  num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed, val_split=d.get("val_split"),
-                  revision=d.get("revision"), tokenizer_sample_chars=d.get("tokenizer_sample_chars"),
-                  num_proc=d.get("num_proc"), shard_chars=d.get("shard_chars", 64_000_000),
-                  tokenizer=d.get("tokenizer"), verify=d.get("verify", "stat"))
+    return Corpus(**OmegaConf.to_container(cfg.data, resolve=True), seed=cfg.seed)
 
 
 _PREPARED: dict[str, tuple] = {}  # prepared before Hydra made the run dir (RunDirGuard), for the run to use

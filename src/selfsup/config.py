@@ -1,7 +1,9 @@
 """Structured configs: the schema Hydra checks every key and type against.
 
-The YAML files under conf/ fill these in, one swappable thing per file; a typo'd key or a value
-of the wrong type is refused by Hydra with the key's full name.
+Each setting's default is set here once (the data group's in selfsup.data.config, each objective's, the
+architecture's and the optimizer's in their own classes); the YAML files under conf/ set only what their
+choice is about, one swappable thing per file. A typo'd key or a value of the wrong type is refused by Hydra
+with the key's full name.
 """
 
 from __future__ import annotations
@@ -14,37 +16,11 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from selfsup.data.config import DataConfig
 from selfsup.distributed import shared_job_id
 from selfsup.models import TransformerConfig
 from selfsup.objectives import CONFIGS
 from selfsup.optim import AdamWCosine
-
-
-@dataclass
-class DataConfig:
-    source: str = "builtin"             # builtin | text_files | hf_dataset
-    paths: List[str] = field(default_factory=list)     # text_files: files or folders
-    text_field: str = "text"            # .jsonl / .parquet / hf_dataset column
-    hf_name: Optional[str] = None       # hf_dataset: hub name or a builder such as json / parquet
-    hf_config: Optional[str] = None
-    hf_split: str = "train"
-    val_split: Optional[str] = None     # hf_dataset: the data set's own validation split (else val_fraction held out)
-    revision: Optional[str] = None      # hf_dataset: a hub revision (branch, tag or commit)
-    data_files: Optional[List[str]] = None
-    streaming: bool = False
-    max_documents: Optional[int] = None
-    vocab_size: int = 8192
-    tokenizer: Optional[str] = None     # a pretrained tokenizer.json or hub name instead of training BPE
-    n_sentinels: int = 100
-    val_fraction: float = 0.05
-    seq_len: int = 128                  # model input length
-    batch_size: int = 32                # per device, per micro-batch
-    num_workers: int = 0
-    cache_dir: str = ".cache/selfsup"
-    tokenizer_sample_chars: Optional[int] = 100_000_000  # BPE trains on this many characters of training text
-    num_proc: Optional[int] = None      # tokenizing processes (null: one per core, up to 8)
-    shard_chars: int = 64_000_000       # characters of text per token shard
-    verify: str = "stat"                # the cache key of local files: stat (paths, sizes, mtimes) | full (their hashes)
 
 
 @dataclass

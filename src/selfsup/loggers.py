@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import sys
 import threading
 from pathlib import Path
@@ -18,7 +17,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from omegaconf import DictConfig, OmegaConf
 
-from selfsup.names import override_key
+from selfsup.names import override_key, shown
 from selfsup.reliability.redact import redact, register_secrets
 from selfsup.upstream import drop_anonymous, forget_wandb_run, kill_wandb_service, wandb_run
 from selfsup.wandb_utils import api_key_configured, wandb_mode
@@ -27,16 +26,6 @@ log = logging.getLogger("selfsup")
 
 
 # ---------------------------------------------------------------------------- selfsup-train's loggers
-def shown(value) -> str:
-    """A setting's value as names, tags and job lines show it: numbers to 4 significant digits."""
-    text = str(value)
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return text if re.fullmatch(r"-?\d+", text) else f"{number:.4g}"
-
-
 def run_identity(cfg: DictConfig, run_dir: Path) -> tuple[str, str | None, list[str]]:
     """W&B name, group and tags: the objective, the architecture and the values this sweep varies; the group
     of a sweep is `<sweep or experiment name>-<date>-<time>` (of an Optuna study: passed by its sweeper).

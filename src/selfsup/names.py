@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,17 @@ log = logging.getLogger("selfsup")
 def override_key(override: str) -> str:
     """The key a Hydra override sets: `+trainer.max_steps=3`, `++seed=1`, `~eval.tasks` -> the key alone."""
     return override.split("=", 1)[0].lstrip("+~")
+
+
+def shown(value) -> str:
+    """A setting's value as run names, tags, job lines, the report and the verdict show it: a number to 4
+    significant digits (Optuna's sampled 0.29696607676729614 as 0.297), an integer and any other text as they are."""
+    text = str(value)
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return text if re.fullmatch(r"-?\d+", text) else f"{number:.4g}"
 
 
 def _strict(value):

@@ -45,7 +45,7 @@ class AdamWCosine:
         no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
                                        {"params": no_decay, "weight_decay": 0.0}], lr=self.lr,
-                                      betas=tuple(self.betas), fused=fused, foreach=None)
+                                      betas=(self.betas[0], self.betas[1]), fused=fused, foreach=None)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: self.factor(step, total_steps))
         return optimizer, scheduler
 

@@ -12,7 +12,7 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from selfsup.models.transformer import Block
-from selfsup.upstream import subprocess_script_launcher
+from selfsup.upstream import data_parallel_only, set_launcher, subprocess_script_launcher
 
 
 class WorkerLauncher(subprocess_script_launcher()):
@@ -20,7 +20,7 @@ class WorkerLauncher(subprocess_script_launcher()):
         super().__init__(cluster_environment, num_processes, num_nodes)
         self.config_path, self.run_dir = config_path, run_dir
 
-    def _call_children_scripts(self) -> None:  # Lightning's, with our command for the children
+    def _call_children_scripts(self) -> None:  # Lightning's hook (pinned by tests/test_upstream.py), our command
         self._check_can_spawn_children()
         self.procs = []
         os.environ["MASTER_ADDR"] = self.cluster_environment.main_address
@@ -42,10 +42,10 @@ class _WorkerLaunch:
         super().__init__(**kwargs)
         self.config_path, self.run_dir = config_path, run_dir
 
-    def _configure_launcher(self) -> None:
+    def _configure_launcher(self) -> None:  # Lightning's hook (pinned by tests/test_upstream.py)
         if not self.cluster_environment.creates_processes_externally:
-            self._launcher = WorkerLauncher(self.cluster_environment, self.num_processes, self.num_nodes,
-                                            self.config_path, self.run_dir)
+            set_launcher(self, WorkerLauncher(self.cluster_environment, self.num_processes, self.num_nodes,
+                                              self.config_path, self.run_dir))
 
 
 class HydraSafeDDPStrategy(_WorkerLaunch, DDPStrategy):
@@ -60,7 +60,7 @@ class HydraSafeFSDPStrategy(_WorkerLaunch, ModelParallelStrategy):
         super().__init__(config_path, run_dir, save_distributed_checkpoint=False, **kwargs)
 
     def setup_environment(self) -> None:
-        self._data_parallel_size, self._tensor_parallel_size = self.num_nodes * self.num_processes, 1
+        data_parallel_only(self)
         super().setup_environment()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from selfsup.errors import UserError
-from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PROBE, RunSummary, override_key
+from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PROBE, RunSummary, override_key, shown
 from selfsup.summary import DEFINITIONS, read_summaries, shown_path, summary_table, value
 from selfsup.upstream import failed_job_value
 from selfsup.verdict import save_verdict, verdict_lines
@@ -46,7 +46,6 @@ class SweepSummary(Callback):
     def on_job_end(self, config, job_return, **kwargs) -> None:
         from hydra.core.utils import JobStatus
 
-        from selfsup.loggers import shown
         if config.hydra.mode.name != "MULTIRUN":
             return
         job_dir = Path(config.hydra.runtime.output_dir)

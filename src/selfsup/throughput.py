@@ -10,13 +10,14 @@ machine's fp32 matmul peak once.
 from __future__ import annotations
 
 import functools
-import resource
 import time
 import warnings
 
 import torch
 from lightning.fabric.utilities.throughput import Throughput, get_available_flops
 from lightning.pytorch.callbacks import Callback
+
+from selfsup.memory import peak_rss_mb
 
 NAMES = {"train/items_per_sec": "perf/tokens_per_sec", "train/device/items_per_sec": "perf/device_tokens_per_sec",
          "train/samples_per_sec": "perf/samples_per_sec", "train/flops_per_sec": "perf/flops_per_sec",
@@ -63,7 +64,7 @@ def gpu_peak_flops(device: torch.device, precision: str) -> float | None:
 def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
+    return peak_rss_mb()
 
 
 class TokenThroughput(Callback):

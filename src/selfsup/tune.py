@@ -32,7 +32,7 @@ from lightning.pytorch import Callback
 from optuna.pruners import BasePruner
 from optuna.trial import TrialState
 
-from selfsup.upstream import hyperband_bracket_trials
+from selfsup.upstream import completed_rung, hyperband_bracket_trials
 
 log = logging.getLogger("selfsup")
 
@@ -89,8 +89,7 @@ class NoiseAwarePruner(BasePruner):
         bracket = hyperband_bracket_trials(self.inner, study, trial)
         mine = [t for t in bracket if t.number == trial.number]
         attrs = mine[0].system_attrs if mine else trial.system_attrs  # the rung successive halving just recorded
-        rung = max((int(k.rsplit("_", 1)[1]) for k in attrs if k.startswith("completed_rung_")), default=0)
-        key = f"completed_rung_{rung}"
+        rung, key = completed_rung(attrs)
         competing = sorted([t.system_attrs[key] for t in bracket if t.number != trial.number and key in t.system_attrs]
                            + [value])
         cut = max(len(competing) // self.reduction_factor - 1, 0)  # SuccessiveHalvingPruner's promotion index

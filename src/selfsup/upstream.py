@@ -17,6 +17,25 @@ def subprocess_script_launcher() -> type:
     return _SubprocessScriptLauncher
 
 
+def set_launcher(strategy, launcher) -> None:
+    """Give a Lightning strategy its launcher: strategies make theirs in the private `_configure_launcher` hook
+    and keep it in `_launcher` (selfsup.strategies overrides the hook with the worker launcher)."""
+    strategy._launcher = launcher
+
+
+def data_parallel_only(strategy) -> None:
+    """ModelParallelStrategy's device mesh as data parallelism over every process and no tensor parallelism
+    (FSDP2 alone): its private `_data_parallel_size` and `_tensor_parallel_size`, which setup_environment reads."""
+    strategy._data_parallel_size, strategy._tensor_parallel_size = strategy.num_nodes * strategy.num_processes, 1
+
+
+def completed_rung(system_attrs: dict) -> tuple[int, str]:
+    """The highest rung Optuna's SuccessiveHalvingPruner recorded for a trial, and the system attribute that holds
+    its value there (`completed_rung_<n>`, the pruner's own bookkeeping); rung 0 when none."""
+    rung = max((int(k.rsplit("_", 1)[1]) for k in system_attrs if k.startswith("completed_rung_")), default=0)
+    return rung, f"completed_rung_{rung}"
+
+
 def align_log_step(trainer) -> None:
     """Lightning logs each step under its fit loop's `_batches_that_stepped`, which a checkpoint saved at a
     batch end stores before that batch counts: a resumed run would log its first step under the previous

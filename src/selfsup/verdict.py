@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from selfsup.evaluation.stats import Interval, difference
-from selfsup.names import OUTCOMES
+from selfsup.names import OUTCOMES, shown
 
 VERDICT = "verdict.json"  # a sweep's, in its sweep dir
 EQUAL_WITHIN = 0.01  # FLOPs and tokens differ by up to a step when trainer.max_flops / max_tokens stops a run
@@ -74,7 +74,7 @@ def score_label(key: str) -> str:
 def setting_label(row: dict) -> str:
     """What a row's run was, seed aside: its objective and swept values."""
     swept = {k: v for k, v in (row.get("swept") or {}).items() if k != "seed"}
-    parts = [f"{k.split('.')[-1]}={f'{v:.4g}' if isinstance(v, float) else v}" for k, v in swept.items()]
+    parts = [f"{k.split('.')[-1]}={shown(v)}" for k, v in swept.items()]
     return " ".join([row.get("objective") or "?", *parts])
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from selfsup.data import Corpus
 from selfsup.data.builtin import builtin_documents
+from selfsup.memory import peak_rss_mb
 
 CHILD = "selfsup.data.bench"
 
@@ -48,11 +48,6 @@ def generate(folder: Path, megabytes: int) -> Path:
     return folder
 
 
-def peak_rss_mb() -> tuple[float, float]:
-    """(this process's peak RSS, its largest child's) in MB."""
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
-
 
 def child(mode: str, corpus: str, cache: str, started: float) -> None:
     """One measurement in this (fresh) process; prints one JSON line."""
@@ -72,7 +67,7 @@ def child(mode: str, corpus: str, cache: str, started: float) -> None:
         seconds = time.perf_counter() - begin
         chars = sum(c.meta["characters"].values())
         tokens = sum(c.meta["tokens"].values())
-    rss, workers = peak_rss_mb()
+    rss, workers = peak_rss_mb(), peak_rss_mb(children=True)
     print(json.dumps({"seconds": seconds, "process_seconds": time.time() - started, "chars": chars,
                       "tokens": tokens, "rss_mb": rss, "workers_rss_mb": workers}))
 

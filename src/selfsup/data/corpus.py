@@ -16,7 +16,7 @@ import operator
 import os
 import re
 import sys
-from collections.abc import Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,7 @@ from torch.utils.data import Dataset
 
 from selfsup.data.builtin import BUILTIN_MAX_CHARS, builtin_documents
 from selfsup.data.cache import DocumentKeys, ShardedTokens, build_or_load, cache_key
+from selfsup.data.config import DataConfig
 from selfsup.data.prepare import build
 from selfsup.data.pretrained_tokenizer import lab_layout, load_pretrained
 from selfsup.data.sources import (
@@ -71,57 +72,16 @@ class Corpus:
     check of them (paths, file contents, corpus size); SelfSupDataModule adds the Lightning hooks and
     data loaders."""
 
-    def __init__(
-        self,
-        source: str = "builtin",
-        paths: Sequence[str | os.PathLike] = (),
-        text_field: str = "text",
-        hf_name: str | None = None,
-        hf_config: str | None = None,
-        hf_split: str = "train",
-        val_split: str | None = None,
-        revision: str | None = None,
-        data_files=None,
-        streaming: bool = False,
-        max_documents: int | None = None,
-        vocab_size: int = 8192,
-        n_sentinels: int = 100,
-        val_fraction: float = 0.05,
-        batch_size: int = 32,
-        num_workers: int = 0,
-        cache_dir: str | os.PathLike = ".cache/selfsup",
-        seed: int = 0,
-        tokenizer_sample_chars: int | None = 100_000_000,
-        num_proc: int | None = None,
-        shard_chars: int = 64_000_000,
-        tokenizer: str | None = None,
-        quiet: bool = False,
-        verify: str = "stat",
-    ):
-        self.source = source
-        self.paths = paths
-        self.text_field = text_field
-        self.hf_name = hf_name
-        self.hf_config = hf_config
-        self.hf_split = hf_split
-        self.val_split = val_split
-        self.revision = revision
-        self.tokenizer_sample_chars = tokenizer_sample_chars
-        self.num_proc = num_proc if num_proc is not None else min(os.cpu_count() or 1, 8)
-        self.shard_chars = shard_chars
-        self.pretrained_tokenizer = str(tokenizer) if tokenizer else None
-        self.quiet = quiet
-        self.verify = verify
-        self.data_files = data_files
-        self.streaming = streaming
-        self.max_documents = max_documents
-        self.vocab_size = vocab_size
-        self.n_sentinels = n_sentinels
-        self.val_fraction = val_fraction
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.cache_dir = cache_dir
-        self.seed = seed
+    def __init__(self, config: DataConfig | None = None, *, seed: int = 0, quiet: bool = False, **settings):
+        """The corpus of a `data` config (DataConfig, which holds every setting's default), with `settings` in place
+        of its fields: Corpus(source="text_files", paths=["corpus/"], vocab_size=2000)."""
+        config = replace(config or DataConfig(), **settings)
+        for f in fields(config):
+            if f.name not in ("tokenizer", "seq_len"):  # (the window length is the objective's: set_window)
+                setattr(self, f.name, getattr(config, f.name))
+        self.pretrained_tokenizer = str(config.tokenizer) if config.tokenizer else None
+        self.num_proc = config.num_proc if config.num_proc is not None else min(os.cpu_count() or 1, 8)
+        self.seed, self.quiet = seed, quiet
 
         # set by prepare()
         self.tokenizer = None

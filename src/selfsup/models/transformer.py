@@ -22,7 +22,7 @@ multiplies every log-probability by a weight (label smoothing, soft targets, ent
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -151,7 +151,7 @@ class TransformerConfig:
     tie_embeddings: bool = True
     activation: str = "gelu"            # feed-forward nonlinearity: gelu (BERT, GPT-2) | relu (T5)
     bias: bool = True                   # biases in linear layers and LayerNorms (T5 has none)
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = field(default=False, metadata={"fingerprint": False})
 
     def __post_init__(self):
         """Every check of a shape lives here: a config that exists can be built."""

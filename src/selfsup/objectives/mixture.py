@@ -82,12 +82,14 @@ class Mixture(Objective):
         return max(m.model_length for m in self.members) + int(self.mode_tokens)
 
     def __call__(self, tokens: torch.Tensor, generator: torch.Generator) -> ObjectiveBatch:
-        pick = torch.multinomial(self.weights.to(tokens.device), 1, generator=generator).item()
+        pick = int(torch.multinomial(self.weights.to(tokens.device), 1, generator=generator).item())
         batch = self.members[pick](tokens, generator)
         if self.mode_tokens:
             mode = self.vocab.mode_ids[FAMILIES.index(self.denoisers[pick].family)]
             enc = batch.encoder_inputs
+            assert enc is not None  # UL2 trains an encoder-decoder only (architectures)
             batch.encoder_inputs = torch.cat([torch.full_like(enc[:, :1], mode), enc], dim=1)
-            if batch.encoder_mask is not None:
-                batch.encoder_mask = torch.cat([torch.ones_like(batch.encoder_mask[:, :1]), batch.encoder_mask], dim=1)
+            mask = batch.encoder_mask
+            if mask is not None:
+                batch.encoder_mask = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
         return batch

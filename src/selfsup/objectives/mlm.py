@@ -62,6 +62,7 @@ class MaskedLM(Objective):
         device = tokens.device
         special = self.is_special(tokens)
         if self.whole_word:
+            assert self.vocab.word_start is not None  # refused in __init__ otherwise
             # word id of each token: number of word starts up to and including it
             starts = self.vocab.word_start.to(device)[tokens] | special
             word = starts.cumsum(dim=1)

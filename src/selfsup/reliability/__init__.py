@@ -9,5 +9,5 @@
 - callbacks.py: `LastCheckpoint` (last.ckpt every N steps, never with non-finite weights), `NonFiniteGuard`
   (stop or skip a step whose loss or gradients are not finite), `PreemptionHandler` (SIGTERM / SIGUSR1:
   a checkpoint at the next step, then a clean stop).
-- redact.py: `redact` (secrets out of what W&B records), `register_secrets`, `rss_mb`.
+- redact.py: `redact` (secrets out of what W&B records), `register_secrets`.
 """

@@ -8,11 +8,14 @@ import re
 import warnings
 import zipfile
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from selfsup.data.config import DataConfig, fingerprinted
+from selfsup.models import TransformerConfig
 from selfsup.names import override_key
 from selfsup.reliability.errors import (  # noqa: F401 - the checkpoint errors, raised (or re-exported) here
     CheckpointCorrupt,
@@ -150,13 +153,11 @@ def _unsafe_globals(path: Path) -> list[str]:
 
 # ============================================================================ resume compatibility
 
-# data settings that decide which text becomes which tokens (not batch size, workers, cache dir)
-# (a key missing from an older checkpoint's record is not compared)
-_DATA_KEYS = ("source", "paths", "text_field", "hf_name", "hf_config", "hf_split", "data_files", "streaming",
-              "max_documents", "val_fraction", "vocab_size", "n_sentinels", "seq_len", "tokenizer",
-              "tokenizer_sample_chars", "val_split", "revision")
+# data settings that decide which text becomes which tokens (not batch size, workers, cache dir), as DataConfig's
+# fields say (a key missing from an older checkpoint's record is not compared)
+_DATA_KEYS = fingerprinted(DataConfig)
 # architecture settings that do not change the function the model computes
-_ARCHITECTURE_EXEMPT = ("activation_checkpointing",)
+_ARCHITECTURE_EXEMPT = tuple(f.name for f in fields(TransformerConfig) if f.name not in fingerprinted(TransformerConfig))
 
 
 def _flatten(value: Any, prefix: str, into: dict) -> None:

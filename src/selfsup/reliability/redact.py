@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import resource
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,17 +70,3 @@ def redact(obj: Any, _secret: bool = False) -> Any:
     if isinstance(obj, Sequence) and not isinstance(obj, (bytes, bytearray)):
         return [redact(v, _secret) for v in obj]
     return obj
-
-
-# ============================================================================ memory
-
-
-def rss_mb() -> float:
-    """Resident memory of this process now, in MiB (/proc/self/statm; elsewhere the peak, from getrusage)."""
-    try:
-        with open("/proc/self/statm") as f:
-            resident_pages = int(f.read().split()[1])
-        return resident_pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak / 2**20 if sys.platform == "darwin" else peak / 1024

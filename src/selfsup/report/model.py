@@ -10,7 +10,7 @@ from pathlib import Path
 
 from selfsup.errors import UserError
 from selfsup.evaluation.stats import Interval
-from selfsup.names import FIXED_LOSS, PAIRS, PROBE
+from selfsup.names import FIXED_LOSS, PAIRS, PROBE, shown
 
 
 class ReportError(UserError):
@@ -127,6 +127,4 @@ def _show(value) -> str:
         return "-"
     if isinstance(value, (list, dict)):
         return json.dumps(value)
-    if isinstance(value, float):
-        return f"{value:.4g}"  # a sampled value (Optuna's 0.29696607676729614) as the W&B names show it
-    return str(value)
+    return shown(value)

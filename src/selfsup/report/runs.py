@@ -15,7 +15,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from selfsup.names import ERROR, SUMMARY, TRACEBACK, RunSummary
+from selfsup.names import ERROR, SUMMARY, TRACEBACK, RunSummary, shown
 from selfsup.report.model import (
     IGNORED_KEYS,
     IGNORED_PREFIXES,
@@ -375,8 +375,8 @@ def study_importances(study) -> tuple[dict | None, str]:
         return None, (f"Parameter importances: need {MIN_IMPORTANCE_TRIALS} completed trials, the study has {n}.")
     import optuna
     importances = optuna.importance.get_param_importances(study)
-    shown = ", ".join(f"{k} {v:.2f}" for k, v in importances.items())
-    return importances, f"Parameter importances (Optuna's default evaluator, over {n} complete trials): {shown}."
+    listed = ", ".join(f"{k} {v:.2f}" for k, v in importances.items())
+    return importances, f"Parameter importances (Optuna's default evaluator, over {n} complete trials): {listed}."
 
 
 def _se_text(trial) -> str:
@@ -402,7 +402,7 @@ def study_best_lines(study) -> list[str]:
     ranked = sorted(complete, key=lambda t: t.value, reverse=maximize)
     best = ranked[0]
     attrs = best.user_attrs
-    params = ", ".join(f"{k}={_shown(v)}" for k, v in best.params.items())
+    params = ", ".join(f"{k}={shown(v)}" for k, v in best.params.items())
     lines = [(f"Best: trial {best.number}, value {best.value:.4f}{_se_text(best)}, {params} "
               f"(run dir {attrs.get('run_dir', '?')}).")]
     if attrs.get("random_init") is not None:
@@ -458,5 +458,3 @@ def study_lines(study) -> list[str]:
     return lines
 
 
-def _shown(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
