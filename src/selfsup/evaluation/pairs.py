@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from selfsup.data.records import EvalError, hf_rows, read_records
 from selfsup.evaluation.baselines import cached, untrained_key
 from selfsup.evaluation.scoring import (
     BATCH_TOKENS,
@@ -54,7 +55,7 @@ from selfsup.evaluation.scoring import (
     score_rows,
 )
 from selfsup.evaluation.stats import Interval, margin, standard_error
-from selfsup.evaluation.tasks import PLAIN, EvalError, hf_rows, perturb_words, probe_sentences, read_records
+from selfsup.evaluation.tasks import PLAIN, perturb_words, probe_sentences
 from selfsup.loss import stream_seed
 
 PAIR_TYPES = ("swap_1", "replaced_1", "replaced_4")
