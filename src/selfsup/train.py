@@ -2,9 +2,10 @@
 
     compose   Hydra composes conf/ and the command line (main, hydra_main); selfsup.run_dir
               checks and claims the run dir, and a resume's settings, before Hydra writes into it
-    check     the settings (selfsup.checks) and the objective, before any data is read
+    check     the settings (selfsup.build.check_settings) and the objective, before any data is read
     build     data, objective, evaluation, model, optimizer, LightningModule (selfsup.build)
-    fit       Lightning's Trainer with the lab's callbacks and loggers (fit)
+    fit       Lightning's Trainer (make_trainer) with the lab's callbacks (make_callbacks) and loggers
+              (train_and_evaluate, inside fit, which records how the run ended whatever happens)
     summarise summary.json (selfsup.names.RunSummary), the table, the W&B run files (hydra_main)
 
     selfsup-train objective=clm trainer.max_steps=100
@@ -29,13 +30,26 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from selfsup.build import check_objective, check_settings, objective_name, prepared
+from selfsup.build import build, check_objective, check_settings, objective_name, prepared, tokenizer_hash
 from selfsup.checks import config_error_line
 from selfsup.config import register
 from selfsup.distributed import launched_rank, leave_distributed
 from selfsup.errors import UserError, error_line
-from selfsup.names import ERROR, OUTCOMES, SUMMARY, TRACEBACK, VAL_ACCURACY, VAL_LOSS, VAL_PERPLEXITY, RunSummary
+from selfsup.names import (
+    ERROR,
+    OUTCOMES,
+    SUMMARY,
+    TOKENIZER,
+    TRACEBACK,
+    VAL_ACCURACY,
+    VAL_LOSS,
+    VAL_PERPLEXITY,
+    RunSummary,
+)
+from selfsup.reliability.checkpoints import check_resume_compatible, resume_state
 from selfsup.run_dir import requeue_checkpoint, resumed_config
+from selfsup.verdict import verdict_text
+from selfsup.version import code_version
 
 log = logging.getLogger("selfsup")
 def config_dir() -> Path:
@@ -85,138 +99,178 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     # a single run reads its data before it starts a W&B run (a sweep job after: a failed job is a failed W&B
     # run), and before Lightning is imported: bad data is refused in seconds
     ready = None if loggers_first else prepared(cfg)
+    # Lightning, and the modules that import it, are imported here, not at the top: Lightning takes ~5-14 s, and
+    # selfsup-train refuses bad settings and data before that
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from selfsup.build import build, tokenizer_hash
-    from selfsup.distributed import strategy_for
-    from selfsup.loggers import finish_wandb, make_loggers, start_wandb, wandb_summary
-    from selfsup.reliability.callbacks import LastCheckpoint, NonFiniteGuard, PreemptionHandler
-    from selfsup.reliability.checkpoints import check_resume_compatible, resume_state
-    from selfsup.throughput import TokenThroughput
-    from selfsup.verdict import verdict_text
+    from selfsup.loggers import finish_wandb, make_loggers
+    from selfsup.reliability.callbacks import PreemptionHandler
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     quiet_lightning()
-    t = cfg.trainer
     env_before = set(os.environ)
+    summary = {"objective": objective_name(cfg), "architecture": cfg.architecture.name, "swept": swept_values(cfg),
+               "run_dir": str(run_dir), "code": code_version(), "status": "failed", "error": None}
     # in a sweep the loggers come first, so that a job failing at build time is a failed W&B run;
     # a single run checks its settings and data first (a typo makes no W&B run)
     loggers = make_loggers(cfg, run_dir) if rank_zero and loggers_first else []
-    status, error = "failed", None
-    from selfsup.version import code_version
-    summary = {"objective": objective_name(cfg), "architecture": cfg.architecture.name, "swept": swept_values(cfg),
-               "run_dir": str(run_dir), "code": code_version()}
     preemption = PreemptionHandler(dirpath=run_dir / "checkpoints", resume_hint=f"selfsup-train resume={run_dir}")
     before_sigterm = stop_on_sigterm(SIGTERMException)
     try:
-        loggers = start_wandb(loggers, run_dir)
-        if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
-            check_settings(cfg)
-            check_objective(cfg)
-        run = build(cfg, ready)
-        dm, objective, model, module = run.data, run.objective, run.model, run.module
-        corpus = dm.corpus
-        plain = OmegaConf.to_container(cfg, resolve=True)
-        digest = tokenizer_hash(corpus)
-        module.resume_record = resume_state(plain, corpus.vocab.size, digest)
-        module.resume_record["tokenizer"] = corpus.tokenizer.to_str()  # a checkpoint loads on its own (selfsup.load)
-        if rank_zero:
-            corpus.tokenizer.save(str(run_dir / "tokenizer.json"))  # and so does the run dir
-        if cfg.ckpt_path:  # refuse a checkpoint of another objective, architecture, data or tokenizer
-            check_resume_compatible(cfg.ckpt_path, plain, corpus.vocab.size, digest)
-        if rank_zero and not loggers_first:
-            loggers = make_loggers(cfg, run_dir)
-            loggers = start_wandb(loggers, run_dir)
-        summary["parameters"] = model.num_parameters()
-        best = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best-step{step:06d}",
-                               auto_insert_metric_name=False, monitor="val/loss", mode="min", save_top_k=1)
-        last = LastCheckpoint(run_dir / "checkpoints" / "last.ckpt", t.checkpoint_every_n_steps or t.val_check_interval)
-        lower = f"optim.lr={min(cfg.optim.get('lr', 1e-2) / 10, 1e-3):g}"
-        guard = NonFiniteGuard(t.nonfinite, t.nonfinite_max_skips, resume_hint=f"selfsup-train resume={run_dir} {lower}",
-                               restart_hint=" ".join(["selfsup-train", *command_overrides(), lower]))
-        throughput = TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps)))
-        callbacks = [best, last, guard, preemption, throughput]
-        pruning = None
-        if cfg.get("trial"):  # a trial of the selfsup_optuna sweeper: reported at validations, maybe pruned
-            from selfsup.tune import TrialPruning
-            pruning = TrialPruning(cfg.trial, cfg.optimized_metric)
-            callbacks.append(pruning)
-        if t.progress_bar:
-            from selfsup.console import ConsoleProgress, every_n_steps
-            callbacks.append(ConsoleProgress(t.progress_every_n_steps or every_n_steps(t.max_steps, t.log_every_n_steps)))
-        trainer = L.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
-                            strategy=strategy_for(cfg, run_dir, rank_zero), use_distributed_sampler=False,
-                            precision=t.precision, max_steps=t.max_steps, val_check_interval=t.val_check_interval,
-                            check_val_every_n_epoch=None, limit_val_batches=t.limit_val_batches,
-                            log_every_n_steps=t.log_every_n_steps, logger=loggers or False, callbacks=callbacks,
-                            plugins=plugins(run_dir), enable_progress_bar=t.progress_bar, default_root_dir=str(run_dir),
-                            num_sanity_val_steps=0, enable_model_summary=False)
-        summary.update(world_size=trainer.world_size, batch_size_per_device=cfg.data.batch_size,
-                       global_batch_size=cfg.data.batch_size * t.accumulate * trainer.world_size)
-        for lg in loggers:
-            lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": corpus.vocab.size, "code": summary["code"],
-                                "raw_length": objective.raw_length, "world_size": trainer.world_size,
-                                "batch_size_per_device": cfg.data.batch_size,
-                                "global_batch_size": summary["global_batch_size"]})
-        progress["training"] = True
-        trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
-        if "val/loss" not in trainer.callback_metrics and trainer.global_step and not preemption.preempted:
-            # resumed from a checkpoint of its last step (killed in the final validation): nothing trained,
-            # so nothing validated; the final validation and evaluation run now
-            trainer.validate(module, datamodule=dm, verbose=False)
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-        summary.update(steps=trainer.global_step, val_loss=metrics.get("val/loss"),
-                       val_perplexity=metrics.get("val/perplexity"), val_accuracy=metrics.get("val/accuracy"),
-                       signal_per_token=metrics.get("val/signal_per_token", metrics.get("train/signal_per_token")),
-                       tokens_seen=module.tokens_seen, targets_seen=module.targets_seen, flops_seen=module.flops_seen,
-                       # the evaluation's own values (float64; the logged ones went through float32 tensors)
-                       eval={**{k: v for k, v in metrics.items() if k.startswith("eval/")},
-                             **getattr(module, "last_eval", (None, {}))[1]},
-                       eval_seconds=round(module.evaluation.seconds, 2) if module.evaluation else None,
-                       eval_part_seconds={k: round(v, 2) for k, v in module.evaluation.part_seconds.items()}
-                       if module.evaluation else {},
-                       pairs_scorers=module.evaluation.pair_scorers() if module.evaluation else {},
-                       tokens_per_sec=throughput.tokens_per_sec(),
-                       best_checkpoint=best.best_model_path, last_checkpoint=str(last.path))
-        status = ("preempted" if preemption.preempted else "pruned" if pruning is not None and pruning.pruned
-                  else "finished")
-        outcomes = module.evaluation.outcomes() if rank_zero and module.evaluation is not None else {}
-        if outcomes:
-            save_outcomes(run_dir, outcomes)
-        if status == "finished":
-            summary["verdict"] = verdict_text([{**summary, "status": status}])
-            wandb_summary(loggers, {"verdict": summary["verdict"]})
-        if rank_zero and cfg.logger.get("log_model"):
-            log_model(loggers, run_dir, plain, summary,
-                      export=bool(cfg.logger.get("log_export")) and not preemption.preempted)  # the final model
-        if preemption.preempted:
-            summary["preempted_by"] = preemption.preempted
-            for lg in loggers:
-                if hasattr(lg, "experiment") and hasattr(lg.experiment, "mark_preempting"):
-                    lg.experiment.mark_preempting()
+        train_and_evaluate(cfg, run_dir, ready, loggers, summary, preemption, progress, rank_zero, loggers_first)
     except (KeyboardInterrupt, SystemExit) as err:
         # Lightning turns Ctrl-C into sys.exit(1), and a second SIGTERM (the first one preempts) into its
         # SIGTERMException, a SystemExit with status 0: either is an interrupted run, exit 130 / 143
-        status = "interrupted"
         error = "interrupted by SIGTERM" if isinstance(err, SIGTERMException) else "interrupted (Ctrl-C)"
+        summary.update(status="interrupted", error=error)
         if rank_zero:
             print(f"{error}: continue the run with selfsup-train resume={run_dir}", file=sys.stderr, flush=True)
         raise SystemExit(143 if isinstance(err, SIGTERMException) else 130) from None
     except Exception as err:  # recorded in the run dir and W&B, then re-raised
-        error = error_line(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
+        summary["error"] = error_line(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
         raise
     finally:
         if before_sigterm is not None:
             signal.signal(signal.SIGTERM, before_sigterm)
-        summary.update(status=status, error=error, wall_seconds=round(time.perf_counter() - began, 1),
-                       wandb_dir=finish_wandb(loggers, 0 if status in ("finished", "preempted") else 1))
+        summary.update(wall_seconds=round(time.perf_counter() - began, 1),
+                       wandb_dir=finish_wandb(loggers, 0 if summary["status"] in ("finished", "preempted") else 1))
         if rank_zero and (not cfg.resume or progress.get("training")):
             RunSummary(summary).write(run_dir)
         if rank_zero:
             leave_distributed(env_before)
     return summary
+
+
+def train_and_evaluate(cfg: DictConfig, run_dir: Path, ready, loggers: list, summary: dict, preemption,
+                       progress: dict, rank_zero: bool, loggers_first: bool) -> None:
+    """fit's work, in order: W&B's run started, the run built, the Trainer fitted (and a resumed run that had
+    stopped in its final validation validated), the evaluation's outcomes, the verdict and the model artifact
+    kept. `loggers` (started in place) and `summary` (with its status) are fit's, for it to close either way."""
+    from selfsup.loggers import make_loggers, start_wandb, wandb_summary
+    loggers[:] = start_wandb(loggers, run_dir)
+    if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
+        check_settings(cfg)
+        check_objective(cfg)
+    run = build(cfg, ready)
+    dm, module = run.data, run.module
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    keep_resume_record(cfg, plain, run, run_dir, rank_zero)
+    if rank_zero and not loggers_first:
+        loggers[:] = start_wandb(make_loggers(cfg, run_dir), run_dir)
+    summary["parameters"] = run.model.num_parameters()
+    callbacks = make_callbacks(cfg, run_dir, preemption)
+    trainer = make_trainer(cfg, run_dir, loggers, list(callbacks.values()), rank_zero)
+    summary.update(world_size=trainer.world_size, batch_size_per_device=cfg.data.batch_size,
+                   global_batch_size=cfg.data.batch_size * cfg.trainer.accumulate * trainer.world_size)
+    for lg in loggers:
+        lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": dm.corpus.vocab.size,
+                            "code": summary["code"], "raw_length": run.objective.raw_length,
+                            "world_size": trainer.world_size, "batch_size_per_device": cfg.data.batch_size,
+                            "global_batch_size": summary["global_batch_size"]})
+    progress["training"] = True
+    trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
+    if "val/loss" not in trainer.callback_metrics and trainer.global_step and not preemption.preempted:
+        # resumed from a checkpoint of its last step (killed in the final validation): nothing trained,
+        # so nothing validated; the final validation and evaluation run now
+        trainer.validate(module, datamodule=dm, verbose=False)
+    summary.update(trained_values(trainer, module, callbacks))
+    pruning = callbacks.get("pruning")
+    status = "preempted" if preemption.preempted else "pruned" if pruning is not None and pruning.pruned else "finished"
+    summary["status"] = status
+    outcomes = module.evaluation.outcomes() if rank_zero and module.evaluation is not None else {}
+    if outcomes:
+        save_outcomes(run_dir, outcomes)
+    if status == "finished":
+        summary["verdict"] = verdict_text([{**summary, "status": status}])
+        wandb_summary(loggers, {"verdict": summary["verdict"]})
+    if rank_zero and cfg.logger.get("log_model"):
+        log_model(loggers, run_dir, plain, summary,
+                  export=bool(cfg.logger.get("log_export")) and not preemption.preempted)  # the final model
+    if preemption.preempted:
+        summary["preempted_by"] = preemption.preempted
+        mark_preempting(loggers)
+
+
+def keep_resume_record(cfg: DictConfig, plain: dict, run, run_dir: Path, rank_zero: bool) -> None:
+    """What a checkpoint keeps to be resumed and loaded on its own (its settings' record and the tokenizer, also
+    written to the run dir); a ckpt_path of another objective, architecture, data or tokenizer is refused."""
+    corpus = run.data.corpus
+    digest = tokenizer_hash(corpus)
+    run.module.resume_record = resume_state(plain, corpus.vocab.size, digest)
+    run.module.resume_record["tokenizer"] = corpus.tokenizer.to_str()  # selfsup.load reads it
+    if rank_zero:
+        corpus.tokenizer.save(str(run_dir / TOKENIZER))
+    if cfg.ckpt_path:
+        check_resume_compatible(cfg.ckpt_path, plain, corpus.vocab.size, digest)
+
+
+def mark_preempting(loggers: list) -> None:
+    """Tell W&B the run was preempted (its run resumes, it is not a crash)."""
+    for lg in loggers:
+        if hasattr(lg, "experiment") and hasattr(lg.experiment, "mark_preempting"):
+            lg.experiment.mark_preempting()
+
+
+def make_callbacks(cfg: DictConfig, run_dir: Path, preemption) -> dict:
+    """The run's Trainer callbacks by name, in the order the Trainer calls them: the best and last checkpoints,
+    the non-finite guard, preemption, throughput, an Optuna trial's pruning, the console."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from selfsup.reliability.callbacks import LastCheckpoint, NonFiniteGuard
+    from selfsup.throughput import TokenThroughput
+    t = cfg.trainer
+    lower = f"optim.lr={min(cfg.optim.get('lr', 1e-2) / 10, 1e-3):g}"
+    callbacks = {
+        "best": ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best-step{step:06d}",
+                                auto_insert_metric_name=False, monitor="val/loss", mode="min", save_top_k=1),
+        "last": LastCheckpoint(run_dir / "checkpoints" / "last.ckpt", t.checkpoint_every_n_steps or t.val_check_interval),
+        "guard": NonFiniteGuard(t.nonfinite, t.nonfinite_max_skips, resume_hint=f"selfsup-train resume={run_dir} {lower}",
+                                restart_hint=" ".join(["selfsup-train", *command_overrides(), lower])),
+        "preemption": preemption,
+        "throughput": TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps))),
+    }
+    if cfg.get("trial"):  # a trial of the selfsup_optuna sweeper: reported at validations, maybe pruned
+        from selfsup.tune import TrialPruning
+        callbacks["pruning"] = TrialPruning(cfg.trial, cfg.optimized_metric)
+    if t.progress_bar:
+        from selfsup.console import ConsoleProgress, every_n_steps
+        callbacks["console"] = ConsoleProgress(t.progress_every_n_steps or every_n_steps(t.max_steps, t.log_every_n_steps))
+    return callbacks
+
+
+def make_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list, rank_zero: bool):
+    """Lightning's Trainer from the trainer group: no sanity validation, no model summary, the lab's own
+    distributed sampler, checkpoint IO and strategies."""
+    import lightning as L
+
+    from selfsup.distributed import strategy_for
+    t = cfg.trainer
+    return L.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
+                     strategy=strategy_for(cfg, run_dir, rank_zero), use_distributed_sampler=False,
+                     precision=t.precision, max_steps=t.max_steps, val_check_interval=t.val_check_interval,
+                     check_val_every_n_epoch=None, limit_val_batches=t.limit_val_batches,
+                     log_every_n_steps=t.log_every_n_steps, logger=loggers or False, callbacks=callbacks,
+                     plugins=plugins(run_dir), enable_progress_bar=t.progress_bar, default_root_dir=str(run_dir),
+                     num_sanity_val_steps=0, enable_model_summary=False)
+
+
+def trained_values(trainer, module, callbacks: dict) -> dict:
+    """What the run summary records of training and of its last validation and evaluation."""
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    evaluation = module.evaluation
+    return dict(steps=trainer.global_step, val_loss=metrics.get("val/loss"),
+                val_perplexity=metrics.get("val/perplexity"), val_accuracy=metrics.get("val/accuracy"),
+                signal_per_token=metrics.get("val/signal_per_token", metrics.get("train/signal_per_token")),
+                tokens_seen=module.tokens_seen, targets_seen=module.targets_seen, flops_seen=module.flops_seen,
+                # the evaluation's own values (float64; the logged ones went through float32 tensors)
+                eval={**{k: v for k, v in metrics.items() if k.startswith("eval/")},
+                      **getattr(module, "last_eval", (None, {}))[1]},
+                eval_seconds=round(evaluation.seconds, 2) if evaluation else None,
+                eval_part_seconds={k: round(v, 2) for k, v in evaluation.part_seconds.items()} if evaluation else {},
+                pairs_scorers=evaluation.pair_scorers() if evaluation else {},
+                tokens_per_sec=callbacks["throughput"].tokens_per_sec(),
+                best_checkpoint=callbacks["best"].best_model_path, last_checkpoint=str(callbacks["last"].path))
 
 
 def log_model(loggers: list, run_dir: Path, config: dict, summary: dict, export: bool = False) -> None:
