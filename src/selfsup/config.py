@@ -128,6 +128,7 @@ class TrainConfig:
     optim: Any = MISSING                # conf/optim/: a config with a _target_ (adamw: selfsup.optim.AdamWCosine)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)  # conf/eval/: default (fixed exam + built-in probe) | none
+    callbacks: Dict[str, Any] = field(default_factory=dict)  # conf/callbacks/: the Trainer's, by name, each a _target_
     seed: int = 0
     optimized_metric: str = "val/loss"  # the value a sweep's job returns (Optuna's objective)
     trial: Optional[Any] = None         # set by the selfsup_optuna sweeper: {storage, study, id} of this job's trial

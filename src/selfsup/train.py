@@ -30,7 +30,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from selfsup.build import build, check_objective, check_settings, objective_name, prepared, tokenizer_hash
+from selfsup.build import build, check_objective, check_settings, make, objective_name, prepared, tokenizer_hash
 from selfsup.checks import config_error_line
 from selfsup.config import register
 from selfsup.distributed import launched_rank, leave_distributed
@@ -105,7 +105,6 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from selfsup.loggers import finish_wandb, make_loggers
-    from selfsup.reliability.callbacks import PreemptionHandler
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     quiet_lightning()
@@ -115,10 +114,9 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     # in a sweep the loggers come first, so that a job failing at build time is a failed W&B run;
     # a single run checks its settings and data first (a typo makes no W&B run)
     loggers = make_loggers(cfg, run_dir) if rank_zero and loggers_first else []
-    preemption = PreemptionHandler(dirpath=run_dir / "checkpoints", resume_hint=f"selfsup-train resume={run_dir}")
     before_sigterm = stop_on_sigterm(SIGTERMException)
     try:
-        train_and_evaluate(cfg, run_dir, ready, loggers, summary, preemption, progress, rank_zero, loggers_first)
+        train_and_evaluate(cfg, run_dir, ready, loggers, summary, progress, rank_zero, loggers_first)
     except (KeyboardInterrupt, SystemExit) as err:
         # Lightning turns Ctrl-C into sys.exit(1), and a second SIGTERM (the first one preempts) into its
         # SIGTERMException, a SystemExit with status 0: either is an interrupted run, exit 130 / 143
@@ -142,8 +140,8 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     return summary
 
 
-def train_and_evaluate(cfg: DictConfig, run_dir: Path, ready, loggers: list, summary: dict, preemption,
-                       progress: dict, rank_zero: bool, loggers_first: bool) -> None:
+def train_and_evaluate(cfg: DictConfig, run_dir: Path, ready, loggers: list, summary: dict, progress: dict,
+                       rank_zero: bool, loggers_first: bool) -> None:
     """fit's work, in order: W&B's run started, the run built, the Trainer fitted (and a resumed run that had
     stopped in its final validation validated), the evaluation's outcomes, the verdict and the model artifact
     kept. `loggers` (started in place) and `summary` (with its status) are fit's, for it to close either way."""
@@ -159,7 +157,10 @@ def train_and_evaluate(cfg: DictConfig, run_dir: Path, ready, loggers: list, sum
     if rank_zero and not loggers_first:
         loggers[:] = start_wandb(make_loggers(cfg, run_dir), run_dir)
     summary["parameters"] = run.model.num_parameters()
-    callbacks = make_callbacks(cfg, run_dir, preemption)
+    callbacks = make_callbacks(cfg, run_dir)
+
+    def preempted():  # the signal that preempted the run, if one did (callbacks.preemption may be dropped)
+        return getattr(callbacks.get("preemption"), "preempted", None)
     trainer = make_trainer(cfg, run_dir, loggers, list(callbacks.values()), rank_zero)
     summary.update(world_size=trainer.world_size, batch_size_per_device=cfg.data.batch_size,
                    global_batch_size=cfg.data.batch_size * cfg.trainer.accumulate * trainer.world_size)
@@ -170,13 +171,13 @@ def train_and_evaluate(cfg: DictConfig, run_dir: Path, ready, loggers: list, sum
                             "global_batch_size": summary["global_batch_size"]})
     progress["training"] = True
     trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
-    if "val/loss" not in trainer.callback_metrics and trainer.global_step and not preemption.preempted:
+    if "val/loss" not in trainer.callback_metrics and trainer.global_step and not preempted():
         # resumed from a checkpoint of its last step (killed in the final validation): nothing trained,
         # so nothing validated; the final validation and evaluation run now
         trainer.validate(module, datamodule=dm, verbose=False)
     summary.update(trained_values(trainer, module, callbacks))
     pruning = callbacks.get("pruning")
-    status = "preempted" if preemption.preempted else "pruned" if pruning is not None and pruning.pruned else "finished"
+    status = "preempted" if preempted() else "pruned" if pruning is not None and pruning.pruned else "finished"
     summary["status"] = status
     outcomes = module.evaluation.outcomes() if rank_zero and module.evaluation is not None else {}
     if outcomes:
@@ -186,9 +187,9 @@ def train_and_evaluate(cfg: DictConfig, run_dir: Path, ready, loggers: list, sum
         wandb_summary(loggers, {"verdict": summary["verdict"]})
     if rank_zero and cfg.logger.get("log_model"):
         log_model(loggers, run_dir, plain, summary,
-                  export=bool(cfg.logger.get("log_export")) and not preemption.preempted)  # the final model
-    if preemption.preempted:
-        summary["preempted_by"] = preemption.preempted
+                  export=bool(cfg.logger.get("log_export")) and not preempted())  # the final model
+    if preempted():
+        summary["preempted_by"] = preempted()
         mark_preempting(loggers)
 
 
@@ -212,24 +213,22 @@ def mark_preempting(loggers: list) -> None:
             lg.experiment.mark_preempting()
 
 
-def make_callbacks(cfg: DictConfig, run_dir: Path, preemption) -> dict:
-    """The run's Trainer callbacks by name, in the order the Trainer calls them: the best and last checkpoints,
-    the non-finite guard, preemption, throughput, an Optuna trial's pruning, the console."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    from selfsup.reliability.callbacks import LastCheckpoint, NonFiniteGuard
-    from selfsup.throughput import TokenThroughput
+def make_callbacks(cfg: DictConfig, run_dir: Path) -> dict:
+    """The run's Trainer callbacks by name, in the order the Trainer calls them: the callbacks group's (conf/callbacks/,
+    each with the run's own arguments here), then an Optuna trial's pruning and the console."""
     t = cfg.trainer
     lower = f"optim.lr={min(cfg.optim.get('lr', 1e-2) / 10, 1e-3):g}"
-    callbacks = {
-        "best": ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best-step{step:06d}",
-                                auto_insert_metric_name=False, monitor="val/loss", mode="min", save_top_k=1),
-        "last": LastCheckpoint(run_dir / "checkpoints" / "last.ckpt", t.checkpoint_every_n_steps or t.val_check_interval),
-        "guard": NonFiniteGuard(t.nonfinite, t.nonfinite_max_skips, resume_hint=f"selfsup-train resume={run_dir} {lower}",
-                                restart_hint=" ".join(["selfsup-train", *command_overrides(), lower])),
-        "preemption": preemption,
-        "throughput": TokenThroughput(window_size=min(20, max(2, t.log_every_n_steps))),
-    }
+    runtime = {"best": {"dirpath": run_dir / "checkpoints"},
+               "last": {"path": run_dir / "checkpoints" / "last.ckpt",
+                        **({} if t.checkpoint_every_n_steps else {"every_n_steps": t.val_check_interval})},
+               "guard": {"resume_hint": f"selfsup-train resume={run_dir} {lower}",
+                         "restart_hint": " ".join(["selfsup-train", *command_overrides(), lower])},
+               "preemption": {"dirpath": run_dir / "checkpoints", "resume_hint": f"selfsup-train resume={run_dir}"},
+               "throughput": {"window_size": min(20, max(2, t.log_every_n_steps))}}
+    if "callbacks" not in cfg:  # the record of a run from before the callbacks group (a resume): these were its own
+        cfg = OmegaConf.merge(cfg, {"callbacks": OmegaConf.load(CONF_DIR / "callbacks" / "default.yaml")})
+    callbacks = {name: make(node, f"callbacks.{name}", **runtime.get(name, {}))
+                 for name, node in (cfg.callbacks or {}).items() if node is not None}
     if cfg.get("trial"):  # a trial of the selfsup_optuna sweeper: reported at validations, maybe pruned
         from selfsup.tune import TrialPruning
         callbacks["pruning"] = TrialPruning(cfg.trial, cfg.optimized_metric)
@@ -237,7 +236,6 @@ def make_callbacks(cfg: DictConfig, run_dir: Path, preemption) -> dict:
         from selfsup.console import ConsoleProgress, every_n_steps
         callbacks["console"] = ConsoleProgress(t.progress_every_n_steps or every_n_steps(t.max_steps, t.log_every_n_steps))
     return callbacks
-
 
 def make_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list, rank_zero: bool):
     """Lightning's Trainer from the trainer group: no sanity validation, no model summary, the lab's own
@@ -269,8 +267,9 @@ def trained_values(trainer, module, callbacks: dict) -> dict:
                 eval_seconds=round(evaluation.seconds, 2) if evaluation else None,
                 eval_part_seconds={k: round(v, 2) for k, v in evaluation.part_seconds.items()} if evaluation else {},
                 pairs_scorers=evaluation.pair_scorers() if evaluation else {},
-                tokens_per_sec=callbacks["throughput"].tokens_per_sec(),
-                best_checkpoint=callbacks["best"].best_model_path, last_checkpoint=str(callbacks["last"].path))
+                tokens_per_sec=callbacks["throughput"].tokens_per_sec() if "throughput" in callbacks else None,
+                best_checkpoint=callbacks["best"].best_model_path if "best" in callbacks else "",
+                last_checkpoint=str(callbacks["last"].path) if "last" in callbacks else None)
 
 
 def log_model(loggers: list, run_dir: Path, config: dict, summary: dict, export: bool = False) -> None:
