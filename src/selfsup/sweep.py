@@ -28,6 +28,8 @@ class SweepSummary(Callback):
         params = {k: v for k, v in (config.hydra.sweeper.get("params") or {}).items()}
         overrides = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in params.items()]
         parsed = OverridesParser.create().parse_overrides(overrides)
+        # through the environment, not a module global: it reaches the jobs a launcher starts in other processes
+        # (submitit, local or SLURM), and a job's own config holds only its values, not which of them are swept
         os.environ["SELFSUP_SWEPT"] = ",".join(sorted({o.get_key_element() for o in parsed if o.is_sweep_override()}))
         if "Optuna" not in str(config.hydra.sweeper.get("_target_", "")):  # (a study checks its own corners)
             check_jobs(job_overrides(parsed))  # before anything is written
