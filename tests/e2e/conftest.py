@@ -2,10 +2,10 @@
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 
 TINY = ["debug=tiny", "eval.tasks.probe.max_train_examples=400", "eval.tasks.probe.max_test_examples=200"]
@@ -27,7 +27,7 @@ def train(cache_dir, tmp_path):
                 f"data.cache_dir={cache_dir}", *where, *overrides]
         environment = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
         environment.update(env or {})
-        return subprocess.run(args, capture_output=True, text=True, env=environment, timeout=600)
+        return forked.run(args, capture_output=True, text=True, env=environment, timeout=600)
 
     return run
 
@@ -35,7 +35,7 @@ def train(cache_dir, tmp_path):
 def wandb_summary(run_dir: Path) -> dict:
     """What W&B recorded, read back from the offline run files with wandb's own inspector."""
     [offline] = list((run_dir / "wandb").glob("offline-run-*"))
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--summary", "--json", str(offline)],
+    out = forked.run([sys.executable, "-m", "wandb", "leet", "inspect", "--summary", "--json", str(offline)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -43,7 +43,7 @@ def wandb_summary(run_dir: Path) -> dict:
 
 def wandb_history(run_dir: Path) -> list[dict]:
     [offline] = list((run_dir / "wandb").glob("offline-run-*"))
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+    out = forked.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
                          capture_output=True, text=True, timeout=120)
     records = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     return [r["history"]["item"] for r in records if r.get("type") == "history"]
@@ -53,7 +53,7 @@ def wandb_run_record(run_dir: Path, offline: Path | None = None) -> dict:
     """The run record (name, group, tags, id) of the offline run files (of one of them: `offline`)."""
     if offline is None:
         [offline] = list((run_dir / "wandb").glob("offline-run-*"))
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+    out = forked.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
                          capture_output=True, text=True, timeout=120)
     for line in out.stdout.splitlines():
         record = json.loads(line)

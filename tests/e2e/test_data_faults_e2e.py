@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import forked
 import pytest
 from conftest import TINY
 
@@ -24,7 +25,7 @@ def write_corpus(path: Path, n: int = 400) -> Path:
 
 def selfsup_train(*overrides, run_dir: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    return subprocess.run(["selfsup-train", *TINY, *QUICK, f"hydra.run.dir={run_dir}", *overrides],
+    return forked.run(["selfsup-train", *TINY, *QUICK, f"hydra.run.dir={run_dir}", *overrides],
                           capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -37,7 +38,7 @@ def the_one_line(out) -> str:
 
 def mount(path: Path, options: str) -> bool:
     path.mkdir()
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode == 0
+    return forked.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode == 0
 
 
 def test_a_read_only_cache_dir_that_needs_a_build_is_one_line_and_no_run_dir(tmp_path):
@@ -59,7 +60,7 @@ def test_a_read_only_cache_dir_that_needs_a_build_is_one_line_and_no_run_dir(tmp
         assert list(cache.iterdir()) == []
     finally:
         if os.geteuid() == 0:
-            subprocess.run(["umount", "-l", str(cache)], capture_output=True)
+            forked.run(["umount", "-l", str(cache)], capture_output=True)
         else:
             cache.chmod(0o755)
 
@@ -79,7 +80,7 @@ def test_a_disk_full_while_preparing_data_is_one_line_and_leaves_no_cache_folder
         assert list(disk.iterdir()) == []  # the build's scratch (and datasets' .arrow inside it) removed
         assert not (tmp_path / "runs").exists()
     finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+        forked.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 @pytest.mark.slow  # three runs; the default suite: tests/data/test_data_faults.py, in-process

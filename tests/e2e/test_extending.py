@@ -2,9 +2,9 @@
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
+import forked
 from conftest import TINY
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "replaced_token"
@@ -14,7 +14,7 @@ def test_an_objective_from_outside_the_package_trains_and_declares_its_architect
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "PYTHONPATH": str(EXAMPLE)}
     command = ["selfsup-train", f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]", "objective=replaced_token",
                *TINY, "logger=csv", "eval.tasks={}", f"data.cache_dir={cache_dir}"]
-    out = subprocess.run([*command, f"hydra.run.dir={tmp_path / 'run'}", "objective.replace_rate=0.3"],
+    out = forked.run([*command, f"hydra.run.dir={tmp_path / 'run'}", "objective.replace_rate=0.3"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import forked
 import pytest
 import torch
 from conftest import TINY
@@ -91,7 +92,7 @@ def test_two_runs_into_one_dir_one_is_refused(cache_dir, tmp_path):
     while not (run / ".hydra" / "config.yaml").is_file() and time.time() < deadline:
         time.sleep(0.2)
     hydra_config = (run / ".hydra" / "config.yaml").read_bytes()
-    second = subprocess.run(args[:-2] + ["trainer.max_steps=7"], capture_output=True, text=True, env=env, timeout=300)
+    second = forked.run(args[:-2] + ["trainer.max_steps=7"], capture_output=True, text=True, env=env, timeout=300)
     assert second.returncode == 2
     assert f"{run} is in use by another selfsup-train (pid {first.pid})" in one_error_line(second)
     assert (run / ".hydra" / "config.yaml").read_bytes() == hydra_config  # nothing of the first overwritten
@@ -153,7 +154,7 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
     [line] = [x for x in output.splitlines() if x.startswith(f"{error}: continue the run with ")]
     args = suggested(line, f"{error}: continue the run with ")
     assert args == [f"resume={run}"]
-    again = subprocess.run(["selfsup-train", *args, "trainer.max_steps=2", "logger.wandb=false"],
+    again = forked.run(["selfsup-train", *args, "trainer.max_steps=2", "logger.wandb=false"],
                            capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
@@ -161,7 +162,7 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
 
 def _mount_small_disk(path: Path, size: str) -> bool:
     path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    done = forked.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
     return done.returncode == 0
 
 
@@ -171,7 +172,7 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
         pytest.skip("needs root to mount a small tmpfs")
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-        out = subprocess.run(["selfsup-train", *TINY, "eval.fixed=null", "eval.pairs=null", "eval.tasks={}", f"data.cache_dir={cache_dir}",
+        out = forked.run(["selfsup-train", *TINY, "eval.fixed=null", "eval.pairs=null", "eval.tasks={}", f"data.cache_dir={cache_dir}",
                               f"hydra.run.dir={disk / 'run'}", "trainer.max_steps=40", "trainer.val_check_interval=2"],
                              capture_output=True, text=True, env=env, timeout=600)
         assert out.returncode == 2, out.stderr[-3000:]
@@ -183,13 +184,13 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
         # space freed (the tmpfs grown), the command the message names finishes the run
         command = line.split("then continue: ")[1]
         assert command == f"selfsup-train resume={disk / 'run'}"
-        subprocess.run(["mount", "-o", "remount,size=200m", str(disk)], check=True)
-        again = subprocess.run([*command.split(), "logger.wandb=false"], capture_output=True, text=True, env=env,
+        forked.run(["mount", "-o", "remount,size=200m", str(disk)], check=True)
+        again = forked.run([*command.split(), "logger.wandb=false"], capture_output=True, text=True, env=env,
                                timeout=600)
         assert again.returncode == 0, again.stderr[-3000:]
         assert json.loads(summary.read_text())["steps"] == 40
     finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
+        forked.run(["umount", str(disk)], capture_output=True)
 
 
 @pytest.mark.slow  # the default suite: test_reliability_e2e's online fallback redacts a key in every run file
@@ -218,7 +219,7 @@ def test_a_shard_overwritten_in_its_middle_stops_training_in_one_line_and_is_reb
     args = ["selfsup-train", "debug=tiny", "eval=none", "data.source=text_files", f"data.paths=[{tmp_path / 'corpus'}]",
             f"data.cache_dir={cache}", "data.shard_chars=100000000", "trainer.max_steps=200", "data.num_workers=2"]
     env = {**os.environ, "WANDB_MODE": "offline"}
-    first = subprocess.run([*args, f"hydra.run.dir={tmp_path / 'a'}", "trainer.max_steps=2"], capture_output=True,
+    first = forked.run([*args, f"hydra.run.dir={tmp_path / 'a'}", "trainer.max_steps=2"], capture_output=True,
                            text=True, env=env, timeout=600)
     assert first.returncode == 0, first.stderr
     [shard] = cache.glob("*/train-00000.bin")
@@ -229,13 +230,13 @@ def test_a_shard_overwritten_in_its_middle_stops_training_in_one_line_and_is_reb
         data[len(data) // 2 + k * 100_000:][:1000] = 65535
     data.flush()
     del data
-    damaged = subprocess.run([*args, f"hydra.run.dir={tmp_path / 'b'}"], capture_output=True, text=True, env=env,
+    damaged = forked.run([*args, f"hydra.run.dir={tmp_path / 'b'}"], capture_output=True, text=True, env=env,
                              timeout=600)
     assert damaged.returncode == 2
     line = one_error_line(damaged)
     assert "is damaged: train-00000.bin bytes" in line and "the next start rebuilds the cache" in line
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["error"] == line.removeprefix("error: ")
-    again = subprocess.run([*args, f"hydra.run.dir={tmp_path / 'c'}"], capture_output=True, text=True, env=env,
+    again = forked.run([*args, f"hydra.run.dir={tmp_path / 'c'}"], capture_output=True, text=True, env=env,
                            timeout=600)
     assert again.returncode == 0, again.stderr
     said = again.stdout + again.stderr

@@ -15,6 +15,7 @@ import subprocess
 import termios
 from pathlib import Path
 
+import forked
 import pytest
 from conftest import TINY
 
@@ -24,7 +25,7 @@ WORDS = ("the model reads a sentence and predicts every hidden word from the wor
 
 
 def selfsup(args, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(["selfsup-train", *args], capture_output=True, text=True, env=ENV, cwd=cwd, timeout=timeout)
+    return forked.run(["selfsup-train", *args], capture_output=True, text=True, env=ENV, cwd=cwd, timeout=timeout)
 
 
 def suggested(message: str, after: str) -> list[str]:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import time
 
+import forked
 import pytest
 from conftest import TINY, wandb_summary
 
@@ -28,7 +29,7 @@ def test_sigterm_saves_a_checkpoint_and_the_run_resumes(cache_dir, tmp_path):
     assert summary["status"] == "preempted" and summary["preempted_by"] == "SIGTERM"
     stopped_at = summary["steps"]
     assert 0 < stopped_at < 100000 and (run / "checkpoints" / "last.ckpt").is_file()
-    resumed = subprocess.run(["selfsup-train", f"resume={run}", f"trainer.max_steps={stopped_at + 3}"],
+    resumed = forked.run(["selfsup-train", f"resume={run}", f"trainer.max_steps={stopped_at + 3}"],
                              capture_output=True, text=True, env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((run / "summary.json").read_text())["steps"] == stopped_at + 3

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
 
+import forked
 import pytest
 from conftest import TINY, wandb_history, wandb_run_record
 from test_report_browser import assert_fits, browser_fixture, page_facts  # noqa: F401 - the `browser` fixture
@@ -23,12 +24,12 @@ REPORT = ["selfsup-report"] if shutil.which("selfsup-report") else [sys.executab
 
 
 def sweep(root: Path, cache_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={root}",
+    return forked.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={root}",
                            *overrides], capture_output=True, text=True, env=ENV, timeout=600)
 
 
 def report(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([*REPORT, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=300)
+    return forked.run([*REPORT, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=300)
 
 
 @pytest.fixture(scope="module")

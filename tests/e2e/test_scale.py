@@ -2,8 +2,8 @@
 
 import json
 import os
-import subprocess
 
+import forked
 import pytest
 from conftest import TINY, wandb_run_record, wandb_summary
 
@@ -16,7 +16,7 @@ def ddp_sweep(cache_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
     cwd = tmp_path_factory.mktemp("cwd")  # relative outputs/ of any stray Hydra run would land here
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    out = subprocess.run(["selfsup-train", "-m", "trainer=ddp_cpu", *TINY, f"data.cache_dir={cache_dir}",
+    out = forked.run(["selfsup-train", "-m", "trainer=ddp_cpu", *TINY, f"data.cache_dir={cache_dir}",
                           f"hydra.sweep.dir={root}", "objective=" + ",".join(OBJECTIVES)],
                          capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -111,7 +111,7 @@ def train_losses(run) -> dict[int, float]:
 def test_torchrun_ranks_share_one_run_dir_and_one_wandb_run(cache_dir, tmp_path):
     # torchrun starts every rank itself: each runs the Hydra app, all must land in one dir, one W&B run
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    out = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "selfsup.train", "trainer=ddp_cpu",
+    out = forked.run(["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "selfsup.train", "trainer=ddp_cpu",
                           *TINY, f"data.cache_dir={cache_dir}"], capture_output=True, text=True, env=env,
                          cwd=tmp_path, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -4,9 +4,9 @@ resumed jobs keep their W&B identity, the config tree whatever the working direc
 import csv
 import json
 import os
-import subprocess
 from pathlib import Path
 
+import forked
 import pytest
 from conftest import TINY, wandb_run_record, wandb_summary
 from omegaconf import OmegaConf
@@ -52,7 +52,7 @@ def test_objectives_sweep_gives_equal_depth_budget(objective, layers):
 
 def run_sweep(cache_dir, sweep_dir, *overrides):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    return subprocess.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}",
+    return forked.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}",
                            f"hydra.sweep.dir={sweep_dir}", *overrides],
                           capture_output=True, text=True, env=env, timeout=600)
 
@@ -97,7 +97,7 @@ def test_a_resumed_sweep_job_keeps_its_wandb_identity_and_the_report_reads_both_
     assert first["run_group"] == f"sweep-{sweep_dir.parent.name}-{sweep_dir.name}"
     assert "optim.lr=0.001" in first["tags"] and first["display_name"] == "mlm-encoder-lr=0.001"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    resumed = subprocess.run(["selfsup-train", f"resume={job}", "trainer.max_steps=12"], capture_output=True,
+    resumed = forked.run(["selfsup-train", f"resume={job}", "trainer.max_steps=12"], capture_output=True,
                              text=True, env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     segments = sorted((job / "wandb").glob("offline-run-*"))
@@ -129,13 +129,13 @@ def test_help_lists_the_labs_groups_in_seconds_whatever_the_working_directory_ho
         package.mkdir(parents=True)
         for j in range(20):
             (package / f"c{j}.yaml").write_text("a: 1\n")
-    out = subprocess.run(["selfsup-train", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    out = forked.run(["selfsup-train", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=30)
     assert out.returncode == 0, out.stderr
     groups = out.stdout[out.stdout.index("Config groups"):]
     for group in ("objective:", "architecture:", "data:", "trainer:", "sweeps:", "eval:"):
         assert group in groups
     assert ".venv" not in out.stdout and "conf/" not in out.stdout
-    completion = subprocess.run(["selfsup-train", "-sc", "query=bash"], capture_output=True, text=True, cwd=tmp_path,
+    completion = forked.run(["selfsup-train", "-sc", "query=bash"], capture_output=True, text=True, cwd=tmp_path,
                                 timeout=30, env={**os.environ, "COMP_LINE": "selfsup-train ", "COMP_POINT": "14"})
     offered = completion.stdout.split()
     assert "objective=" in offered and "sweeps=" in offered and not any(o.startswith((".", "src")) for o in offered)
@@ -144,11 +144,11 @@ def test_help_lists_the_labs_groups_in_seconds_whatever_the_working_directory_ho
 def test_a_users_config_dir_keeps_the_built_in_sweeps(tmp_path):
     (tmp_path / "objective").mkdir()
     (tmp_path / "objective" / "my_mlm.yaml").write_text("defaults:\n  - mlm\n  - _self_\nmask_rate: 0.3\n")
-    out = subprocess.run(["selfsup-train", "--config-dir", str(tmp_path), "objective=my_mlm", "sweeps=mask_rate",
+    out = forked.run(["selfsup-train", "--config-dir", str(tmp_path), "objective=my_mlm", "sweeps=mask_rate",
                           "--cfg", "hydra", "--package", "hydra.sweeper"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "objective.mask_rate: 0.10,0.15,0.25,0.40" in out.stdout
-    job = subprocess.run(["selfsup-train", "--config-dir", str(tmp_path), "objective=my_mlm", "--cfg", "job",
+    job = forked.run(["selfsup-train", "--config-dir", str(tmp_path), "objective=my_mlm", "--cfg", "job",
                           "--package", "objective"], capture_output=True, text=True, timeout=60)
     assert job.returncode == 0, job.stderr
     assert "mask_rate: 0.3" in job.stdout and "mask_token_prob: 0.8" in job.stdout

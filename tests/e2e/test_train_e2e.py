@@ -4,10 +4,10 @@ import csv
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import numpy as np
 import pytest
 from conftest import TINY, wandb_history, wandb_run_record, wandb_summary
@@ -23,7 +23,7 @@ def sweep(cache_dir, tmp_path_factory):
     """One multirun over all objectives, each with its default architecture."""
     root = tmp_path_factory.mktemp("sweep")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # no key: auto -> offline
-    out = subprocess.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={root}",
+    out = forked.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={root}",
                           "logger.log_model=true", "logger.log_export=true", "objective=" + ",".join(OBJECTIVES)],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -161,7 +161,7 @@ def test_a_copied_run_dir_loads_in_a_fresh_process(sweep, tmp_path):
     assert Tokenizer.from_str(record["tokenizer"]).to_str() == Tokenizer.from_file(str(copy / "tokenizer.json")).to_str()
     script = ("import sys, selfsup; p = selfsup.load(sys.argv[1]); "
               "print(p.architecture, p.config['objective']['name'], p.encode('The module is here'), p.model.training)")
-    out = subprocess.run([sys.executable, "-c", script, str(copy)], capture_output=True, text=True, timeout=300,
+    out = forked.run([sys.executable, "-c", script, str(copy)], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     expected = Tokenizer.from_str(record["tokenizer"]).encode("The module is here").ids
@@ -218,7 +218,7 @@ def test_log_model_puts_the_checkpoints_and_tokenizer_in_a_wandb_model_artifact(
     root, _ = sweep
     run = root / "1"
     [offline] = list((run / "wandb").glob("offline-run-*"))
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+    out = forked.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
                          capture_output=True, text=True, timeout=120)
     artifacts = [json.loads(line)["artifact"] for line in out.stdout.splitlines()
                  if line.strip() and json.loads(line).get("type") == "artifact"]
@@ -500,7 +500,7 @@ def test_the_report_of_an_objective_sweep_shows_the_objective_swept_and_the_cons
     import html
     import re
     root, out = sweep
-    done = subprocess.run(["selfsup-report", str(root), "--out", str(tmp_path / "r.html")], capture_output=True,
+    done = forked.run(["selfsup-report", str(root), "--out", str(tmp_path / "r.html")], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     text = (tmp_path / "r.html").read_text()

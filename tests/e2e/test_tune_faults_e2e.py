@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import forked
 import pytest
 
 # a trial in seconds: the tiny model, no evaluation and no logger; the study minimizes val/loss
@@ -25,7 +26,7 @@ def tune(cache_dir, sweep_dir, *overrides) -> list[str]:
 
 
 def run(cache_dir, sweep_dir, *overrides) -> subprocess.CompletedProcess:
-    return subprocess.run(tune(cache_dir, sweep_dir, *overrides), capture_output=True, text=True, env=ENV, timeout=600,
+    return forked.run(tune(cache_dir, sweep_dir, *overrides), capture_output=True, text=True, env=ENV, timeout=600,
                           check=False)
 
 

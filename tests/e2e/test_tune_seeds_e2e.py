@@ -4,8 +4,8 @@ its value is their mean, its value_se their sd / sqrt(2), from the runs' real su
 import json
 import math
 import os
-import subprocess
 
+import forked
 import pytest
 import yaml
 from conftest import TINY
@@ -14,7 +14,7 @@ from conftest import TINY
 def test_a_trial_of_two_seeds_is_their_mean_with_its_standard_error(cache_dir, tmp_path):
     optuna = pytest.importorskip("optuna")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    out = subprocess.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={tmp_path}",
+    out = forked.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={tmp_path}",
                           "sweeps=tune", "logger=none", "hydra.sweeper.n_trials=1", "hydra.sweeper.seeds=2",
                           "hydra.sweeper.pruner=none"], capture_output=True, text=True, env=env, timeout=600, check=False)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -5,9 +5,9 @@ import csv
 import json
 import math
 import os
-import subprocess
 from pathlib import Path
 
+import forked
 import numpy as np
 import pytest
 import torch
@@ -267,7 +267,7 @@ EXAMPLE_SET = Path(__file__).parents[2] / "docs" / "examples" / "pairs.jsonl"
 def test_a_run_scores_a_user_set_by_group_and_refuses_a_bad_one_before_writing(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline"}
     common = ["selfsup-train", "debug=tiny", "logger=csv", "eval.tasks={}", f"data.cache_dir={tmp_path / 'cache'}"]
-    out = subprocess.run([*common, f"hydra.run.dir={tmp_path / 'run'}", "trainer.progress_bar=true",
+    out = forked.run([*common, f"hydra.run.dir={tmp_path / 'run'}", "trainer.progress_bar=true",
                           f"+eval.pairs.sets.mine={{paths: [{EXAMPLE_SET}], group_field: UID}}"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -284,7 +284,7 @@ def test_a_run_scores_a_user_set_by_group_and_refuses_a_bad_one_before_writing(t
     shown = f"pairs mine {summary['eval']['eval/pairs/mine/accuracy']:.3f} (pseudo-log-likelihood)"
     assert shown in out.stdout and shown in out.stderr  # the run's last lines and the evaluation's line
 
-    bad = subprocess.run([*common, f"hydra.run.dir={tmp_path / 'refused'}",
+    bad = forked.run([*common, f"hydra.run.dir={tmp_path / 'refused'}",
                           f"+eval.pairs.sets.mine={{paths: [{tmp_path / 'nope.jsonl'}]}}"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
