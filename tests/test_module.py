@@ -261,10 +261,30 @@ def test_grad_norm_is_logged_before_clipping_and_the_update_is_clipped():
     assert moved_clipped < moved_free  # AdamW's first step is ~lr*sign(g); clipping shrinks the eps-limited ones
 
 
+@pytest.mark.parametrize("objective,arch", [("mlm", "encoder"), ("clm", "decoder"), ("span_corruption", "encoder_decoder"),
+                                            ("prefix_lm", "decoder")])
+def test_the_flops_counted_before_training_are_those_of_a_training_step(objective, arch):
+    """count_flops (a forward pass, before the first step) gives what FlopCounterMode counts over the step's
+    forward and backward passes on the same batch (two micro-batches)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from selfsup.objectives import build_objective
+    obj = build_objective(objective, V, 32)
+    model = build_model(arch, V.size, obj.model_length, d_model=32, n_layers=2, n_heads=4)
+    module = SelfSupModule(model, obj, accumulate=2)
+    module.trainer = L.Trainer(accelerator="cpu", devices=1, logger=False)
+    tokens = torch.randint(V.first_ordinary, V.size, (8, obj.raw_length), generator=torch.Generator().manual_seed(0))
+    module.count_flops(tokens)
+    micro = [obj(chunk, module.generator("flops", i)) for i, chunk in enumerate(tokens.chunk(2))]
+    step = FlopCounterMode(display=False)
+    with step:
+        accumulate_gradients(model, micro, float(sum(b.n_scored for b in micro)))
+    assert module.flops_per_batch == step.get_total_flops() > 0
+
+
 def test_compiled_model_is_compiled_after_the_flop_count():
-    """trainer.compile=true: the first step counts FLOPs under FlopCounterMode, a dispatch mode under
-    which Dynamo marks the model's code to skip for good; the count must run eagerly so the next steps
-    run the compiled graph (under FlopCounterMode, a dispatch mode, Dynamo would skip it for good)."""
+    """trainer.compile=true: FLOPs are counted under FlopCounterMode, a dispatch mode under which Dynamo
+    marks the model's code to skip for good; the count runs eagerly, so the steps run the compiled graph."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 

@@ -32,9 +32,7 @@ from selfsup.data.bench import bench_data
 from selfsup.data.vocab import Vocab, special_tokens
 from selfsup.evaluation.bench import bench_eval
 from selfsup.loss import linear_cross_entropy
-from selfsup.models import build_model
 from selfsup.objectives import OBJECTIVES, build_objective
-from selfsup.optim import AdamWCosine
 
 
 def timed(fn, repeats: int, warmup: int = 2) -> float:
@@ -205,7 +203,9 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
     # Imported here, not at the top: Lightning (also under selfsup.module and .throughput) takes ~5 s, and
     # selfsup.config brings hydra (~0.3 s); only `selfsup-bench train` needs them
     import lightning as L
+    from omegaconf import OmegaConf
 
+    from selfsup.build import make
     from selfsup.config import per_stack
     from selfsup.module import SelfSupModule
     from selfsup.throughput import cpu_matmul_peak, gpu_peak_flops
@@ -244,23 +244,23 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
         gen = torch.Generator().manual_seed(0)
         data = torch.randint(vocab.first_ordinary, vocab.size, (batch * steps, obj.raw_length), generator=gen)
         batches = [obj(data[i * batch:(i + 1) * batch], gen).to(device) for i in range(steps)]
-        conf = conf_defaults(objective)["architecture"]
-        style = {"activation": conf["activation"], "bias": conf["bias"]}
-        if lab_default:  # the lab's default model: conf's sizes, its layers in each stack (T5 counts so)
-            d_model, n_heads = conf["d_model"], conf["n_heads"]
-            style["d_ff"] = conf["d_ff"]
-            layers, decoder_layers = conf["n_layers"], conf["n_decoder_layers"] or conf["n_layers"]
-        else:  # a size preset: equal depth budget, an encoder-decoder splits n_layers between its stacks
-            layers = decoder_layers = per_stack(n_layers, arch)
+        # the model and optimizer as a run builds them: the architecture and optim groups' structured configs
+        conf = conf_defaults(objective)
+        if not lab_default:  # a size preset: equal depth budget, an encoder-decoder splits n_layers between its stacks
+            conf["architecture"].update(d_model=d_model, n_heads=n_heads, d_ff=None, n_decoder_layers=None,
+                                        n_layers=per_stack(n_layers, arch))
+        shape = make(OmegaConf.create(conf["architecture"]), "architecture")
+        d_model, n_heads, layers = shape.d_model, shape.n_heads, shape.n_layers
+        decoder_layers = shape.n_decoder_layers or layers
         tokens = batch * obj.raw_length * (steps - warmup)
 
         def ours() -> tuple[float, SelfSupModule]:
             torch.manual_seed(0)
-            model = build_model(arch, vocab.size, obj.model_length, d_model=d_model, n_layers=layers,
-                                n_decoder_layers=decoder_layers, n_heads=n_heads, **style)
+            model = shape.build(vocab.size, obj.model_length)
             if compile:
                 model.compile(dynamic=False)
-            module = SelfSupModule(model, obj, AdamWCosine(warmup_steps=10), max_steps=steps)
+            optim = make(OmegaConf.create({**conf["optim"], "warmup_steps": 10}), "optim")
+            module = SelfSupModule(model, obj, optim, max_steps=steps)
             clock = Clock()
             trainer = L.Trainer(accelerator=device, devices=1, precision=precision, max_steps=steps, logger=False,
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -271,7 +271,7 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
         def theirs() -> tuple[float, torch.nn.Module] | None:
             torch.manual_seed(0)
             model_hf = hf_model(objective, vocab.size, d_model, layers, n_heads, obj.model_length + 1, decoder_layers,
-                                style.get("d_ff"))
+                                shape.d_ff)
             if model_hf is None:
                 return None
             model_hf = model_hf.to(device).train()
@@ -298,8 +298,7 @@ def bench_train(steps: int, warmup: int, preset: str, objectives: list[str], seq
         flops = module.flops_per_batch * ours_speed / (batch * obj.raw_length)
         row = {"objective": objective,
                "shape": f"{arch} d{d_model} L{layers}{f'+{decoder_layers}' if arch == 'encoder_decoder' else ''} "
-                        f"H{n_heads} {style['activation']}"
-                        f"{'' if style['bias'] else ' no-bias'}",
+                        f"H{n_heads} {shape.activation}{'' if shape.bias else ' no-bias'}",
                "batch": f"{batch}x{obj.raw_length}", "params": f"{module.model.num_parameters() / 1e6:.1f}M",
                "selfsup tokens/s": f"{ours_speed:,.0f}", "GFLOP/s": f"{flops / 1e9:,.1f}",
                "MFU" if device == "cuda" else "of matmul peak": f"{flops / peak:.0%}" if peak else "-"}

@@ -14,7 +14,6 @@ at every evaluation.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import lightning as L
@@ -82,7 +81,7 @@ class SelfSupModule(L.LightningModule):
         self.evaluation = evaluation  # selfsup.evaluation.Evaluation: fixed exam and probes, at validations
         self.tokens_seen = 0   # global input tokens consumed by training so far
         self.targets_seen = 0  # global scored targets so far
-        self.flops_seen = 0.0  # global training FLOPs so far (the first step's measured count per step)
+        self.flops_seen = 0.0  # global training FLOPs so far (the first batch's count per step)
         # val/loss = total NLL / total scored over the whole validation set, as sums (a weighted MeanMetric with
         # nan_strategy="disable" drops its weights, torchmetrics#3434); a NaN batch makes it NaN (torchmetrics'
         # default would drop it, with a warning)
@@ -90,7 +89,7 @@ class SelfSupModule(L.LightningModule):
         self.val_correct = SumMetric(nan_strategy="disable")
         self.val_scored = SumMetric(nan_strategy="disable")
         self.val_inputs = SumMetric(nan_strategy="disable")
-        self.flops_per_batch = None  # measured on the first step; read by selfsup.throughput.TokenThroughput
+        self.flops_per_batch = None  # counted before the first step (count_flops); read by selfsup.throughput.TokenThroughput
         self.resume_record = None    # config/vocabulary/tokenizer fingerprint stored in checkpoints
         self.nonfinite = None        # the NonFiniteGuard callback, when the trainer has one
         self._grad_norm = None       # global gradient norm of the last step, before clipping
@@ -111,19 +110,8 @@ class SelfSupModule(L.LightningModule):
         total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
         # accuracy costs an argmax: only when the loggers write (every log_every_n_steps, as Lightning decides)
         logging = (self.global_step + 1) % self.trainer.log_every_n_steps == 0 or self.trainer.should_stop
-        # FLOPs (throughput, MFU, train/flops_seen): counted on the first real step (forward and backward, all micro-batches),
-        # eagerly: Dynamo, meeting a compiled model under a dispatch mode such as FlopCounterMode, marks its
-        # code to skip for good, and trainer.compile=true would silently train eagerly
-        counter = FlopCounterMode(display=False) if self.flops_per_batch is None else None
-        with contextlib.ExitStack() as counting:
-            if counter is not None:
-                counting.enter_context(torch.compiler.set_stance("force_eager"))
-                counting.enter_context(counter)
-            nll_sum, correct = accumulate_gradients(self.model, micro, total_scored, self.trainer.world_size,
-                                                    backward=self.manual_backward, accuracy=logging)
-        if counter is not None:
-            self.flops_per_batch = counter.get_total_flops() * self.trainer.world_size
-            self.fit_schedule_to_budget(total_inputs)
+        nll_sum, correct = accumulate_gradients(self.model, micro, total_scored, self.trainer.world_size,
+                                                backward=self.manual_backward, accuracy=logging)
         sums = self.trainer.strategy.reduce(torch.stack([nll_sum, correct.float()]), reduce_op="sum")
         loss = sums[0] / max(total_scored, 1.0)
         # a finite loss can still give non-finite gradients (a huge learning rate): both are checked before
@@ -162,6 +150,26 @@ class SelfSupModule(L.LightningModule):
         if logging or self.trainer.should_stop:
             self.log_dict(metrics, on_step=True, on_epoch=False, rank_zero_only=True)
         return loss
+
+    def count_flops(self, tokens: torch.Tensor) -> None:
+        """The training FLOPs of a step (all ranks), counted by FlopCounterMode once, on the first batch before its
+        step, from the forward pass: the backward pass does two matmuls per forward one (the fused head does its
+        three in the forward pass when gradients are wanted, one without) and FlopCounterMode's 2.5 attentions
+        per forward one (its kernels recompute the scores). Counted in eval mode (dropout draws no random numbers)
+        and eagerly (Dynamo does not trace under FlopCounterMode)."""
+        micro = [self.objective(chunk, self.generator("flops", i)) for i, chunk in enumerate(tokens.chunk(self.accumulate))]
+        counter, training = FlopCounterMode(display=False), self.model.training
+        self.model.eval()
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"), counter:
+            for batch in micro:
+                cross_entropy_sums(self.model, batch, accuracy=False)
+        self.model.train(training)
+        by_op = counter.get_flop_counts().get("Global", {})
+        attention = sum(n for op, n in by_op.items() if "scaled_dot_product" in str(op))
+        forward = counter.get_total_flops()
+        self.flops_per_batch = (3 * (forward - attention) + 3.5 * attention) * self.trainer.world_size
+        inputs = torch.stack([b.n_inputs for b in micro]).sum().float()
+        self.fit_schedule_to_budget(float(self.trainer.strategy.reduce(inputs, reduce_op="sum")))
 
     def fit_schedule_to_budget(self, inputs_per_step: float) -> None:
         """A run that trainer.max_flops or trainer.max_tokens stops before max_steps decays its learning rate to
@@ -256,6 +264,8 @@ class SelfSupModule(L.LightningModule):
         self.optim.apply(self.optimizers(use_pl_optimizer=False), self.lr_schedulers())
 
     def on_train_batch_start(self, tokens: torch.Tensor, batch_idx: int) -> None:
+        if self.flops_per_batch is None:
+            self.count_flops(tokens)
         if getattr(self, "_align_log_step", False):
             # A checkpoint saved at a batch end stores Lightning's logging-step counter before that
             # batch counts, so a resumed run would log its first step under the previous number.

@@ -1,8 +1,8 @@
 """Throughput, FLOP/s, MFU and peak memory through Lightning's Throughput meter, under the
 names in DESIGN.md (perf/tokens_per_sec, perf/mfu, ...).
 
-FLOPs per batch are measured, not estimated: the module counts one real training step of its
-objective with torch's FlopCounterMode (Lightning's `measure_flops`). MFU needs the device's
+FLOPs per batch are counted, not estimated: before the first step the module counts the forward pass
+of its first batch with torch's FlopCounterMode (SelfSupModule.count_flops). MFU needs the device's
 peak: Lightning knows it for most GPUs (a few names it misses are below); on CPU we measure this
 machine's fp32 matmul peak once.
 """
@@ -69,7 +69,7 @@ def peak_memory_mb(device: torch.device) -> float:
 
 class TokenThroughput(Callback):
     """Training throughput as perf/* metrics, with Lightning's (public) Throughput meter: input tokens (all
-    positions of each [B, L] window), windows, FLOPs (the module's measured `flops_per_batch`) and MFU, per
+    positions of each [B, L] window), windows, FLOPs (the module's counted `flops_per_batch`) and MFU, per
     second of training time (validation, evaluation, checkpoints and the first step, which compiles and
     initialises, excluded), over the last `window_size` steps; peak memory. Logged with the train metrics
     (every trainer.log_every_n_steps). `tokens_per_sec()`: the average over the whole fit, on the same clock."""

@@ -353,14 +353,8 @@ def swept_values(cfg: DictConfig) -> dict:
     return out
 
 
-
-
-JOB_STARTED = []  # set once Hydra has composed a config and started a job: later errors are not config errors
-
-
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_main(cfg: DictConfig) -> float | None:
-    JOB_STARTED.append(True)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     earlier_run = (run_dir / SUMMARY).exists()  # its files are never touched by a refused run
@@ -437,7 +431,8 @@ def main() -> None:
             raise SystemExit(2) from None
         frames = traceback.extract_tb(err.__traceback__)
         hydra_cli = isinstance(err, ValueError) and f"{os.sep}hydra{os.sep}" in frames[-1].filename  # e.g. -m --cfg
-        if JOB_STARTED or not (hydra_cli or isinstance(err, (HydraException, OmegaConfBaseException))):
+        in_job = any(frame.name == hydra_main.__name__ for frame in frames)  # raised once a job had started
+        if in_job or not (hydra_cli or isinstance(err, (HydraException, OmegaConfBaseException))):
             raise  # a bug, not a config mistake: the whole traceback
         print(f"error: {config_error_line(err)}", file=sys.stderr)
         raise SystemExit(2) from None
