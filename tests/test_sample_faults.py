@@ -118,6 +118,25 @@ def test_sample_refuses_bad_sampling_settings_in_one_line(checkpoints, capsys, o
     assert "Traceback" not in err and "decoder from" not in out  # refused before loading the model
 
 
+def test_sample_samples_at_temperature_0_8_from_the_top_200_and_greedy_takes_the_argmax(checkpoints, capsys):
+    from selfsup.sample import main as sample
+    p = selfsup.load(checkpoints["clm"])
+    command = [str(checkpoints["clm"]), "--prompt", "the module", "--max-new-tokens", "4"]
+    texts = []
+    for seed in range(5):
+        sample([*command, "--seed", str(seed)])
+        texts.append(capsys.readouterr().out.splitlines()[-1])
+        assert texts[-1] == "the module" + p.generate("the module", 4, temperature=0.8, top_k=200, seed=seed)
+    assert len(set(texts)) > 1  # sampled: seeds differ
+    sample([*command, "--greedy", "--seed", "3"])
+    assert capsys.readouterr().out.splitlines()[-1] == "the module" + p.generate("the module", 4)  # argmax
+    with pytest.raises(SystemExit) as exit_info:
+        sample([*command, "--greedy", "--temperature", "0.5"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: --greedy and --temperature 0.5") and len(
+        err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("kwargs", [{"temperature": -1.0}, {"temperature": math.nan}, {"temperature": math.inf},
                                     {"top_k": -1}, {"max_new_tokens": -1}])
 def test_generate_refuses_bad_sampling_settings(checkpoints, kwargs):

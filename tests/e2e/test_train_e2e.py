@@ -186,7 +186,7 @@ def test_sample_shows_what_each_architecture_predicts(sweep, capsys):
     assert all(p[0][1] >= p[1][1] >= p[2][1] > 0 for p in masks) and lines[2].startswith("<mask> 0: ")
     spans = selfsup.load(root / "2").fill_spans("The <extra_id_0> of the <extra_id_1> is", max_new_tokens=8)
     assert list(spans) == ["<extra_id_0>", "<extra_id_1>"] and all(isinstance(v, str) for v in spans.values())
-    sample([str(root / "1"), "--max-new-tokens", "8"])
+    sample([str(root / "1"), "--max-new-tokens", "8", "--greedy"])
     assert capsys.readouterr().out.splitlines()[1] == "The module" + greedy
 
 

@@ -433,11 +433,6 @@ def _hf_read(datasets, name, config, split, text_field, data_files, streaming, m
 # --------------------------------------------------------------------------------------------
 
 
-def document_hash(text: str) -> str:
-    """A digest of a document's text: two documents with the same text have the same hash."""
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
-
-
 def document_key(text: str) -> int:
     """A stable 64-bit number for a document: blake2b of its text (equal texts, equal keys)."""
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")

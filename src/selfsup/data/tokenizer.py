@@ -96,9 +96,3 @@ def encode_documents(tokenizer: Tokenizer, documents: Sequence[str], eos_id: int
             parts.append(np.asarray(encoding.ids, dtype=dtype))
             parts.append(np.asarray([eos_id], dtype=dtype))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-
-
-def longest_document(tokens: np.ndarray, eos_id: int) -> int:
-    """The number of tokens in the longest document of encode_documents' array (eos not counted)."""
-    ends = np.flatnonzero(np.asarray(tokens) == eos_id)
-    return int(np.diff(ends, prepend=-1).max()) - 1 if ends.size else 0
