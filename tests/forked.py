@@ -33,24 +33,37 @@ _server: list[subprocess.Popen] = []  # this test process's forking server, star
 def run(args, *, env=None, cwd=None, timeout=None, capture_output=False, text=None, check=False, **kwargs):
     """subprocess.run(args, ...); forked when it captures text output (capture_output=True, text=True)."""
     env = dict(os.environ if env is None else env)
-    if (kwargs or not (capture_output and text) or not args or args[0] not in SCRIPTS
-            or any(_read_at_import(env).get(k) != v for k, v in _read_at_import(os.environ).items())
-            or _read_at_import(env).keys() - _read_at_import(os.environ).keys()):
-        return subprocess.run(args, env=env, cwd=cwd, timeout=timeout, capture_output=capture_output, text=text,
-                              check=check, **kwargs)
+    if (
+        kwargs
+        or not (capture_output and text)
+        or not args
+        or args[0] not in SCRIPTS
+        or any(_read_at_import(env).get(k) != v for k, v in _read_at_import(os.environ).items())
+        or _read_at_import(env).keys() - _read_at_import(os.environ).keys()
+    ):
+        return subprocess.run(
+            args, env=env, cwd=cwd, timeout=timeout, capture_output=capture_output, text=text, check=check, **kwargs
+        )
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         server = _started()
-        job = {"args": [str(a) for a in args], "env": env, "cwd": str(cwd or os.getcwd()), "stdout": str(out),
-               "stderr": str(err), "timeout": timeout}
+        job = {
+            "args": [str(a) for a in args],
+            "env": env,
+            "cwd": str(cwd or os.getcwd()),
+            "stdout": str(out),
+            "stderr": str(err),
+            "timeout": timeout,
+        }
         server.stdin.write(json.dumps(job) + "\n")
         server.stdin.flush()
         answer = json.loads(server.stdout.readline() or '{"returncode": null}')
         if answer.get("timed_out"):
             raise subprocess.TimeoutExpired(args, timeout, out.read_text(), err.read_text())
         if answer["returncode"] is None:
-            raise RuntimeError(f"the forking server of tests/forked.py ended: {Path(server.args[-1]).name} "
-                               f"wrote {server.stderr.name}")
+            raise RuntimeError(
+                f"the forking server of tests/forked.py ended: {Path(server.args[-1]).name} wrote {server.stderr.name}"
+            )
         done = subprocess.CompletedProcess(args, answer["returncode"], out.read_text(), err.read_text())
     if check:
         done.check_returncode()
@@ -64,8 +77,11 @@ def _read_at_import(env) -> dict:
 def _started() -> subprocess.Popen:
     if not _server or _server[0].poll() is not None:
         log = tempfile.NamedTemporaryFile("w+", prefix="selfsup-forked-", suffix=".log", delete=False)
-        _server[:] = [subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=log, text=True)]
+        _server[:] = [
+            subprocess.Popen(
+                [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+            )
+        ]
         _server[0].stderr = log
         atexit.register(_server[0].kill)
     return _server[0]

@@ -21,12 +21,17 @@ def write_corpus(folder, n_files=4, docs_per_file=60):
 def t5_like_tokenizer(path, texts, n_extra=10):
     """A SentencePiece-style Unigram tokenizer like T5's: <pad>=0, </s>=1, <unk>=2, then pieces, <extra_id_N> last."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
     tok = Tokenizer(models.Unigram())
     tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"],
-                                                           unk_token="<unk>", show_progress=False))
+    tok.train_from_iterator(
+        texts,
+        trainers.UnigramTrainer(
+            vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False
+        ),
+    )
     tok.add_special_tokens([f"<extra_id_{i}>" for i in reversed(range(n_extra))])
     tok.save(str(path))
     return tok
@@ -35,11 +40,14 @@ def t5_like_tokenizer(path, texts, n_extra=10):
 def gpt2_like_tokenizer(path, texts):
     """A byte-level BPE like GPT-2's: no pad, mask or sentinels, <|endoftext|> its only special token (last)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                                       show_progress=False))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False),
+    )
     tok.add_special_tokens(["<|endoftext|>"])
     tok.save(str(path))
     return tok
@@ -48,6 +56,7 @@ def gpt2_like_tokenizer(path, texts):
 def write_records(path, rows, fmt=None, row_group_size=None):
     """rows (dicts) as a .jsonl, .csv or .parquet file (fmt, else the path's suffix); returns str(path)."""
     import csv
+
     fmt = fmt or path.suffix[1:]
     if fmt == "jsonl":
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -59,5 +68,6 @@ def write_records(path, rows, fmt=None, row_group_size=None):
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq
+
         pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
     return str(path)

@@ -21,9 +21,18 @@ def test_default_preset_is_the_labs_model(capsys):
     cfg = lab_config(objective)
     a, d = cfg.architecture, cfg.data
     obj = build_objective(objective, Vocab(size=d.vocab_size, n_sentinels=d.n_sentinels), d.seq_len)
-    model = build_model(a.name, d.vocab_size, obj.model_length, d_model=a.d_model, n_layers=a.n_layers,
-                        n_heads=a.n_heads, d_ff=a.d_ff, n_decoder_layers=a.n_decoder_layers,
-                        activation=a.activation, bias=a.bias)
+    model = build_model(
+        a.name,
+        d.vocab_size,
+        obj.model_length,
+        d_model=a.d_model,
+        n_layers=a.n_layers,
+        n_heads=a.n_heads,
+        d_ff=a.d_ff,
+        n_decoder_layers=a.n_decoder_layers,
+        activation=a.activation,
+        bias=a.bias,
+    )
 
     main(["train", "--objectives", objective, "--steps", "3", "--warmup", "1", "--rounds", "1", "--no-hf"])
     header, _, row = capsys.readouterr().out.strip().splitlines()[-3:]

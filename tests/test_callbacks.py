@@ -20,8 +20,15 @@ def composed(*overrides):
 
 
 def test_the_default_callbacks_get_the_runs_paths_and_the_trainer_settings(tmp_path):
-    made = make_callbacks(composed("trainer.val_check_interval=7", "trainer.nonfinite=skip",
-                                   "trainer.log_every_n_steps=5", "trainer.progress_bar=false"), tmp_path)
+    made = make_callbacks(
+        composed(
+            "trainer.val_check_interval=7",
+            "trainer.nonfinite=skip",
+            "trainer.log_every_n_steps=5",
+            "trainer.progress_bar=false",
+        ),
+        tmp_path,
+    )
     assert list(made) == ["best", "last", "guard", "preemption", "throughput"]  # the order the Trainer calls them
     best, last, guard, preemption, throughput = made.values()
     assert isinstance(best, ModelCheckpoint) and best.dirpath == str(tmp_path / "checkpoints")
@@ -37,9 +44,14 @@ def test_the_default_callbacks_get_the_runs_paths_and_the_trainer_settings(tmp_p
 
 
 def test_a_callback_is_dropped_or_added_from_the_command_line(tmp_path):
-    made = make_callbacks(composed("~callbacks.throughput", "trainer.progress_bar=false",
-                                   "+callbacks.lr={_target_: lightning.pytorch.callbacks.LearningRateMonitor}"),
-                          tmp_path)
+    made = make_callbacks(
+        composed(
+            "~callbacks.throughput",
+            "trainer.progress_bar=false",
+            "+callbacks.lr={_target_: lightning.pytorch.callbacks.LearningRateMonitor}",
+        ),
+        tmp_path,
+    )
     assert list(made) == ["best", "last", "guard", "preemption", "lr"]
     assert type(made["lr"]).__name__ == "LearningRateMonitor"
     assert "console" in make_callbacks(composed(), tmp_path)  # trainer.progress_bar=true: the console's lines
@@ -47,6 +59,7 @@ def test_a_callback_is_dropped_or_added_from_the_command_line(tmp_path):
 
 def test_the_record_of_a_run_from_before_the_callbacks_group_resumes_with_the_default_ones(tmp_path):
     from omegaconf import OmegaConf
+
     recorded = OmegaConf.to_container(composed("trainer.progress_bar=false"), resolve=True)
     del recorded["callbacks"]
     made = make_callbacks(OmegaConf.create(recorded), tmp_path)
@@ -55,6 +68,9 @@ def test_the_record_of_a_run_from_before_the_callbacks_group_resumes_with_the_de
 
 
 def test_a_bad_callback_setting_is_one_line(tmp_path):
-    with pytest.raises(UserError, match=r"^callbacks.best.monitr is not a setting of "
-                                        r"lightning.pytorch.callbacks.ModelCheckpoint: use .*monitor"):
+    with pytest.raises(
+        UserError,
+        match=r"^callbacks.best.monitr is not a setting of "
+        r"lightning.pytorch.callbacks.ModelCheckpoint: use .*monitor",
+    ):
         make_callbacks(composed("+callbacks.best.monitr=val/accuracy"), tmp_path)

@@ -14,19 +14,40 @@ ROOT = Path(__file__).parents[1]
 
 
 def row(objective: str, margin: float, run_dir: Path) -> dict:
-    return {"status": "finished", "objective": objective, "architecture": "encoder", "swept": {},
-            "run_dir": str(run_dir), "steps": 300, "tokens_seen": 614400, "flops_seen": 1.7e12, "targets_seen": 95000,
-            "val_loss": 6.2, "wall_seconds": 60.0, "eval_seconds": 12.0,
-            "eval_part_seconds": {"fixed": 0.3, "pairs": 9.0, "probe": 2.7},
-            "pairs_scorers": {"eval/pairs": "pseudo-log-likelihood"},
-            "eval": {"eval/fixed/loss": 6.0, "eval/fixed/masked/loss": 6.5, "eval/fixed/masked/fraction": 0.8,
-                     "eval/fixed/masked/unigram_loss": 6.6, "eval/fixed/random/loss": 6.9,
-                     "eval/fixed/random/fraction": 0.1, "eval/fixed/random/unigram_loss": 6.6,
-                     "eval/fixed/unchanged/loss": 2.1, "eval/fixed/unchanged/fraction": 0.1,
-                     "eval/fixed/unchanged/unigram_loss": 6.7, "eval/pairs/accuracy": 0.5 + margin,
-                     "eval/pairs/random_init_accuracy": 0.5, "eval/pairs/random_init_accuracy_sd": 0.01,
-                     "eval/pairs/margin": margin, "eval/pairs/margin_low": margin - 0.02,
-                     "eval/pairs/margin_high": margin + 0.02}}
+    return {
+        "status": "finished",
+        "objective": objective,
+        "architecture": "encoder",
+        "swept": {},
+        "run_dir": str(run_dir),
+        "steps": 300,
+        "tokens_seen": 614400,
+        "flops_seen": 1.7e12,
+        "targets_seen": 95000,
+        "val_loss": 6.2,
+        "wall_seconds": 60.0,
+        "eval_seconds": 12.0,
+        "eval_part_seconds": {"fixed": 0.3, "pairs": 9.0, "probe": 2.7},
+        "pairs_scorers": {"eval/pairs": "pseudo-log-likelihood"},
+        "eval": {
+            "eval/fixed/loss": 6.0,
+            "eval/fixed/masked/loss": 6.5,
+            "eval/fixed/masked/fraction": 0.8,
+            "eval/fixed/masked/unigram_loss": 6.6,
+            "eval/fixed/random/loss": 6.9,
+            "eval/fixed/random/fraction": 0.1,
+            "eval/fixed/random/unigram_loss": 6.6,
+            "eval/fixed/unchanged/loss": 2.1,
+            "eval/fixed/unchanged/fraction": 0.1,
+            "eval/fixed/unchanged/unigram_loss": 6.7,
+            "eval/pairs/accuracy": 0.5 + margin,
+            "eval/pairs/random_init_accuracy": 0.5,
+            "eval/pairs/random_init_accuracy_sd": 0.01,
+            "eval/pairs/margin": margin,
+            "eval/pairs/margin_low": margin - 0.02,
+            "eval/pairs/margin_high": margin + 0.02,
+        },
+    }
 
 
 @pytest.fixture
@@ -35,8 +56,10 @@ def repo(tmp_path) -> Path:
     for name in FILES:
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# {name}\nbefore\n<!-- {MARK}:console -->\nold\n<!-- /{MARK}:console -->\nbetween\n"
-                        f"<!-- {MARK}:cost -->\nold\n<!-- /{MARK}:cost -->\nafter\n")
+        path.write_text(
+            f"# {name}\nbefore\n<!-- {MARK}:console -->\nold\n<!-- /{MARK}:console -->\nbetween\n"
+            f"<!-- {MARK}:cost -->\nold\n<!-- /{MARK}:cost -->\nafter\n"
+        )
     sweep = tmp_path / "sweep"
     for job, (objective, margin) in enumerate((("mlm", 0.01), ("clm", 0.3))):
         (sweep / str(job)).mkdir(parents=True)
@@ -59,10 +82,13 @@ def test_the_blocks_are_replaced_and_the_rest_kept(repo, capsys):
     assert "rewrote" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("broken,message", [
-    (f"<!-- {MARK}:console -->\nno end\n", "has no <!-- /selfsup.report.docs:NAME --> after it"),
-    (f"<!-- {MARK}:nonsense -->\nx\n<!-- /{MARK}:nonsense -->\n", "unknown block 'nonsense'"),
-])
+@pytest.mark.parametrize(
+    "broken,message",
+    [
+        (f"<!-- {MARK}:console -->\nno end\n", "has no <!-- /selfsup.report.docs:NAME --> after it"),
+        (f"<!-- {MARK}:nonsense -->\nx\n<!-- /{MARK}:nonsense -->\n", "unknown block 'nonsense'"),
+    ],
+)
 def test_a_bad_block_is_refused_and_nothing_is_written(repo, capsys, broken, message):
     readme = repo / "README.md"
     readme.write_text(readme.read_text() + broken)

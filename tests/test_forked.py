@@ -8,8 +8,10 @@ import forked
 
 def test_a_forked_command_says_and_exits_what_a_new_process_does(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    for args in (["selfsup-train", "trainer.max_steps=-3", f"hydra.run.dir={tmp_path / 'run'}"],
-                 ["selfsup-report", str(tmp_path / "missing")]):
+    for args in (
+        ["selfsup-train", "trainer.max_steps=-3", f"hydra.run.dir={tmp_path / 'run'}"],
+        ["selfsup-report", str(tmp_path / "missing")],
+    ):
         fresh = subprocess.run(args, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
         again = forked.run(args, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
         assert (again.returncode, again.stdout, again.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)

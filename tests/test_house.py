@@ -1,6 +1,6 @@
 """The house rules a contributor's change is held to (docs/contributing.md): the layers never import upward and
 no package's modules import each other in a cycle (import-linter, the contracts in pyproject.toml), ruff's
-lint passes, and the plain-torch core type-checks (mypy)."""
+lint and format checks pass, and the plain-torch core type-checks (mypy)."""
 
 import shutil
 import subprocess
@@ -27,15 +27,28 @@ def test_an_upward_import_breaks_the_layers_contract(tmp_path):
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     with (source / "selfsup" / "data" / "vocab.py").open("a") as f:
         f.write("\nfrom selfsup.train import main  # noqa: E402,F401\n")
-    done = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()", "--no-cache"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(source), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from importlinter.cli import lint_imports_command; lint_imports_command()",
+            "--no-cache",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(source), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     assert "selfsup.data.vocab -> selfsup.train" in done.stdout
 
 
-def test_ruff_finds_nothing():
+def test_ruff_finds_nothing_and_the_code_is_formatted():
     done = run(sys.executable, "-m", "ruff", "check", "src", "tests")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    done = run(sys.executable, "-m", "ruff", "format", "--check", "src", "tests")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]  # `ruff format src tests` formats it
 
 
 def test_the_plain_torch_core_type_checks():

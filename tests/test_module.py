@@ -34,8 +34,11 @@ class FixedDistribution(torch.nn.Module):
 def test_seed_worked_example_through_the_shared_step(p, loss):
     # "rates rose sharply today": mask "rose" (id 1); the model gives it probability p
     probs = torch.tensor([(1 - p) / 3, p, (1 - p) / 3, (1 - p) / 3])
-    batch = ObjectiveBatch(targets=torch.tensor([[IGNORE, 1, IGNORE, IGNORE]]), n_inputs=torch.tensor(4),
-                           encoder_inputs=torch.tensor([[0, 3, 2, 0]]))
+    batch = ObjectiveBatch(
+        targets=torch.tensor([[IGNORE, 1, IGNORE, IGNORE]]),
+        n_inputs=torch.tensor(4),
+        encoder_inputs=torch.tensor([[0, 3, 2, 0]]),
+    )
     nll, n, _ = cross_entropy_sums(FixedDistribution(probs), batch)
     assert n.item() == 1
     assert (nll / n).item() == pytest.approx(loss, abs=5e-4)
@@ -45,8 +48,11 @@ def test_seed_worked_example_through_the_shared_step(p, loss):
 
 def test_batch_without_scored_positions_gives_zero_not_nan():
     model = build_model("encoder", V.size, 16, d_model=32, n_layers=1, n_heads=2)
-    batch = ObjectiveBatch(targets=torch.full((2, 8), IGNORE), n_inputs=torch.tensor(16),
-                           encoder_inputs=torch.randint(V.first_ordinary, V.size, (2, 8)))
+    batch = ObjectiveBatch(
+        targets=torch.full((2, 8), IGNORE),
+        n_inputs=torch.tensor(16),
+        encoder_inputs=torch.randint(V.first_ordinary, V.size, (2, 8)),
+    )
     nll_sum, _ = accumulate_gradients(model, [batch], total_scored=0)
     assert nll_sum.item() == 0.0
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
@@ -79,7 +85,9 @@ def test_accumulation_normalises_by_total_scored_tokens_not_mean_of_means():
     for x, y in zip(g_one, g_acc):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
     # the mean of per-batch means differs: the test would catch that normalisation
-    mean_of_means = ((cross_entropy_sums(model, a)[0] / a.n_scored) + (cross_entropy_sums(model, b)[0] / b.n_scored)) / 2
+    mean_of_means = (
+        (cross_entropy_sums(model, a)[0] / a.n_scored) + (cross_entropy_sums(model, b)[0] / b.n_scored)
+    ) / 2
     assert abs(mean_of_means.item() - loss_one.item()) > 1e-3
 
 
@@ -107,12 +115,15 @@ def test_validation_loss_is_token_weighted_over_unequal_batches():
     model = FixedDistribution(probs)
 
     def score_nonzero(tokens, generator):  # every non-zero token is its own target
-        return ObjectiveBatch(targets=torch.where(tokens > 0, tokens, IGNORE), n_inputs=torch.tensor(tokens.numel()),
-                              encoder_inputs=tokens)
+        return ObjectiveBatch(
+            targets=torch.where(tokens > 0, tokens, IGNORE),
+            n_inputs=torch.tensor(tokens.numel()),
+            encoder_inputs=tokens,
+        )
 
     a, b = torch.zeros(2, 8, dtype=torch.long), torch.zeros(2, 8, dtype=torch.long)
-    a[:, :] = 1          # 16 targets of probability 0.5
-    b[0, :2] = 2         # 2 targets of probability 0.1
+    a[:, :] = 1  # 16 targets of probability 0.5
+    b[0, :2] = 2  # 2 targets of probability 0.1
     module = SelfSupModule(model, score_nonzero)
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     out = trainer.validate(module, torch.utils.data.DataLoader(torch.cat([a, b]), batch_size=2), verbose=False)[0]
@@ -179,10 +190,18 @@ def test_bf16_mixed_precision_trains_on_cpu():
     torch.manual_seed(0)
     model = build_model("decoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
     from selfsup.objectives import CausalLM
+
     module = SelfSupModule(model, CausalLM(V, 32), AdamWCosine(warmup_steps=1), max_steps=4)
     data = torch.randint(V.first_ordinary, V.size, (32, 33))
-    trainer = L.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=4, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        precision="bf16-mixed",
+        max_steps=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
     assert trainer.global_step == 4 and torch.isfinite(torch.tensor(float(trainer.callback_metrics["train/loss"])))
     assert module.flops_per_batch > 0  # measured on the first batch
@@ -202,9 +221,18 @@ def test_the_last_step_is_validated_off_the_interval():
             validated.append(trainer.global_step)
 
     data = torch.randint(V.first_ordinary, V.size, (64, 32), generator=torch.Generator().manual_seed(0))
-    trainer = L.Trainer(accelerator="cpu", max_steps=5, val_check_interval=3, check_val_every_n_epoch=None,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0, callbacks=[Record()])
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=5,
+        val_check_interval=3,
+        check_val_every_n_epoch=None,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[Record()],
+    )
     loader = torch.utils.data.DataLoader(data, batch_size=4)
     trainer.fit(module, loader, loader)
     assert validated == [3, 5] and trainer.global_step == 5
@@ -215,14 +243,24 @@ def first_step(precision_or_plugin, grad_clip: float, max_steps: int = 1):
     from lightning.pytorch.plugins import Precision
 
     from selfsup.objectives import CausalLM
+
     torch.manual_seed(0)
     model = build_model("decoder", V.size, 32, d_model=32, n_layers=1, n_heads=2)
-    module = SelfSupModule(model, CausalLM(V, 32), AdamWCosine(warmup_steps=1, grad_clip=grad_clip), max_steps=max_steps)
+    module = SelfSupModule(
+        model, CausalLM(V, 32), AdamWCosine(warmup_steps=1, grad_clip=grad_clip), max_steps=max_steps
+    )
     data = torch.randint(V.first_ordinary, V.size, (8 * max_steps, 33), generator=torch.Generator().manual_seed(0))
     plugin = isinstance(precision_or_plugin, Precision)
-    trainer = L.Trainer(accelerator="cpu", max_steps=max_steps, logger=False, log_every_n_steps=1,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        **({"plugins": [precision_or_plugin]} if plugin else {"precision": precision_or_plugin}))
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=max_steps,
+        logger=False,
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **({"plugins": [precision_or_plugin]} if plugin else {"precision": precision_or_plugin}),
+    )
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
     return module, trainer
 
@@ -231,9 +269,11 @@ def test_fp16_mixed_clips_unscaled_gradients():
     # fp16 autocast with a GradScaler (scale 2**16): Lightning's scaler must unscale before our
     # clipping, or the norm seen by the clip is 65536x too large and every update is crushed
     from lightning.pytorch.plugins import MixedPrecision
+
     fp32, t32 = first_step("32-true", grad_clip=0.5)
-    fp16, t16 = first_step(MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu", init_scale=2.0**16)),
-                           grad_clip=0.5)
+    fp16, t16 = first_step(
+        MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu", init_scale=2.0**16)), grad_clip=0.5
+    )
     assert t16.precision_plugin.scaler is not None and t16.precision_plugin.scaler.get_scale() >= 2.0**15
     assert t32.optimizers[0].defaults["fused"] and not t16.optimizers[0].defaults["fused"]  # fused unscales too late
     norm32 = float(t32.callback_metrics["train/grad_norm"])
@@ -241,8 +281,9 @@ def test_fp16_mixed_clips_unscaled_gradients():
     assert norm32 > 0.5  # the clip is active
     assert norm16 == pytest.approx(norm32, rel=2e-2)
     torch.manual_seed(0)
-    start = torch.cat([p.flatten() for p in build_model("decoder", V.size, 32, d_model=32, n_layers=1,
-                                                         n_heads=2).parameters()])
+    start = torch.cat(
+        [p.flatten() for p in build_model("decoder", V.size, 32, d_model=32, n_layers=1, n_heads=2).parameters()]
+    )
     step32 = torch.cat([p.flatten() for p in fp32.model.parameters()]) - start
     step16 = torch.cat([p.flatten() for p in fp16.model.parameters()]) - start
     assert step16.abs().sum() > 0  # the scaler did not skip the step
@@ -261,14 +302,17 @@ def test_grad_norm_is_logged_before_clipping_and_the_update_is_clipped():
     assert moved_clipped < moved_free  # AdamW's first step is ~lr*sign(g); clipping shrinks the eps-limited ones
 
 
-@pytest.mark.parametrize("objective,arch", [("mlm", "encoder"), ("clm", "decoder"), ("span_corruption", "encoder_decoder"),
-                                            ("prefix_lm", "decoder")])
+@pytest.mark.parametrize(
+    "objective,arch",
+    [("mlm", "encoder"), ("clm", "decoder"), ("span_corruption", "encoder_decoder"), ("prefix_lm", "decoder")],
+)
 def test_the_flops_counted_before_training_are_those_of_a_training_step(objective, arch):
     """count_flops (a forward pass, before the first step) gives what FlopCounterMode counts over the step's
     forward and backward passes on the same batch (two micro-batches)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from selfsup.objectives import build_objective
+
     obj = build_objective(objective, V, 32)
     model = build_model(arch, V.size, obj.model_length, d_model=32, n_layers=2, n_heads=4)
     module = SelfSupModule(model, obj, accumulate=2)
@@ -289,6 +333,7 @@ def test_compiled_model_is_compiled_after_the_flop_count():
     from torch._dynamo.utils import counters
 
     from selfsup.objectives import CausalLM
+
     torch._dynamo.reset()
     counters.clear()
     flops = {}
@@ -299,8 +344,14 @@ def test_compiled_model_is_compiled_after_the_flop_count():
             model.compile(dynamic=False, backend="eager")
         module = SelfSupModule(model, CausalLM(V, 16), AdamWCosine(warmup_steps=1), max_steps=3)
         data = torch.randint(V.first_ordinary, V.size, (12, 17), generator=torch.Generator().manual_seed(0))
-        trainer = L.Trainer(accelerator="cpu", max_steps=3, logger=False, enable_checkpointing=False,
-                            enable_progress_bar=False, enable_model_summary=False)
+        trainer = L.Trainer(
+            accelerator="cpu",
+            max_steps=3,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
         trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=4))
         flops[compiled] = module.flops_per_batch
     assert counters["stats"]["unique_graphs"] >= 1 and counters["frames"]["ok"] >= 1  # a graph was compiled and ran

@@ -8,10 +8,14 @@ from selfsup.names import ERROR, SUMMARY, RunSummary, override_key
 
 def test_a_summary_is_written_as_strict_json_and_read_back(tmp_path):
     (tmp_path / ERROR).write_text("error: an earlier failure\n")
-    RunSummary({"status": "finished", "val_loss": math.nan, "eval": {"eval/fixed/loss": math.inf, "n": [1.5, -math.inf]}}
-               ).write(tmp_path)
-    assert json.loads((tmp_path / SUMMARY).read_text()) == {"status": "finished", "val_loss": None,
-                                                            "eval": {"eval/fixed/loss": None, "n": [1.5, None]}}
+    RunSummary(
+        {"status": "finished", "val_loss": math.nan, "eval": {"eval/fixed/loss": math.inf, "n": [1.5, -math.inf]}}
+    ).write(tmp_path)
+    assert json.loads((tmp_path / SUMMARY).read_text()) == {
+        "status": "finished",
+        "val_loss": None,
+        "eval": {"eval/fixed/loss": None, "n": [1.5, None]},
+    }
     assert not (tmp_path / ERROR).exists()  # a finished run's stale error goes
     read = RunSummary.read(tmp_path)
     assert (read.found, read.problem, read.values["eval"]["n"]) == (True, None, [1.5, None])
@@ -45,4 +49,8 @@ def test_a_summary_that_cannot_be_written_leaves_the_previous_one(tmp_path, capl
 
 def test_override_key_is_the_key_a_hydra_override_sets():
     assert [override_key(o) for o in ("seed=1", "+trainer.max_steps=3", "++a.b=x=y", "~eval.tasks")] == [
-        "seed", "trainer.max_steps", "a.b", "eval.tasks"]
+        "seed",
+        "trainer.max_steps",
+        "a.b",
+        "eval.tasks",
+    ]

@@ -24,7 +24,7 @@ def commands() -> list[tuple[str, list[str]]]:
                 if "selfsup-train" not in line:
                     continue
                 line = line.replace("<date>", "2026-01-01").replace("<time>", "00-00-00")  # what a user fills in
-                args = shlex.split(line[line.index("selfsup-train") + len("selfsup-train"):])
+                args = shlex.split(line[line.index("selfsup-train") + len("selfsup-train") :])
                 if "-m" in args:  # a multirun: its first job
                     args = [re.sub(r"^([^=\[]+)=([^\[\]]*?),.*$", r"\1=\2", a) for a in args]
                 found.append((f"{doc.name}: {line[:60]}", [a for a in args if a not in ("-m", "--cfg", "job")]))
@@ -44,7 +44,11 @@ def test_a_documented_command_composes(where, args, monkeypatch):
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("train", overrides=args)
-    runnable_here = not any(a.startswith(("trainer=gpu", "trainer=ddp", "trainer=fsdp", "ckpt_path=", "resume=",
-                                          "objective=replaced_token")) for a in args)
+    runnable_here = not any(
+        a.startswith(
+            ("trainer=gpu", "trainer=ddp", "trainer=fsdp", "ckpt_path=", "resume=", "objective=replaced_token")
+        )
+        for a in args
+    )
     if runnable_here:
         check_settings(cfg)

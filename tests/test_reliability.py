@@ -55,6 +55,7 @@ def lab_config(objective: str = "clm", **changes) -> dict:
 
     from selfsup.config import register
     from selfsup.train import CONF_DIR
+
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("train", overrides=[f"objective={objective}"])
@@ -109,15 +110,30 @@ def loader(n_batches=8, seed=0):
 
 
 def trainer(tmp_path, callbacks=(), max_steps=4, **kwargs) -> L.Trainer:
-    return L.Trainer(accelerator="cpu", max_steps=max_steps, logger=False, enable_progress_bar=False,
-                     enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=str(tmp_path),
-                     plugins=[AtomicCheckpointIO()], callbacks=list(callbacks), **kwargs)
+    return L.Trainer(
+        accelerator="cpu",
+        max_steps=max_steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=str(tmp_path),
+        plugins=[AtomicCheckpointIO()],
+        callbacks=list(callbacks),
+        **kwargs,
+    )
 
 
 def lab_checkpoint_callback(tmp_path, **kwargs) -> ModelCheckpoint:
     """As train.py builds it."""
-    options = {"filename": "step{step:06d}", "auto_insert_metric_name": False, "monitor": "val/loss", "mode": "min",
-               "save_top_k": 1, "save_last": True}
+    options = {
+        "filename": "step{step:06d}",
+        "auto_insert_metric_name": False,
+        "monitor": "val/loss",
+        "mode": "min",
+        "save_top_k": 1,
+        "save_last": True,
+    }
     options.update(kwargs)
     return ModelCheckpoint(dirpath=tmp_path / "checkpoints", **options)
 
@@ -135,12 +151,14 @@ def one_line(err: BaseException) -> str:
 def real_run(tmp_path_factory):
     """A real 4-step fit with the lab's checkpoint callback, throughput monitor and our callbacks."""
     from selfsup.throughput import TokenThroughput
+
     tmp_path = tmp_path_factory.mktemp("real")
     throughput = TokenThroughput(window_size=2)
     throughput.available_flops = 1e11  # skips measuring this CPU's peak (seconds); it keeps no checkpoint state
     callbacks = [lab_checkpoint_callback(tmp_path), throughput, NonFiniteGuard("skip", 3), PreemptionHandler()]
-    t = trainer(tmp_path, callbacks, max_steps=4, val_check_interval=2, check_val_every_n_epoch=None,
-                limit_val_batches=2)
+    t = trainer(
+        tmp_path, callbacks, max_steps=4, val_check_interval=2, check_val_every_n_epoch=None, limit_val_batches=2
+    )
     t.fit(tiny_module(), loader(), loader(2, seed=1))
     return tmp_path / "checkpoints"
 
@@ -246,11 +264,14 @@ class FailingFile(WrappedFile):
         return self.f.write(data)
 
 
-@pytest.mark.parametrize("error,kind,words", [
-    (OSError(errno.ENOSPC, "No space left on device"), CheckpointDiskFull, "the disk is full"),
-    (OSError(errno.EDQUOT, "Disk quota exceeded"), CheckpointDiskFull, "the disk is full"),
-    (PermissionError(errno.EACCES, "Permission denied"), CheckpointWriteError, "Permission denied"),
-])
+@pytest.mark.parametrize(
+    "error,kind,words",
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), CheckpointDiskFull, "the disk is full"),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), CheckpointDiskFull, "the disk is full"),
+        (PermissionError(errno.EACCES, "Permission denied"), CheckpointWriteError, "Permission denied"),
+    ],
+)
 def test_failed_write_keeps_the_old_checkpoint_and_leaves_no_temp_file(tmp_path, monkeypatch, error, kind, words):
     io = AtomicCheckpointIO(resume_hint=f"selfsup-train resume={tmp_path}")
     target = tmp_path / "checkpoints" / "last.ckpt"
@@ -344,9 +365,22 @@ def test_kill_mid_write_leaves_the_previous_checkpoint(tmp_path):
 
 def test_fingerprint_holds_what_defines_the_run_and_not_what_users_change_to_train_longer():
     fp = resume_fingerprint(lab_config("mlm"), 4000, "abc")
-    for key in ("objective.name", "objective.mask_rate", "architecture.name", "architecture.d_model",
-                "architecture.dropout", "data.seq_len", "data.vocab_size", "data.n_sentinels", "data.source",
-                "data.paths", "data.val_fraction", "seed", "tokenizer.vocab_size", "tokenizer.hash"):
+    for key in (
+        "objective.name",
+        "objective.mask_rate",
+        "architecture.name",
+        "architecture.d_model",
+        "architecture.dropout",
+        "data.seq_len",
+        "data.vocab_size",
+        "data.n_sentinels",
+        "data.source",
+        "data.paths",
+        "data.val_fraction",
+        "seed",
+        "tokenizer.vocab_size",
+        "tokenizer.hash",
+    ):
         assert key in fp, key
     assert not any(k.startswith(("trainer.", "logger.")) for k in fp)
     assert "data.batch_size" not in fp and "architecture.activation_checkpointing" not in fp
@@ -357,16 +391,28 @@ def test_fingerprint_holds_what_defines_the_run_and_not_what_users_change_to_tra
 def recorded(tmp_path):
     path = tmp_path / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint(
-        {"state_dict": {"w": torch.ones(3)}, "global_step": 7,
-         "selfsup": {"tokens_seen": 10, **resume_state(CFG, 4000, "abc")}}, path)
+        {
+            "state_dict": {"w": torch.ones(3)},
+            "global_step": 7,
+            "selfsup": {"tokens_seen": 10, **resume_state(CFG, 4000, "abc")},
+        },
+        path,
+    )
     return path
 
 
 def test_resume_with_the_same_run_settings_is_allowed(recorded):
     check_resume_compatible(recorded, CFG, 4000, "abc")
-    longer = lab_config(**{"trainer.max_steps": 5000, "optim.lr": 1e-4, "optim.warmup_steps": 7,
-                           "data.batch_size": 64, "architecture.activation_checkpointing": True,
-                           "logger.project": "other"})
+    longer = lab_config(
+        **{
+            "trainer.max_steps": 5000,
+            "optim.lr": 1e-4,
+            "optim.warmup_steps": 7,
+            "data.batch_size": 64,
+            "architecture.activation_checkpointing": True,
+            "logger.project": "other",
+        }
+    )
     check_resume_compatible(recorded, longer, 4000, "abc")
 
 
@@ -381,9 +427,12 @@ def test_resume_mismatch_names_each_key_with_both_values(recorded):
     assert message.count(" in the checkpoint but ") == 2
     assert isinstance(info.value, CheckpointError)
 
-    with pytest.raises(ResumeMismatch, match=r"seed is 0 in the checkpoint but 1 now; "
-                                             r"tokenizer.vocab_size is 4000 in the checkpoint but 4100 now; "
-                                             r"tokenizer.hash is abc in the checkpoint but def now"):
+    with pytest.raises(
+        ResumeMismatch,
+        match=r"seed is 0 in the checkpoint but 1 now; "
+        r"tokenizer.vocab_size is 4000 in the checkpoint but 4100 now; "
+        r"tokenizer.hash is abc in the checkpoint but def now",
+    ):
         check_resume_compatible(recorded, lab_config(seed=1), 4100, "def")
 
 
@@ -403,9 +452,11 @@ def test_the_tokenizer_and_split_settings_are_part_of_what_a_resume_keeps(record
 def test_resuming_a_run_whose_data_changed_names_the_resume_once_the_data_is_back(recorded):
     with pytest.raises(ResumeMismatch) as info:
         check_resume_compatible(recorded, CFG, 4000, "other-tokenizer", resume="outputs/run")
-    assert one_line(info.value).endswith("tokenizer.hash is abc in the checkpoint but other-tokenizer now: the run's "
-                                         "data changed since it was trained; put back the data it was trained on, "
-                                         "then continue: selfsup-train resume=outputs/run")
+    assert one_line(info.value).endswith(
+        "tokenizer.hash is abc in the checkpoint but other-tokenizer now: the run's "
+        "data changed since it was trained; put back the data it was trained on, "
+        "then continue: selfsup-train resume=outputs/run"
+    )
 
 
 def test_checkpoint_without_a_record_warns_and_is_allowed(tmp_path):
@@ -417,10 +468,12 @@ def test_checkpoint_without_a_record_warns_and_is_allowed(tmp_path):
 
 def test_resume_check_on_a_real_checkpoint(real_run):
     check_resume_compatible(real_run / "last.ckpt", CFG, V.size, "tokenizer-sha")
-    with pytest.raises(ResumeMismatch, match=f"architecture.n_layers is {CFG['architecture']['n_layers']} in the "
-                                             f"checkpoint but 8 now"):
-        check_resume_compatible(real_run / "last.ckpt", lab_config(**{"architecture.n_layers": 8}), V.size,
-                                "tokenizer-sha")
+    with pytest.raises(
+        ResumeMismatch, match=f"architecture.n_layers is {CFG['architecture']['n_layers']} in the checkpoint but 8 now"
+    ):
+        check_resume_compatible(
+            real_run / "last.ckpt", lab_config(**{"architecture.n_layers": 8}), V.size, "tokenizer-sha"
+        )
 
 
 # ============================================================================ non-finite losses
@@ -428,8 +481,13 @@ def test_resume_check_on_a_real_checkpoint(real_run):
 
 def fresh_trainer(tmp_path):
     """A real Trainer before any step (global_step 0), without a checkpoint callback."""
-    return L.Trainer(default_root_dir=str(tmp_path), logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False)
+    return L.Trainer(
+        default_root_dir=str(tmp_path),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
 
 
 def test_guard_skip_counts_consecutive_non_finite_losses(tmp_path):
@@ -443,8 +501,11 @@ def test_guard_skip_counts_consecutive_non_finite_losses(tmp_path):
     assert state == {"consecutive": 2, "skipped": 4}
     resumed = NonFiniteGuard("skip", max_skips=2)
     resumed.load_state_dict(state)
-    with pytest.raises(NonFiniteLossError, match=r"the loss became nan at step 0, 3 times in a row, more than the "
-                                                 r"2 skips allowed"):
+    with pytest.raises(
+        NonFiniteLossError,
+        match=r"the loss became nan at step 0, 3 times in a row, more than the "
+        r"2 skips allowed",
+    ):
         resumed.check(nan, t)
     # several values at once (loss, grad norm): any non-finite one counts, and is named
     assert NonFiniteGuard("skip", 1).check(torch.tensor([1.0, float("inf")]), t) is True
@@ -459,16 +520,24 @@ def test_guard_stop_raises_at_the_first_non_finite_loss(tmp_path):
     assert guard.check(torch.tensor(3.0), fresh_trainer(tmp_path)) is False
     with pytest.raises(NonFiniteLossError) as info:
         guard.check(torch.tensor(float("-inf")), fresh_trainer(tmp_path))
-    assert one_line(info.value) == (f"the loss became -inf at step 0 (the weights were not updated); the last "
-                                    f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower optim.lr, or "
-                                    f"skip such steps with trainer.nonfinite=skip")
+    assert one_line(info.value) == (
+        f"the loss became -inf at step 0 (the weights were not updated); the last "
+        f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower optim.lr, or "
+        f"skip such steps with trainer.nonfinite=skip"
+    )
     with pytest.raises(ValueError, match="stop or skip"):
         NonFiniteGuard("ignore")
 
 
 def every_step_checkpoints(tmp_path):
-    return ModelCheckpoint(dirpath=tmp_path / "checkpoints", filename="step{step}", auto_insert_metric_name=False,
-                           every_n_train_steps=1, save_top_k=-1, save_last=True)
+    return ModelCheckpoint(
+        dirpath=tmp_path / "checkpoints",
+        filename="step{step}",
+        auto_insert_metric_name=False,
+        every_n_train_steps=1,
+        save_top_k=-1,
+        save_last=True,
+    )
 
 
 def steps_saved(folder: Path) -> dict:
@@ -499,8 +568,7 @@ def test_skip_policy_stops_after_too_many_in_a_row_without_saving_the_broken_sta
     assert "at step 3, 3 times in a row" in message
     assert f"the last checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}" in message
     # nothing was written after the failure: the checkpoints are those of steps 1-3, weights finite
-    assert steps_saved(tmp_path / "checkpoints") == {"last.ckpt": 3, "step1.ckpt": 1, "step2.ckpt": 2,
-                                                     "step3.ckpt": 3}
+    assert steps_saved(tmp_path / "checkpoints") == {"last.ckpt": 3, "step1.ckpt": 1, "step2.ckpt": 2, "step3.ckpt": 3}
     last = load_checkpoint_safely(tmp_path / "checkpoints" / "last.ckpt")
     assert all(torch.isfinite(v).all() for v in last["state_dict"].values())
 
@@ -511,9 +579,11 @@ def test_stop_policy_in_a_real_run(tmp_path):
     t = trainer(tmp_path, [NonFiniteGuard("stop"), every_step_checkpoints(tmp_path)], max_steps=100, max_epochs=1)
     with pytest.raises(NonFiniteLossError) as info:
         t.fit(module, loader(8))
-    assert one_line(info.value) == (f"the loss became nan at step 2 (the weights were not updated); the last "
-                                    f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower optim.lr, or "
-                                    f"skip such steps with trainer.nonfinite=skip")
+    assert one_line(info.value) == (
+        f"the loss became nan at step 2 (the weights were not updated); the last "
+        f"checkpoint is {tmp_path / 'checkpoints' / 'last.ckpt'}; lower optim.lr, or "
+        f"skip such steps with trainer.nonfinite=skip"
+    )
     assert steps_saved(tmp_path / "checkpoints") == {"last.ckpt": 2, "step1.ckpt": 1, "step2.ckpt": 2}
 
 
@@ -532,8 +602,14 @@ class SignalAt(Callback):
 def test_sigusr1_saves_last_ckpt_and_stops_cleanly_in_process(tmp_path):
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
     handler = PreemptionHandler()
-    t = trainer(tmp_path, [SignalAt(3, signal.SIGUSR1), handler, lab_checkpoint_callback(tmp_path)],
-                max_steps=50, val_check_interval=100, check_val_every_n_epoch=None, limit_val_batches=1)
+    t = trainer(
+        tmp_path,
+        [SignalAt(3, signal.SIGUSR1), handler, lab_checkpoint_callback(tmp_path)],
+        max_steps=50,
+        val_check_interval=100,
+        check_val_every_n_epoch=None,
+        limit_val_batches=1,
+    )
     t.fit(tiny_module(), loader(100), loader(1))
     assert handler.preempted == "SIGUSR1"
     assert t.global_step == 3 and not t.received_sigterm
@@ -564,6 +640,7 @@ def test_second_signal_hands_over_to_the_previous_handler():
 
 def test_slurm_auto_requeue_keeps_its_requeue_signal(tmp_path):
     from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
+
     handler = PreemptionHandler()
     requeue = SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1)
     assert handler._handled_signals(requeue) == [signal.SIGTERM]
@@ -572,6 +649,7 @@ def test_slurm_auto_requeue_keeps_its_requeue_signal(tmp_path):
     # on_train_start finds the environment in the Trainer
     on_slurm = L.Trainer(accelerator="cpu", logger=False, plugins=[requeue], default_root_dir=str(tmp_path))
     from selfsup.upstream import cluster_environment
+
     assert cluster_environment(on_slurm) is requeue
     assert isinstance(cluster_environment(trainer(tmp_path)), LightningEnvironment)
 
@@ -584,12 +662,24 @@ def test_redact_secret_keys_and_secret_looking_strings():
     hf = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
     config = {
         "logger": {"project": "selfsup", "api_key": "abc", "WANDB_API_KEY": "xyz", "entity": "lab"},
-        "token": "t0k", "Secret": "s", "password": "p", "db-password": "p2", "hf_token": hf,
-        "aws_secret_access_key": "AKIA", "auth": {"github_token": "ghp_1", "private_key": ["a", "b"]},
-        "max_tokens": 1000, "mode_tokens": True, "hf_token_unset": None, "pad_token": "<pad>",
-        "mask_token": "[MASK]", "use_token": True, "key": "any setting named key is a secret",
+        "token": "t0k",
+        "Secret": "s",
+        "password": "p",
+        "db-password": "p2",
+        "hf_token": hf,
+        "aws_secret_access_key": "AKIA",
+        "auth": {"github_token": "ghp_1", "private_key": ["a", "b"]},
+        "max_tokens": 1000,
+        "mode_tokens": True,
+        "hf_token_unset": None,
+        "pad_token": "<pad>",
+        "mask_token": "[MASK]",
+        "use_token": True,
+        "key": "any setting named key is a secret",
         "notes": f"run with key {wandb_key} and {hf} at https://user:hunter2@example.com/x",
-        "list": [{"token": "z"}, wandb_key, "plain"], "pair": ("a", wandb_key), "n": 3,
+        "list": [{"token": "z"}, wandb_key, "plain"],
+        "pair": ("a", wandb_key),
+        "n": 3,
     }
     out = redact(config)
     assert out["logger"] == {"project": "selfsup", "api_key": "***", "WANDB_API_KEY": "***", "entity": "lab"}
@@ -610,18 +700,25 @@ def test_secret_values_are_redacted_wherever_they_appear(monkeypatch):
     """A key that is not 40 hex characters, and any secret setting's value, also inside names, tags and a
     command line."""
     from selfsup.reliability.redact import register_secrets
+
     monkeypatch.setenv("WANDB_API_KEY", "local-server-key-1234")
     register_secrets({"logger": {"my_token": "tok-5678-abcd"}, "data": {"random_token_prob": 0.1}})
-    assert redact(["mlm-encoder-local-server-key-1234", "tag=tok-5678-abcd", "selfsup-train", "0.1"]) == \
-        ["mlm-encoder-***", "tag=***", "selfsup-train", "0.1"]
-    assert redact({"name": "x tok-5678-abcd y", "random_token_prob": 0.1}) == {"name": "x *** y",
-                                                                               "random_token_prob": 0.1}
+    assert redact(["mlm-encoder-local-server-key-1234", "tag=tok-5678-abcd", "selfsup-train", "0.1"]) == [
+        "mlm-encoder-***",
+        "tag=***",
+        "selfsup-train",
+        "0.1",
+    ]
+    assert redact({"name": "x tok-5678-abcd y", "random_token_prob": 0.1}) == {
+        "name": "x *** y",
+        "random_token_prob": 0.1,
+    }
 
 
 def test_rss_mb_sees_memory_being_used():
     before = rss_mb()
     block = bytearray(200 * 2**20)
-    block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page
+    block[::4096] = b"x" * len(block[::4096])  # touch every page
     assert 150 < rss_mb() - before < 400
     assert before > 10
     del block
@@ -682,8 +779,9 @@ def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
     script.write_text(textwrap.dedent(PREEMPTED_RUN))
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     with open(tmp_path / "stdout.txt", "w") as out, open(tmp_path / "stderr.txt", "w") as err:
-        proc = subprocess.Popen([sys.executable, str(script), str(run_dir), str(marker)], stdout=out, stderr=err,
-                                env=env)
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(run_dir), str(marker)], stdout=out, stderr=err, env=env
+        )
     try:
         wait_for(marker.exists, proc, timeout=120)
         proc.send_signal(signal.SIGTERM)

@@ -30,10 +30,20 @@ def test_a_run_dir_that_is_or_lies_under_a_file_is_refused(tmp_path):
 
 def test_a_dir_locked_by_another_process_is_refused(tmp_path):
     run = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
-                               "from selfsup.run_dir import claim, own; claim(Path(sys.argv[1])); own(Path(sys.argv[1])); "
-                               "print('held', flush=True); "
-                               "sys.stdin.read()", str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; "
+            "from selfsup.run_dir import claim, own; claim(Path(sys.argv[1])); own(Path(sys.argv[1])); "
+            "print('held', flush=True); "
+            "sys.stdin.read()",
+            str(run),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(UserError, match=rf"is in use by another selfsup-train \(pid {holder.pid}\)"):
@@ -43,9 +53,19 @@ def test_a_dir_locked_by_another_process_is_refused(tmp_path):
     claim(run)  # released when its holder ended
 
 
-@pytest.mark.parametrize("override", ["objective.mask_rate=nan", "objective.mask_token_prob=nan",
-                                      "architecture.dropout=nan", "optim.weight_decay=nan", "optim.lr=inf",
-                                      "trainer.max_flops=inf", "data.val_fraction=nan", "eval.probe.finetune_lr=nan"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "objective.mask_rate=nan",
+        "objective.mask_token_prob=nan",
+        "architecture.dropout=nan",
+        "optim.weight_decay=nan",
+        "optim.lr=inf",
+        "trainer.max_flops=inf",
+        "data.val_fraction=nan",
+        "eval.probe.finetune_lr=nan",
+    ],
+)
 def test_every_non_finite_setting_is_refused(override):
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):

@@ -13,17 +13,46 @@ import selfsup
 from selfsup.errors import UserError
 from selfsup.models import TransformerConfig
 
-WORDS = ["the", "module", "returns", "a", "list", "of", "files", "in", "the", "folder", "and", "each", "file", "holds",
-         "text", "about", "one", "subject"]
+WORDS = [
+    "the",
+    "module",
+    "returns",
+    "a",
+    "list",
+    "of",
+    "files",
+    "in",
+    "the",
+    "folder",
+    "and",
+    "each",
+    "file",
+    "holds",
+    "text",
+    "about",
+    "one",
+    "subject",
+]
 DOCS = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(12 + i % 9)) + "." for i in range(120)]
-PROMPTS = ["the module", "a list of files", "each file holds", "text about one", "the folder and", "one subject",
-           "files in the", "holds text", "about the module returns", "a file"]
+PROMPTS = [
+    "the module",
+    "a list of files",
+    "each file holds",
+    "text about one",
+    "the folder and",
+    "one subject",
+    "files in the",
+    "holds text",
+    "about the module returns",
+    "a file",
+]
 
 
 def tiny_checkpoint(path, objective, architecture="decoder", max_len=16, seed=0):
     """A checkpoint as selfsup-train writes one (weights, settings, tokenizer) of a 2-layer model with random
     weights far from init (so the attention mask shows in the logits)."""
     from selfsup.data.tokenizer import train_tokenizer
+
     tokenizer = train_tokenizer(DOCS, vocab_size=400, n_sentinels=4)
     shape = {"name": architecture, "d_model": 32, "n_layers": 2, "n_heads": 2}
     torch.manual_seed(seed)
@@ -31,9 +60,11 @@ def tiny_checkpoint(path, objective, architecture="decoder", max_len=16, seed=0)
     with torch.no_grad():
         for param in model.parameters():
             param.add_(0.5 * torch.randn_like(param))
-    record = {"config": {"objective": {"name": objective}, "architecture": shape, "data": {"n_sentinels": 4},
-                         "seed": seed},
-              "vocab_size": tokenizer.get_vocab_size(), "tokenizer": tokenizer.to_str()}
+    record = {
+        "config": {"objective": {"name": objective}, "architecture": shape, "data": {"n_sentinels": 4}, "seed": seed},
+        "vocab_size": tokenizer.get_vocab_size(),
+        "tokenizer": tokenizer.to_str(),
+    }
     torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}, "selfsup": record}, path)
     return path
 
@@ -41,9 +72,14 @@ def tiny_checkpoint(path, objective, architecture="decoder", max_len=16, seed=0)
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("sample")
-    return {name: tiny_checkpoint(root / f"{name}.ckpt", objective, architecture)
-            for name, objective, architecture in (("prefix", "prefix_lm", "decoder"), ("clm", "clm", "decoder"),
-                                                  ("span", "span", "encoder_decoder"))}
+    return {
+        name: tiny_checkpoint(root / f"{name}.ckpt", objective, architecture)
+        for name, objective, architecture in (
+            ("prefix", "prefix_lm", "decoder"),
+            ("clm", "clm", "decoder"),
+            ("span", "span", "encoder_decoder"),
+        )
+    }
 
 
 def next_token_logits(p, ids, prefix_length=None):
@@ -75,14 +111,17 @@ def reference_continuation(p, prompt, n, prefix):
         ids.append(token)
         new.append(token)
     before, after = p.decode(prompt_ids), p.decode(prompt_ids + new)
-    return after[len(before):] if after.startswith(before) else p.decode(new)
+    return after[len(before) :] if after.startswith(before) else p.decode(new)
 
 
 # ---------------------------------------------------------------- (a) a prefix-LM decoder generates as it was trained
 def test_a_prefix_lm_decoder_generates_with_the_prompt_as_its_bidirectional_prefix(checkpoints):
     p = selfsup.load(checkpoints["prefix"])
-    differing = [prompt for prompt in PROMPTS if reference_continuation(p, prompt, 6, prefix=True)
-                 != reference_continuation(p, prompt, 6, prefix=False)]
+    differing = [
+        prompt
+        for prompt in PROMPTS
+        if reference_continuation(p, prompt, 6, prefix=True) != reference_continuation(p, prompt, 6, prefix=False)
+    ]
     assert differing, "no prompt whose greedy continuation depends on the mask: the test shows nothing"
     for prompt in PROMPTS:
         assert p.generate(prompt, 6) == reference_continuation(p, prompt, 6, prefix=True), prompt
@@ -103,12 +142,19 @@ def test_a_causal_decoder_still_generates_causally(checkpoints):
 
 
 # ---------------------------------------------------------------- (b) bad sampling settings: one line, exit 2
-@pytest.mark.parametrize("option,value,says", [
-    ("--temperature", "-1", "--temperature"), ("--temperature", "nan", "--temperature"),
-    ("--temperature", "inf", "--temperature"), ("--top-k", "-1", "--top-k"),
-    ("--max-new-tokens", "-1", "--max-new-tokens")])
+@pytest.mark.parametrize(
+    "option,value,says",
+    [
+        ("--temperature", "-1", "--temperature"),
+        ("--temperature", "nan", "--temperature"),
+        ("--temperature", "inf", "--temperature"),
+        ("--top-k", "-1", "--top-k"),
+        ("--max-new-tokens", "-1", "--max-new-tokens"),
+    ],
+)
 def test_sample_refuses_bad_sampling_settings_in_one_line(checkpoints, capsys, option, value, says):
     from selfsup.sample import main as sample
+
     with pytest.raises(SystemExit) as exit_info:
         sample([str(checkpoints["prefix"]), "--prompt", "the module", "--max-new-tokens", "2", option, value])
     assert exit_info.value.code == 2
@@ -120,6 +166,7 @@ def test_sample_refuses_bad_sampling_settings_in_one_line(checkpoints, capsys, o
 
 def test_sample_samples_at_temperature_0_8_from_the_top_200_and_greedy_takes_the_argmax(checkpoints, capsys):
     from selfsup.sample import main as sample
+
     p = selfsup.load(checkpoints["clm"])
     command = [str(checkpoints["clm"]), "--prompt", "the module", "--max-new-tokens", "4"]
     texts = []
@@ -133,12 +180,23 @@ def test_sample_samples_at_temperature_0_8_from_the_top_200_and_greedy_takes_the
     with pytest.raises(SystemExit) as exit_info:
         sample([*command, "--greedy", "--temperature", "0.5"])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.startswith("error: --greedy and --temperature 0.5") and len(
-        err.splitlines()) == 1
+    assert (
+        exit_info.value.code == 2
+        and err.startswith("error: --greedy and --temperature 0.5")
+        and len(err.splitlines()) == 1
+    )
 
 
-@pytest.mark.parametrize("kwargs", [{"temperature": -1.0}, {"temperature": math.nan}, {"temperature": math.inf},
-                                    {"top_k": -1}, {"max_new_tokens": -1}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"temperature": -1.0},
+        {"temperature": math.nan},
+        {"temperature": math.inf},
+        {"top_k": -1},
+        {"max_new_tokens": -1},
+    ],
+)
 def test_generate_refuses_bad_sampling_settings(checkpoints, kwargs):
     p = selfsup.load(checkpoints["clm"])
     name = next(iter(kwargs))
@@ -148,8 +206,9 @@ def test_generate_refuses_bad_sampling_settings(checkpoints, kwargs):
 
 def test_top_k_0_samples_from_every_token_and_0_new_tokens_writes_nothing(checkpoints):
     p = selfsup.load(checkpoints["clm"])
-    assert p.generate("the module", 4, temperature=1.0, top_k=0, seed=1) == \
-        p.generate("the module", 4, temperature=1.0, top_k=None, seed=1)
+    assert p.generate("the module", 4, temperature=1.0, top_k=0, seed=1) == p.generate(
+        "the module", 4, temperature=1.0, top_k=None, seed=1
+    )
     assert p.generate("the module", 0) == ""
 
 
@@ -168,10 +227,22 @@ def test_generate_caps_max_new_tokens_at_the_models_positions_with_a_warning(che
 
 def test_sample_caps_max_new_tokens_with_one_note_line(checkpoints, capsys):
     from selfsup.sample import main as sample
+
     p = selfsup.load(checkpoints["prefix"])
     limit = p.generation_limit("the module")
-    sample([str(checkpoints["prefix"]), "--prompt", "the module", "--max-new-tokens", "100000",
-            "--temperature", "1", "--seed", "2"])
+    sample(
+        [
+            str(checkpoints["prefix"]),
+            "--prompt",
+            "the module",
+            "--max-new-tokens",
+            "100000",
+            "--temperature",
+            "1",
+            "--seed",
+            "2",
+        ]
+    )
     out, err = capsys.readouterr()
     notes = [line for line in err.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and "100000" in notes[0] and str(limit) in notes[0] and str(p.model.max_len) in notes[0]
@@ -181,6 +252,7 @@ def test_sample_caps_max_new_tokens_with_one_note_line(checkpoints, capsys):
 
 def test_a_prompt_longer_than_the_model_reads_is_refused(checkpoints, capsys):
     from selfsup.sample import main as sample
+
     p = selfsup.load(checkpoints["clm"])
     prompt = " ".join(WORDS)  # more tokens than the 16 positions
     assert len(p.encode(prompt)) >= p.model.max_len

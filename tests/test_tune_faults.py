@@ -21,11 +21,25 @@ from optuna.trial import TrialState
 
 from hydra_plugins.selfsup_sweeper.optuna_sweeper import SelfSupOptunaSweeper, distributions
 
-SPACE = {"objective.mask_rate": "interval(0.05, 0.5)", "objective.mean_span_length": "choice(2, 3, 5, 8)",
-         "optim.lr": "tag(log, interval(3e-4, 1e-2))"}  # conf/sweeps/tune.yaml's
-SETTINGS = {"direction": "maximize", "study_name": "tune", "storage": None, "n_trials": 2, "n_jobs": 1,
-            "max_failure_rate": 0.0, "sampler": "tpe", "seed": 0, "pruner": "none", "pruner_startup_trials": 3,
-            "pruner_warmup_steps": 0, "params": SPACE}
+SPACE = {
+    "objective.mask_rate": "interval(0.05, 0.5)",
+    "objective.mean_span_length": "choice(2, 3, 5, 8)",
+    "optim.lr": "tag(log, interval(3e-4, 1e-2))",
+}  # conf/sweeps/tune.yaml's
+SETTINGS = {
+    "direction": "maximize",
+    "study_name": "tune",
+    "storage": None,
+    "n_trials": 2,
+    "n_jobs": 1,
+    "max_failure_rate": 0.0,
+    "sampler": "tpe",
+    "seed": 0,
+    "pruner": "none",
+    "pruner_startup_trials": 3,
+    "pruner_warmup_steps": 0,
+    "params": SPACE,
+}
 
 
 def sweeper(sweep_dir: Path, **settings) -> SelfSupOptunaSweeper:
@@ -57,8 +71,12 @@ KILLED = textwrap.dedent("""
 
 def test_a_trial_killed_with_kill_9_is_failed_and_retried_with_its_params_when_the_study_continues(tmp_path):
     settings = {**SETTINGS, "heartbeat_interval": 1, "grace_period": 2}
-    killed_sweep = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path / "first"), json.dumps(settings)],
-                                    stdout=subprocess.PIPE, text=True, start_new_session=True)
+    killed_sweep = subprocess.Popen(
+        [sys.executable, "-c", KILLED, str(tmp_path / "first"), json.dumps(settings)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         number = killed_sweep.stdout.readline().strip()
         assert number == "0", killed_sweep.communicate(timeout=60)
@@ -123,14 +141,28 @@ def test_one_run_is_reproducible(tmp_path, sampler):
             params.append(trial.params)
             study.tell(trial, value)
         return params
+
     first = run("one")
     assert first == run("two") and len({json.dumps(p, sort_keys=True) for p in first}) == 3
 
 
-@pytest.mark.parametrize("setting,value", [("n_trials", -3), ("n_trials", 0), ("n_jobs", 0), ("max_failure_rate", 1.5),
-                                           ("max_failure_rate", -0.1), ("heartbeat_interval", 0),
-                                           ("grace_period", 1), ("max_retry", -1), ("direction", "up"),
-                                           ("seeds", 0), ("pruner", "percentile"), ("pruner_reduction_factor", 1)])
+@pytest.mark.parametrize(
+    "setting,value",
+    [
+        ("n_trials", -3),
+        ("n_trials", 0),
+        ("n_jobs", 0),
+        ("max_failure_rate", 1.5),
+        ("max_failure_rate", -0.1),
+        ("heartbeat_interval", 0),
+        ("grace_period", 1),
+        ("max_retry", -1),
+        ("direction", "up"),
+        ("seeds", 0),
+        ("pruner", "percentile"),
+        ("pruner_reduction_factor", 1),
+    ],
+)
 def test_nonsensical_settings_are_refused_in_one_line(tmp_path, capsys, setting, value):
     with pytest.raises(SystemExit) as refused:
         sweeper(tmp_path, **{"heartbeat_interval": 1, "grace_period": 2, setting: value})  # grace 1: not above 1
@@ -140,11 +172,15 @@ def test_nonsensical_settings_are_refused_in_one_line(tmp_path, capsys, setting,
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("key,expression,says", [
-    ("objective.mask_rate", "interval(0.5, 0.1)", "low 0.5 is above high 0.1"),
-    ("optim.lr", "tag(log, interval(0, 1))", "a log interval needs low > 0"),
-    ("objective.mask_rate", "0.3", "use interval(a, b)"),
-    ("objective.mask_rate", "interval(0.1", "")])
+@pytest.mark.parametrize(
+    "key,expression,says",
+    [
+        ("objective.mask_rate", "interval(0.5, 0.1)", "low 0.5 is above high 0.1"),
+        ("optim.lr", "tag(log, interval(0, 1))", "a log interval needs low > 0"),
+        ("objective.mask_rate", "0.3", "use interval(a, b)"),
+        ("objective.mask_rate", "interval(0.1", ""),
+    ],
+)
 def test_a_bad_search_space_is_refused_in_one_line(tmp_path, capsys, key, expression, says):
     with pytest.raises(SystemExit) as refused:
         sweeper(tmp_path, params={**SPACE, key: expression})
@@ -162,8 +198,9 @@ def test_a_corrupt_study_database_is_refused_in_one_line_and_left_as_it_was(tmp_
         sweeper(tmp_path / "more", storage=storage_of(tmp_path)).study()
     err = capsys.readouterr().err
     assert refused.value.code == 2 and len(err.strip().splitlines()) == 1, err
-    assert err.startswith(f"error: hydra.sweeper.storage={storage_of(tmp_path)}: cannot read the study database "
-                          f"(file is not a database)")
+    assert err.startswith(
+        f"error: hydra.sweeper.storage={storage_of(tmp_path)}: cannot read the study database (file is not a database)"
+    )
     assert db.read_bytes() == before
 
 
@@ -179,6 +216,7 @@ def job(sweep_dir: Path, number: int, summary: str | None) -> Path:
 
 def report(capsys, *paths) -> tuple[int, str]:
     from selfsup.report import main
+
     with pytest.raises(SystemExit) as done:
         main([*map(str, paths), "--format", "md"])
     return done.value.code, capsys.readouterr().out
@@ -195,8 +233,9 @@ def test_the_report_shows_the_study_of_a_killed_sweep_with_its_running_trial(tmp
     job(tmp_path, 1, None)
     code, out = report(capsys, tmp_path)
     assert code == 0, out
-    assert ("Optuna study tune (maximize the jobs' optimized_metric): 2 trials, 1 complete, 0 pruned, 0 failed, "
-            "1 running.") in out
+    assert (
+        "Optuna study tune (maximize the jobs' optimized_metric): 2 trials, 1 complete, 0 pruned, 0 failed, 1 running."
+    ) in out
     assert "Running: trial 1: still running, or its sweep was killed" in out
     assert "Optuna study tune" in (tmp_path / "report.md").read_text()
 

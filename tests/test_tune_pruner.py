@@ -22,8 +22,10 @@ def median_study(values=(0.80, 0.84, 0.90)):
     return study
 
 
-@pytest.mark.parametrize("value,se,pruned", [(0.80, 0.05, False), (0.80, 0.03, True), (0.83, 0.001, True),
-                                             (0.86, 0.0, False), (0.80, None, False)])
+@pytest.mark.parametrize(
+    "value,se,pruned",
+    [(0.80, 0.05, False), (0.80, 0.03, True), (0.83, 0.001, True), (0.86, 0.0, False), (0.80, None, False)],
+)
 def test_median_prunes_only_beyond_the_se(value, se, pruned):
     study = median_study()  # median at step 50: 0.84
     pruner = NoiseAwarePruner("median", startup=3)
@@ -83,6 +85,7 @@ VALUES = [0.90, 0.85, 0.80, 0.86, 0.88, 0.84, 0.87, 0.83, 0.89]
 @pytest.mark.parametrize("factor,pruned", [(1.1, False), (0.9, True)])
 def test_hyperband_prunes_only_beyond_the_se_at_the_promotion_cut(factor, pruned):
     from selfsup.upstream import hyperband_bracket_trials
+
     study, pruner = hyperband_study(VALUES)
     frozen = study.trials[-1]
     assert pruner.prune(study, frozen) is True  # SE 0: what successive halving says
@@ -91,8 +94,9 @@ def test_hyperband_prunes_only_beyond_the_se_at_the_promotion_cut(factor, pruned
     attrs = study.trials[-1].system_attrs
     rung = max(int(k.rsplit("_", 1)[1]) for k in attrs if k.startswith("completed_rung_"))
     key = f"completed_rung_{rung}"
-    competing = sorted([t.system_attrs[key] for t in bracket if t.number != frozen.number and key in t.system_attrs]
-                       + [0.80])
+    competing = sorted(
+        [t.system_attrs[key] for t in bracket if t.number != frozen.number and key in t.system_attrs] + [0.80]
+    )
     cut = competing[-max(len(competing) // 3, 1)]  # the worst value of the top third, own value included
     assert judged["reference"] == pytest.approx(cut) and judged["worse_by"] == pytest.approx(cut - 0.80) and cut > 0.80
     study, pruner = hyperband_study(VALUES)  # the same study again, judged with an SE around the gap
@@ -113,13 +117,29 @@ def test_none_prunes_nothing():
 # ---------------------------------------------------------------------------- seeds
 def test_seed_record_mean_se_and_margins():
     from hydra_plugins.selfsup_sweeper.optuna_sweeper import seed_record
-    summaries = [{"eval": {"eval/probe/accuracy": 0.52, "eval/probe/accuracy_se": 0.011,
-                           "eval/probe/random_init_accuracy": 0.494, "eval/probe/random_init_accuracy_sd": 0.006,
-                           "eval/probe/margin": 0.026, "eval/probe/margin_low": 0.004,
-                           "eval/probe/margin_high": 0.047}},
-                 {"eval": {"eval/probe/accuracy": 0.56, "eval/probe/accuracy_se": 0.011,
-                           "eval/probe/random_init_accuracy": 0.494, "eval/probe/random_init_accuracy_sd": 0.008,
-                           "eval/probe/margin": 0.066}}]
+
+    summaries = [
+        {
+            "eval": {
+                "eval/probe/accuracy": 0.52,
+                "eval/probe/accuracy_se": 0.011,
+                "eval/probe/random_init_accuracy": 0.494,
+                "eval/probe/random_init_accuracy_sd": 0.006,
+                "eval/probe/margin": 0.026,
+                "eval/probe/margin_low": 0.004,
+                "eval/probe/margin_high": 0.047,
+            }
+        },
+        {
+            "eval": {
+                "eval/probe/accuracy": 0.56,
+                "eval/probe/accuracy_se": 0.011,
+                "eval/probe/random_init_accuracy": 0.494,
+                "eval/probe/random_init_accuracy_sd": 0.008,
+                "eval/probe/margin": 0.066,
+            }
+        },
+    ]
     two = seed_record("eval/probe/accuracy", [0.52, 0.56], summaries)
     assert two["value_se"] == pytest.approx(0.02)  # sd sqrt(0.0008) / sqrt(2)
     assert two["random_init"] == pytest.approx(0.494) and two["random_init_sd"] == pytest.approx(math.sqrt(0.00005))
@@ -145,15 +165,24 @@ def made_study(values, se=0.011, **attrs):
 
 def test_best_lines_with_margins_and_runner_up():
     from selfsup.report.runs import study_best_lines
-    study = made_study([0.4990, 0.5036, 0.4800], random_init=0.494, random_init_sd=0.006, margin=0.0096,
-                       margin_low=-0.012, margin_high=0.031)
+
+    study = made_study(
+        [0.4990, 0.5036, 0.4800],
+        random_init=0.494,
+        random_init_sd=0.006,
+        margin=0.0096,
+        margin_low=-0.012,
+        margin_high=0.031,
+    )
     lines = study_best_lines(study)
     assert lines[0].startswith("Best: trial 1, value 0.5036 ± 0.0110 (SE over the test examples), optim.lr=")
     assert lines[0].endswith("(run dir /sweep/1).")
     assert lines[1] == "Best over random-init 0.4940 ± 0.0060 sd: margin +0.0096 (95% interval -0.0120 to +0.0310)."
     se = math.sqrt(2) * 0.011
-    assert lines[2] == (f"Best over the runner-up, trial 0 (0.4990 ± 0.0110 (SE over the test examples)): +0.0046 ± "
-                        f"{se:.4f} (SE of the difference): not distinguishable from trial 0 (|difference| < 2 SE).")
+    assert lines[2] == (
+        f"Best over the runner-up, trial 0 (0.4990 ± 0.0110 (SE over the test examples)): +0.0046 ± "
+        f"{se:.4f} (SE of the difference): not distinguishable from trial 0 (|difference| < 2 SE)."
+    )
     far = study_best_lines(made_study([0.40, 0.60], se=0.01))
     assert far[-1].endswith("distinguishable from trial 0 (|difference| >= 2 SE).")
     assert study_best_lines(optuna.create_study()) == []
@@ -161,11 +190,14 @@ def test_best_lines_with_margins_and_runner_up():
 
 def test_importances_need_ten_complete_trials():
     from selfsup.report.runs import study_importances, study_lines
+
     study = made_study([0.5, 0.6, 0.55])
     assert study_importances(study) == (None, "Parameter importances: need 10 completed trials, the study has 3.")
     assert study_lines(study)[-1] == "Parameter importances: need 10 completed trials, the study has 3."
     importances, line = study_importances(made_study([0.5 + 0.01 * i for i in range(10)]))
-    assert list(importances) == ["optim.lr"] and line.startswith("Parameter importances (Optuna's default evaluator, over 10 complete")
+    assert list(importances) == ["optim.lr"] and line.startswith(
+        "Parameter importances (Optuna's default evaluator, over 10 complete"
+    )
     pruned = optuna.create_study()
     trial = pruned.ask()
     pruned.tell(trial, state=TrialState.PRUNED)
@@ -174,6 +206,7 @@ def test_importances_need_ten_complete_trials():
 
 def test_load_studies_shows_each_study_once(tmp_path):
     from selfsup.report.runs import load_studies
+
     first, more = tmp_path / "first", tmp_path / "more"
     first.mkdir(), more.mkdir()
     storage = f"sqlite:///{first / 'optuna.db'}"
@@ -181,6 +214,6 @@ def test_load_studies_shows_each_study_once(tmp_path):
     study.tell(study.ask(), 1.0)
     for folder in (first, more):  # a continuation of the study from before it wrote into the study's folder
         (folder / "optimization_results.yaml").write_text(json.dumps({"study": "tune", "storage": storage}))
-    for paths in ([first, more], [tmp_path], [first, first / "." ]):
+    for paths in ([first, more], [tmp_path], [first, first / "."]):
         found, problems = load_studies([str(p) for p in paths])
         assert [s.study_name for s in found] == ["tune"] and not problems, paths

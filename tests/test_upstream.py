@@ -11,6 +11,7 @@ from selfsup import upstream
 
 def test_lightning_log_step_counter_and_cluster_environment(tmp_path):
     from lightning.fabric.plugins.environments import ClusterEnvironment
+
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=str(tmp_path))
     trainer.fit_loop.epoch_loop._batches_that_stepped = 5
     upstream.align_log_step(trainer)
@@ -22,12 +23,16 @@ def test_lightning_subprocess_launcher_has_the_hooks_the_worker_launcher_overrid
     launcher = upstream.subprocess_script_launcher()
     for name in ("_call_children_scripts", "_check_can_spawn_children", "launch"):
         assert callable(getattr(launcher, name)), name
-    assert list(inspect.signature(launcher.__init__).parameters)[1:4] == ["cluster_environment", "num_processes",
-                                                                           "num_nodes"]
+    assert list(inspect.signature(launcher.__init__).parameters)[1:4] == [
+        "cluster_environment",
+        "num_processes",
+        "num_nodes",
+    ]
 
 
 def test_lightning_strategies_keep_the_launcher_and_mesh_sizes_selfsup_sets():
     from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
+
     for cls in (DDPStrategy, ModelParallelStrategy):
         assert callable(getattr(cls, "_configure_launcher")), cls
         strategy = cls()
@@ -44,6 +49,7 @@ def test_lightning_strategies_keep_the_launcher_and_mesh_sizes_selfsup_sets():
 
 def test_hydra_job_return_keeps_what_a_failed_job_raised():
     from hydra.core.utils import JobReturn, JobStatus
+
     failed = JobReturn(status=JobStatus.FAILED, _return_value=ValueError("boom"))
     assert str(upstream.failed_job_value(failed)) == "boom"
 
@@ -51,6 +57,7 @@ def test_hydra_job_return_keeps_what_a_failed_job_raised():
 def test_wandb_run_and_service_handles(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     from lightning.pytorch.loggers import WandbLogger
+
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     wandb.teardown()  # settings another test of this process left in W&B's singleton
@@ -61,6 +68,7 @@ def test_wandb_run_and_service_handles(tmp_path, monkeypatch):
     run = logger.experiment
     assert upstream.wandb_run(logger) is run
     from wandb.sdk import wandb_setup
+
     assert wandb_setup.singleton()._connection._proc._process.pid > 0  # what kill_wandb_service kills
     run.finish()
     upstream.forget_wandb_run(run)
@@ -81,8 +89,9 @@ def test_hyperband_bracket_trials():
     frozen = study.trials[-1]
     brackets = [pruner._get_bracket_id(study, t) for t in study.trials]
     assert set(brackets) <= {0, 1, 2}
-    assert [t.number for t in upstream.hyperband_bracket_trials(pruner, study, frozen)] == \
-        [t.number for t, b in zip(study.trials, brackets) if b == brackets[-1]]
+    assert [t.number for t in upstream.hyperband_bracket_trials(pruner, study, frozen)] == [
+        t.number for t, b in zip(study.trials, brackets) if b == brackets[-1]
+    ]
 
 
 def test_successive_halving_keeps_each_rung_in_a_completed_rung_attribute():

@@ -34,8 +34,9 @@ def make(node: DictConfig, group: str, **runtime):
     class does not take, or the class's own refusal of a value."""
     target = node.get("_target_")
     if not target:
-        raise UserError(f"{group} has no _target_: name the class that builds it (e.g. _target_: "
-                           f"mypackage.MyObjective)")
+        raise UserError(
+            f"{group} has no _target_: name the class that builds it (e.g. _target_: mypackage.MyObjective)"
+        )
     cls = target_class(node, group)
     unknown = [k for k in node if not str(k).startswith("_") and not accepts(cls, str(k))]
     if unknown:
@@ -57,8 +58,10 @@ def target_class(node: DictConfig, group: str) -> type:
     try:
         return get_class(node._target_)
     except Exception as err:  # noqa: BLE001 - ImportError, AttributeError, ValueError
-        raise UserError(f"{group}._target_={node._target_} cannot be imported ({type(err).__name__}): check the "
-                           f"name, and that its package is installed or on PYTHONPATH") from None
+        raise UserError(
+            f"{group}._target_={node._target_} cannot be imported ({type(err).__name__}): check the "
+            f"name, and that its package is installed or on PYTHONPATH"
+        ) from None
 
 
 def accepts(cls: type, key: str) -> bool:
@@ -87,19 +90,30 @@ def check_settings(cfg: DictConfig) -> None:
     make(cfg.optim, "optim")
     metric = cfg.optimized_metric
     if metric not in ("val/loss", "val/perplexity", "val/accuracy") and not metric.startswith("eval/"):
-        raise UserError(f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
-                           f"val/accuracy or an eval/<task>/<metric> such as eval/probe/accuracy")
+        raise UserError(
+            f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
+            f"val/accuracy or an eval/<task>/<metric> such as eval/probe/accuracy"
+        )
     if metric.startswith("eval/") and not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
-        raise UserError(f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or "
-                           f"optimize val/loss")
-    evaluated = [*(["fixed"] if cfg.eval.fixed else []), *(["pairs"] if cfg.eval.get("pairs") else []),
-                 *(cfg.eval.tasks or {})]
+        raise UserError(
+            f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or optimize val/loss"
+        )
+    evaluated = [
+        *(["fixed"] if cfg.eval.fixed else []),
+        *(["pairs"] if cfg.eval.get("pairs") else []),
+        *(cfg.eval.tasks or {}),
+    ]
     if metric.startswith("eval/") and metric.split("/")[1] not in evaluated:
-        raise UserError(f"optimized_metric={metric}: this run evaluates no {metric.split('/')[1]!r}: use "
-                           + ", ".join(f"eval/{name}/..." for name in evaluated) + " (eval.tasks.NAME adds a task)")
+        raise UserError(
+            f"optimized_metric={metric}: this run evaluates no {metric.split('/')[1]!r}: use "
+            + ", ".join(f"eval/{name}/..." for name in evaluated)
+            + " (eval.tasks.NAME adds a task)"
+        )
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
-        raise UserError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
-                           f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>")
+        raise UserError(
+            f"ckpt_path={cfg.ckpt_path} does not exist: pass a checkpoint file such as "
+            f"outputs/<date>/<time>/checkpoints/last.ckpt, or resume=<run dir>"
+        )
 
 
 def make_objective(cfg: DictConfig, vocab: Vocab) -> Objective:
@@ -109,7 +123,9 @@ def make_objective(cfg: DictConfig, vocab: Vocab) -> Objective:
 def check_objective(cfg: DictConfig) -> None:
     """The objective's settings, before any data is read: built once over a stand-in vocabulary."""
     size = max(cfg.data.vocab_size, 1_000_000)
-    make_objective(cfg, Vocab(size=size, n_sentinels=cfg.data.n_sentinels, word_start=torch.ones(size, dtype=torch.bool)))
+    make_objective(
+        cfg, Vocab(size=size, n_sentinels=cfg.data.n_sentinels, word_start=torch.ones(size, dtype=torch.bool))
+    )
 
 
 def make_evaluation(cfg: DictConfig) -> Evaluation | None:
@@ -117,9 +133,16 @@ def make_evaluation(cfg: DictConfig) -> Evaluation | None:
     if not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
         return None
     conf = OmegaConf.to_container(cfg.eval, resolve=True)
-    with_targets(((conf.get("pairs") or {}).get("sets") or {}), "eval.pairs.sets", PairSource, "pair-set setting",
-                 "{paths: [pairs.jsonl], group_field: UID}")
-    with_targets(conf.get("tasks") or {}, "eval.tasks", Task, "task setting", "{source: text_files, paths: [examples.jsonl]}")
+    with_targets(
+        ((conf.get("pairs") or {}).get("sets") or {}),
+        "eval.pairs.sets",
+        PairSource,
+        "pair-set setting",
+        "{paths: [pairs.jsonl], group_field: UID}",
+    )
+    with_targets(
+        conf.get("tasks") or {}, "eval.tasks", Task, "task setting", "{source: text_files, paths: [examples.jsonl]}"
+    )
     return make(OmegaConf.create(conf), "eval")
 
 
@@ -181,6 +204,7 @@ def prepare(cfg: DictConfig) -> tuple[Corpus, Objective, Evaluation | None]:
 class Run:
     """What `build` makes: the data module (its corpus: `.data.corpus`), the objective, the model and the
     LightningModule."""
+
     data: "SelfSupDataModule"  # noqa: F821 - Lightning's, imported by build
     objective: Objective
     model: torch.nn.Module
@@ -192,6 +216,7 @@ def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
     # Imported here, not at the top: they bring Lightning (~5 s), and `selfsup-train` checks settings before that
     from selfsup.data.datamodule import SelfSupDataModule
     from selfsup.module import SelfSupModule
+
     corpus, objective, evaluation = prepared or prepare(cfg)
     vocab = corpus.vocab
     shape = make(cfg.architecture, "architecture")
@@ -207,12 +232,29 @@ def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
         torch.compiler.reset()
         model.compile()  # in place: checkpoints keep plain parameter names
     if evaluation is not None:
-        evaluation.setup(cfg.architecture.name, vocab, corpus.tokenizer, cfg.data.seq_len, corpus.val_tokens,
-                         max_len, make_model=lambda: shape.build(vocab.size, max_len),
-                         train_tokens=corpus.train_tokens, objective=objective.name,
-                         span=getattr(objective, "mean_span_length", None), cache_dir=corpus.cache_dir)
+        evaluation.setup(
+            cfg.architecture.name,
+            vocab,
+            corpus.tokenizer,
+            cfg.data.seq_len,
+            corpus.val_tokens,
+            max_len,
+            make_model=lambda: shape.build(vocab.size, max_len),
+            train_tokens=corpus.train_tokens,
+            objective=objective.name,
+            span=getattr(objective, "mean_span_length", None),
+            cache_dir=corpus.cache_dir,
+        )
     t = cfg.trainer
-    module = SelfSupModule(model, objective, make(cfg.optim, "optim"), max_steps=t.max_steps,
-                           accumulate=t.accumulate, seed=cfg.seed, max_tokens=t.max_tokens, max_flops=t.max_flops,
-                           evaluation=evaluation)
+    module = SelfSupModule(
+        model,
+        objective,
+        make(cfg.optim, "optim"),
+        max_steps=t.max_steps,
+        accumulate=t.accumulate,
+        seed=cfg.seed,
+        max_tokens=t.max_tokens,
+        max_flops=t.max_flops,
+        evaluation=evaluation,
+    )
     return Run(SelfSupDataModule(corpus), objective, model, module)

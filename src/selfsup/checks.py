@@ -36,11 +36,16 @@ def check_values(cfg: DictConfig) -> None:
     """Values of the right type but out of range: one line here, not a traceback from deep in a build."""
     found = non_finite(OmegaConf.to_container(cfg, resolve=True))
     if found:
-        raise UserError(f"{found[0]}={found[1]} is not a finite number: set a number (or null where the "
-                           f"setting allows it)")
+        raise UserError(
+            f"{found[0]}={found[1]} is not a finite number: set a number (or null where the setting allows it)"
+        )
     t, o = cfg.trainer, cfg.optim
-    at_least_one = [("trainer.max_steps", t.max_steps), ("trainer.val_check_interval", t.val_check_interval),
-                    ("trainer.log_every_n_steps", t.log_every_n_steps), ("trainer.accumulate", t.accumulate)]
+    at_least_one = [
+        ("trainer.max_steps", t.max_steps),
+        ("trainer.val_check_interval", t.val_check_interval),
+        ("trainer.log_every_n_steps", t.log_every_n_steps),
+        ("trainer.accumulate", t.accumulate),
+    ]
     for key, value in at_least_one:
         if value is not None and value < 1:
             raise UserError(f"{key}={value} must be at least 1")
@@ -59,15 +64,18 @@ def check_devices(cfg: DictConfig) -> None:
     """One clear line instead of Lightning's traceback when the trainer asks for GPUs that are not there."""
     t = cfg.trainer
     if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise UserError(f"trainer.accelerator={t.accelerator} but this machine has no usable GPU "
-                           f"(torch.cuda.is_available() is False): use trainer=cpu or trainer=ddp_cpu, "
-                           f"or install a CUDA build of torch")
+        raise UserError(
+            f"trainer.accelerator={t.accelerator} but this machine has no usable GPU "
+            f"(torch.cuda.is_available() is False): use trainer=cpu or trainer=ddp_cpu, "
+            f"or install a CUDA build of torch"
+        )
 
 
 def config_error_line(err: BaseException) -> str:
     """Hydra's and OmegaConf's multi-line messages as one line, the cause (which names the key) first:
     "Key 'max_stepz' not in 'TrainerConfig': Could not override 'trainer.max_stepz'. To append to
     your config use +trainer.max_stepz=3"; "... Available options in 'objective': clm, mlm, ..."."""
+
     def flat(e: BaseException) -> str:
         out, listing = "", False
         for line in (line.strip() for line in str(e).split("Config search path:")[0].splitlines()):
@@ -79,5 +87,6 @@ def config_error_line(err: BaseException) -> str:
                 out += f", {line}" if listing else f"{'' if out.endswith('.') else '.'} {line}"
             listing = listing or line.endswith(":")
         return out
+
     parts = [flat(e).rstrip(".") for e in (err.__cause__, err) if e is not None]
     return ": ".join(p for p in parts if p)

@@ -31,45 +31,47 @@ class TrainerConfig:
     strategy: str = "auto"
     precision: str = "32-true"
     max_steps: int = 200
-    max_tokens: Optional[int] = None    # also stop after this many input tokens (compare objectives on equal text)
-    max_flops: Optional[float] = None   # also stop after this many training FLOPs (equal compute; train/flops_seen)
-    val_check_interval: int = 50        # steps between evaluations
-    limit_val_batches: Any = 1.0        # fraction or number of validation batches
+    max_tokens: Optional[int] = None  # also stop after this many input tokens (compare objectives on equal text)
+    max_flops: Optional[float] = None  # also stop after this many training FLOPs (equal compute; train/flops_seen)
+    val_check_interval: int = 50  # steps between evaluations
+    limit_val_batches: Any = 1.0  # fraction or number of validation batches
     log_every_n_steps: int = 10
-    accumulate: int = 1                 # gradient-accumulation micro-batches per step
-    progress_bar: bool = True           # progress lines on stderr, a live line on a terminal (selfsup.console)
+    accumulate: int = 1  # gradient-accumulation micro-batches per step
+    progress_bar: bool = True  # progress lines on stderr, a live line on a terminal (selfsup.console)
     progress_every_n_steps: Optional[int] = None  # a progress line every N steps (default: about 20 per run)
-    compile: bool = False               # torch.compile the model (lengths that vary: dynamic shapes)
-    checkpoint_every_n_steps: Optional[int] = None  # last.ckpt every N steps (default: at each evaluation) and at the end
-    nonfinite: str = "stop"             # NaN/inf loss: stop (the checkpoints keep finite weights) | skip the batch
-    nonfinite_max_skips: int = 10       # skip: at most this many non-finite batches in a row, then stop
+    compile: bool = False  # torch.compile the model (lengths that vary: dynamic shapes)
+    checkpoint_every_n_steps: Optional[int] = (
+        None  # last.ckpt every N steps (default: at each evaluation) and at the end
+    )
+    nonfinite: str = "stop"  # NaN/inf loss: stop (the checkpoints keep finite weights) | skip the batch
+    nonfinite_max_skips: int = 10  # skip: at most this many non-finite batches in a row, then stop
 
 
 @dataclass
 class LoggerConfig:
     wandb: bool = True
     csv: bool = True
-    mode: str = "auto"                  # auto (online only with an API key) | offline | online | disabled
+    mode: str = "auto"  # auto (online only with an API key) | offline | online | disabled
     project: str = "selfsup"
     entity: Optional[str] = None
-    name: Optional[str] = None          # default: <objective>-<architecture>[-<overrides>]
-    group: Optional[str] = None         # default: the sweep dir of a multirun
+    name: Optional[str] = None  # default: <objective>-<architecture>[-<overrides>]
+    group: Optional[str] = None  # default: the sweep dir of a multirun
     tags: List[str] = field(default_factory=list)
-    timeout: Optional[float] = 300.0    # s a W&B call may take; then its stuck service is stopped, training goes on
-    log_model: bool = False             # the best and last checkpoints (and tokenizer) as a W&B model artifact
-    log_export: bool = False            # with log_model: also the Hugging Face export (<run dir>/hf), artifact hf-<id>
+    timeout: Optional[float] = 300.0  # s a W&B call may take; then its stuck service is stopped, training goes on
+    log_model: bool = False  # the best and last checkpoints (and tokenizer) as a W&B model artifact
+    log_export: bool = False  # with log_model: also the Hugging Face export (<run dir>/hf), artifact hf-<id>
 
 
 @dataclass
 class ProbeConfig:
-    protocol: str = "linear"            # linear (frozen features) | finetune (a copy of the model, finetune_steps)
+    protocol: str = "linear"  # linear (frozen features) | finetune (a copy of the model, finetune_steps)
     finetune_steps: int = 200
     finetune_lr: float = 1e-3
-    batch_size: int = 32                # finetune batch
-    max_length: int = 64                # tokens per example (longer texts are cut)
-    l2: Optional[float] = None          # linear: L2 penalty of the classifier (null: chosen on held-out training examples)
-    seed: int = 0                       # finetune batches and the random-init baselines' weights
-    random_init_seeds: int = 3          # untrained models of the run's shape probed the same way (cached)
+    batch_size: int = 32  # finetune batch
+    max_length: int = 64  # tokens per example (longer texts are cut)
+    l2: Optional[float] = None  # linear: L2 penalty of the classifier (null: chosen on held-out training examples)
+    seed: int = 0  # finetune batches and the random-init baselines' weights
+    random_init_seeds: int = 3  # untrained models of the run's shape probed the same way (cached)
 
 
 @dataclass
@@ -78,30 +80,32 @@ class FixedExamConfig:
     MLM (80/10/10) at each of mask_rates; encoder_decoder: span corruption at each of span_rates with mean span 3,
     and at each of span_lengths with noise density 0.15; decoder: CLM. eval/fixed/loss is the mean of the
     members' losses. Rates in (0, 1), spans >= 1, no list empty."""
+
     max_tokens: Optional[int] = 131072  # validation tokens the whole exam reads, shared evenly by its members
     #                                     (each from the split's start; null: all, for each member)
     mask_rates: List[float] = field(default_factory=lambda: [0.10, 0.15, 0.25, 0.40])  # encoder: members rate_<%>
     span_rates: List[float] = field(default_factory=lambda: [0.10, 0.15, 0.25, 0.50])  # encoder_decoder, span 3
-    span_lengths: List[float] = field(default_factory=lambda: [2.0, 3.0, 5.0, 10.0])   # encoder_decoder, rate 0.15
+    span_lengths: List[float] = field(default_factory=lambda: [2.0, 3.0, 5.0, 10.0])  # encoder_decoder, rate 0.15
     #                                     (members rate_<%>_span_<length>, e.g. rate_15_span_3)
 
 
 @dataclass
 class PairsConfig:
     """eval/pairs/...: zero-shot minimal pairs (selfsup.evaluation.pairs.MinimalPairs)."""
+
     _target_: str = "selfsup.evaluation.MinimalPairs"
-    builtin: bool = True                # the built-in set from held-out sentences: eval/pairs/accuracy
+    builtin: bool = True  # the built-in set from held-out sentences: eval/pairs/accuracy
     types: List[str] = field(default_factory=lambda: ["swap_1", "replaced_1", "replaced_4"])
-    max_pairs: int = 1000               # per built-in type
-    max_words: int = 12                 # built-in sentences of at most this many words
+    max_pairs: int = 1000  # per built-in type
+    max_words: int = 12  # built-in sentences of at most this many words
     # eval/pairs/<name>/...: your sets in BLiMP's layout, each the keyword arguments of
     # selfsup.evaluation.PairSource: source text_files (paths) | hf_dataset (hf_name, hf_config, split),
     # good_field, bad_field, group_field, max_pairs
     sets: Dict[str, Any] = field(default_factory=dict)
-    random_init_seeds: int = 3          # untrained models of the run's shape scored the same way (cached)
-    denoise: bool = True                # encoder-decoders: also the span pseudo-log-likelihood, eval/pairs/denoise/...
-    batch_tokens: int = 16384           # token positions per forward
-    reference_tokens: int = 10000000    # training tokens the unigram / bigram references count
+    random_init_seeds: int = 3  # untrained models of the run's shape scored the same way (cached)
+    denoise: bool = True  # encoder-decoders: also the span pseudo-log-likelihood, eval/pairs/denoise/...
+    batch_tokens: int = 16384  # token positions per forward
+    reference_tokens: int = 10000000  # training tokens the unigram / bigram references count
 
 
 @dataclass
@@ -110,7 +114,7 @@ class EvalConfig:
     _convert_: str = "all"
     fixed: Optional[FixedExamConfig] = field(default_factory=FixedExamConfig)  # eval/fixed/loss (null: none)
     pairs: Optional[PairsConfig] = field(default_factory=PairsConfig)  # eval/pairs/... (null: none)
-    every_n_validations: int = 0        # also evaluate at every k-th validation (0: after training only)
+    every_n_validations: int = 0  # also evaluate at every k-th validation (0: after training only)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     # eval/<name>/...: the probe's tasks, each the keyword arguments of selfsup.evaluation.Task (or of the
     # class its _target_ names): source builtin | text_files | hf_dataset, paths, text_field, label_field, ...
@@ -125,15 +129,15 @@ class TrainConfig:
     architecture: Any = MISSING
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    optim: Any = MISSING                # conf/optim/: a config with a _target_ (adamw: selfsup.optim.AdamWCosine)
+    optim: Any = MISSING  # conf/optim/: a config with a _target_ (adamw: selfsup.optim.AdamWCosine)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)  # conf/eval/: default (fixed exam + built-in probe) | none
     callbacks: Dict[str, Any] = field(default_factory=dict)  # conf/callbacks/: the Trainer's, by name, each a _target_
     seed: int = 0
     optimized_metric: str = "val/loss"  # the value a sweep's job returns (Optuna's objective)
-    trial: Optional[Any] = None         # set by the selfsup_optuna sweeper: {storage, study, id} of this job's trial
-    ckpt_path: Optional[str] = None     # start from this checkpoint, in a new run dir
-    resume: Optional[str] = None        # a run dir: continue that run (its config, last checkpoint, W&B run)
+    trial: Optional[Any] = None  # set by the selfsup_optuna sweeper: {storage, study, id} of this job's trial
+    ckpt_path: Optional[str] = None  # start from this checkpoint, in a new run dir
+    resume: Optional[str] = None  # a run dir: continue that run (its config, last checkpoint, W&B run)
 
 
 def per_stack(blocks: int, architecture: str) -> int:

@@ -25,9 +25,15 @@ from selfsup.throughput import TokenThroughput
 
 WIDTH = 100
 # the validation line, most important first (a narrow terminal drops the last ones)
-VALIDATION = [(VAL_LOSS, "loss", ".3f"), (FIXED_LOSS, "fixed exam", ".3f"), (PAIRS, "pairs", ".3f"),
-              ("eval/probe/accuracy", "probe", ".3f"),
-              ("val/perplexity", "ppl", ".1f"), ("val/accuracy", "acc", ".3f"), ("val/signal_per_token", "signal/token", ".3f")]
+VALIDATION = [
+    (VAL_LOSS, "loss", ".3f"),
+    (FIXED_LOSS, "fixed exam", ".3f"),
+    (PAIRS, "pairs", ".3f"),
+    ("eval/probe/accuracy", "probe", ".3f"),
+    ("val/perplexity", "ppl", ".1f"),
+    ("val/accuracy", "acc", ".3f"),
+    ("val/signal_per_token", "signal/token", ".3f"),
+]
 
 
 def clock(seconds: float) -> str:
@@ -76,14 +82,14 @@ class ConsoleProgress(ProgressBar):
         if not (self.enabled and self.trainer.is_global_zero):
             return
         self.clear_live()
-        print(text[:self.width], file=sys.stderr, flush=True)
+        print(text[: self.width], file=sys.stderr, flush=True)
         if self.shown:
             self.write_live(self.shown)
 
     def write_live(self, text: str) -> None:
         if self.terminal is None:
             self.terminal = os.fdopen(os.dup(sys.stderr.fileno()), "w")  # around W&B's capture of sys.stderr
-        self.terminal.write("\r" + text[:self.width] + "\x1b[K")
+        self.terminal.write("\r" + text[: self.width] + "\x1b[K")
         self.terminal.flush()
         self.shown = text
 

@@ -63,6 +63,7 @@ def strategy_for(cfg: DictConfig, run_dir: Path, rank_zero: bool):
         OmegaConf.save(cfg, config_path, resolve=True)
     # Imported here, not at the top: selfsup.strategies brings Lightning (~5 s); selfsup.run_dir imports this module
     from selfsup.strategies import HydraSafeDDPStrategy, HydraSafeFSDPStrategy
+
     if name == "ddp":
         return HydraSafeDDPStrategy(config_path, run_dir)
     return HydraSafeFSDPStrategy(config_path, run_dir)

@@ -44,9 +44,11 @@ from safetensors.torch import save_file
 from selfsup.errors import UserError
 from selfsup.pretrained import load
 
-HF_CLASSES = {"decoder": ("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"),
-              "encoder": ("megatron-bert", "MegatronBertForMaskedLM", "AutoModelForMaskedLM"),
-              "encoder_decoder": ("blenderbot", "BlenderbotForConditionalGeneration", "AutoModelForSeq2SeqLM")}
+HF_CLASSES = {
+    "decoder": ("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"),
+    "encoder": ("megatron-bert", "MegatronBertForMaskedLM", "AutoModelForMaskedLM"),
+    "encoder_decoder": ("blenderbot", "BlenderbotForConditionalGeneration", "AutoModelForSeq2SeqLM"),
+}
 EPS = 1e-5  # the lab's LayerNorm eps (torch's default)
 
 
@@ -63,30 +65,58 @@ def _bias(linear: torch.nn.Module, rows: slice | None = None) -> torch.Tensor:
 
 def _common(model, p) -> dict:
     vocab = p.vocab
-    return {"vocab_size": vocab.size, "pad_token_id": vocab.pad_id, "bos_token_id": vocab.bos_id,
-            "eos_token_id": vocab.eos_id, "tie_word_embeddings": model.lm_head.weight is model.tok_emb.weight,
-            "torch_dtype": "float32"}
+    return {
+        "vocab_size": vocab.size,
+        "pad_token_id": vocab.pad_id,
+        "bos_token_id": vocab.bos_id,
+        "eos_token_id": vocab.eos_id,
+        "tie_word_embeddings": model.lm_head.weight is model.tok_emb.weight,
+        "torch_dtype": "float32",
+    }
 
 
 def gpt2(model, p) -> tuple[dict, dict]:
     """decoder -> GPT2LMHeadModel: Conv1D weights are the transposes of the lab's Linear weights."""
-    config = {**_common(model, p), "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
-              "n_embd": model.d_model, "n_layer": len(model.decoder.blocks), "n_head": model.n_heads,
-              "n_inner": model.d_ff, "n_positions": model.max_len, "activation_function": model.activation,
-              "resid_pdrop": model.dropout_p, "embd_pdrop": model.dropout_p, "attn_pdrop": model.dropout_p,
-              "layer_norm_epsilon": EPS}
+    config = {
+        **_common(model, p),
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "n_embd": model.d_model,
+        "n_layer": len(model.decoder.blocks),
+        "n_head": model.n_heads,
+        "n_inner": model.d_ff,
+        "n_positions": model.max_len,
+        "activation_function": model.activation,
+        "resid_pdrop": model.dropout_p,
+        "embd_pdrop": model.dropout_p,
+        "attn_pdrop": model.dropout_p,
+        "layer_norm_epsilon": EPS,
+    }
     s = model.decoder
-    w = {"transformer.wte.weight": _vocab(model.tok_emb.weight, p.vocab.size),
-         "transformer.wpe.weight": s.pos_emb.weight,
-         "transformer.ln_f.weight": s.ln_f.weight, "transformer.ln_f.bias": _bias(s.ln_f)}
+    w = {
+        "transformer.wte.weight": _vocab(model.tok_emb.weight, p.vocab.size),
+        "transformer.wpe.weight": s.pos_emb.weight,
+        "transformer.ln_f.weight": s.ln_f.weight,
+        "transformer.ln_f.bias": _bias(s.ln_f),
+    }
     for i, b in enumerate(s.blocks):
         h = f"transformer.h.{i}."
-        w.update({h + "ln_1.weight": b.ln_attn.weight, h + "ln_1.bias": _bias(b.ln_attn),
-                  h + "attn.c_attn.weight": b.attn.qkv.weight.T, h + "attn.c_attn.bias": _bias(b.attn.qkv),
-                  h + "attn.c_proj.weight": b.attn.proj.weight.T, h + "attn.c_proj.bias": _bias(b.attn.proj),
-                  h + "ln_2.weight": b.ln_mlp.weight, h + "ln_2.bias": _bias(b.ln_mlp),
-                  h + "mlp.c_fc.weight": b.mlp.fc.weight.T, h + "mlp.c_fc.bias": _bias(b.mlp.fc),
-                  h + "mlp.c_proj.weight": b.mlp.proj.weight.T, h + "mlp.c_proj.bias": _bias(b.mlp.proj)})
+        w.update(
+            {
+                h + "ln_1.weight": b.ln_attn.weight,
+                h + "ln_1.bias": _bias(b.ln_attn),
+                h + "attn.c_attn.weight": b.attn.qkv.weight.T,
+                h + "attn.c_attn.bias": _bias(b.attn.qkv),
+                h + "attn.c_proj.weight": b.attn.proj.weight.T,
+                h + "attn.c_proj.bias": _bias(b.attn.proj),
+                h + "ln_2.weight": b.ln_mlp.weight,
+                h + "ln_2.bias": _bias(b.ln_mlp),
+                h + "mlp.c_fc.weight": b.mlp.fc.weight.T,
+                h + "mlp.c_fc.bias": _bias(b.mlp.fc),
+                h + "mlp.c_proj.weight": b.mlp.proj.weight.T,
+                h + "mlp.c_proj.bias": _bias(b.mlp.proj),
+            }
+        )
     if not config["tie_word_embeddings"]:
         w["lm_head.weight"] = _vocab(model.lm_head.weight, p.vocab.size)
     return config, w
@@ -107,36 +137,60 @@ def megatron_bert(model, p) -> tuple[dict, dict]:
     """encoder -> MegatronBertForMaskedLM (pre-LN BERT without an embedding LayerNorm); its head's transform is
     made the identity (module docstring)."""
     d = model.d_model
-    config = {**_common(model, p), "model_type": "megatron-bert", "architectures": ["MegatronBertForMaskedLM"],
-              "hidden_size": d, "num_hidden_layers": len(model.encoder.blocks), "num_attention_heads": model.n_heads,
-              "intermediate_size": model.d_ff, "hidden_act": model.activation, "max_position_embeddings": model.max_len,
-              "hidden_dropout_prob": model.dropout_p, "attention_probs_dropout_prob": model.dropout_p,
-              "type_vocab_size": 1, "layer_norm_eps": EPS, "position_embedding_type": "absolute"}
+    config = {
+        **_common(model, p),
+        "model_type": "megatron-bert",
+        "architectures": ["MegatronBertForMaskedLM"],
+        "hidden_size": d,
+        "num_hidden_layers": len(model.encoder.blocks),
+        "num_attention_heads": model.n_heads,
+        "intermediate_size": model.d_ff,
+        "hidden_act": model.activation,
+        "max_position_embeddings": model.max_len,
+        "hidden_dropout_prob": model.dropout_p,
+        "attention_probs_dropout_prob": model.dropout_p,
+        "type_vocab_size": 1,
+        "layer_norm_eps": EPS,
+        "position_embedding_type": "absolute",
+    }
     s = model.encoder
     g, b = s.ln_f.weight.detach(), _bias(s.ln_f).detach()
     if bool((g == 0).any()):
-        raise UserError("this encoder's final LayerNorm has zero weights, whose features Megatron-BERT's "
-                           "masked-LM head cannot recover: it cannot be exported exactly")
+        raise UserError(
+            "this encoder's final LayerNorm has zero weights, whose features Megatron-BERT's "
+            "masked-LM head cannot recover: it cannot be exported exactly"
+        )
     shift = math.ceil(math.sqrt(d)) + 8  # every normalised feature is > 6 after the shift
-    w = {"bert.embeddings.word_embeddings.weight": _vocab(model.tok_emb.weight, p.vocab.size),
-         "bert.embeddings.position_embeddings.weight": s.pos_emb.weight,
-         "bert.embeddings.token_type_embeddings.weight": torch.zeros(1, d),
-         "bert.encoder.ln.weight": g, "bert.encoder.ln.bias": b,
-         # the head's transform: (g n + b) / g - b / g + shift = n + shift, then LayerNorm(n + shift) g + b
-         "cls.predictions.transform.dense.weight": torch.diag(1 / g),
-         "cls.predictions.transform.dense.bias": shift - b / g,
-         "cls.predictions.transform.LayerNorm.weight": g,
-         "cls.predictions.transform.LayerNorm.bias": b,
-         "cls.predictions.bias": torch.zeros(p.vocab.size)}
+    w = {
+        "bert.embeddings.word_embeddings.weight": _vocab(model.tok_emb.weight, p.vocab.size),
+        "bert.embeddings.position_embeddings.weight": s.pos_emb.weight,
+        "bert.embeddings.token_type_embeddings.weight": torch.zeros(1, d),
+        "bert.encoder.ln.weight": g,
+        "bert.encoder.ln.bias": b,
+        # the head's transform: (g n + b) / g - b / g + shift = n + shift, then LayerNorm(n + shift) g + b
+        "cls.predictions.transform.dense.weight": torch.diag(1 / g),
+        "cls.predictions.transform.dense.bias": shift - b / g,
+        "cls.predictions.transform.LayerNorm.weight": g,
+        "cls.predictions.transform.LayerNorm.bias": b,
+        "cls.predictions.bias": torch.zeros(p.vocab.size),
+    }
     for i, b in enumerate(s.blocks):
         h = f"bert.encoder.layer.{i}."
         w.update(_qkv(b.attn, h + "attention.self.", ("query", "key", "value")))
-        w.update({h + "attention.ln.weight": b.ln_attn.weight, h + "attention.ln.bias": _bias(b.ln_attn),
-                  h + "attention.output.dense.weight": b.attn.proj.weight,
-                  h + "attention.output.dense.bias": _bias(b.attn.proj),
-                  h + "ln.weight": b.ln_mlp.weight, h + "ln.bias": _bias(b.ln_mlp),
-                  h + "intermediate.dense.weight": b.mlp.fc.weight, h + "intermediate.dense.bias": _bias(b.mlp.fc),
-                  h + "output.dense.weight": b.mlp.proj.weight, h + "output.dense.bias": _bias(b.mlp.proj)})
+        w.update(
+            {
+                h + "attention.ln.weight": b.ln_attn.weight,
+                h + "attention.ln.bias": _bias(b.ln_attn),
+                h + "attention.output.dense.weight": b.attn.proj.weight,
+                h + "attention.output.dense.bias": _bias(b.attn.proj),
+                h + "ln.weight": b.ln_mlp.weight,
+                h + "ln.bias": _bias(b.ln_mlp),
+                h + "intermediate.dense.weight": b.mlp.fc.weight,
+                h + "intermediate.dense.bias": _bias(b.mlp.fc),
+                h + "output.dense.weight": b.mlp.proj.weight,
+                h + "output.dense.bias": _bias(b.mlp.proj),
+            }
+        )
     if not config["tie_word_embeddings"]:
         w["cls.predictions.decoder.weight"] = _vocab(model.lm_head.weight, p.vocab.size)
         w["cls.predictions.decoder.bias"] = torch.zeros(p.vocab.size)
@@ -146,22 +200,43 @@ def megatron_bert(model, p) -> tuple[dict, dict]:
 def blenderbot(model, p) -> tuple[dict, dict]:
     """encoder_decoder -> BlenderbotForConditionalGeneration (pre-LN encoder and decoder, learned positions,
     unscaled embeddings shared by both stacks and the head)."""
-    config = {**_common(model, p), "model_type": "blenderbot", "architectures": ["BlenderbotForConditionalGeneration"],
-              "d_model": model.d_model, "encoder_layers": len(model.encoder.blocks),
-              "decoder_layers": len(model.decoder.blocks), "encoder_attention_heads": model.n_heads,
-              "decoder_attention_heads": model.n_heads, "encoder_ffn_dim": model.d_ff, "decoder_ffn_dim": model.d_ff,
-              "activation_function": model.activation, "max_position_embeddings": model.max_len,
-              "dropout": model.dropout_p, "attention_dropout": model.dropout_p, "activation_dropout": 0.0,
-              "scale_embedding": False, "decoder_start_token_id": p.vocab.bos_id,
-              "encoder_no_repeat_ngram_size": 0, "forced_eos_token_id": None}
+    config = {
+        **_common(model, p),
+        "model_type": "blenderbot",
+        "architectures": ["BlenderbotForConditionalGeneration"],
+        "d_model": model.d_model,
+        "encoder_layers": len(model.encoder.blocks),
+        "decoder_layers": len(model.decoder.blocks),
+        "encoder_attention_heads": model.n_heads,
+        "decoder_attention_heads": model.n_heads,
+        "encoder_ffn_dim": model.d_ff,
+        "decoder_ffn_dim": model.d_ff,
+        "activation_function": model.activation,
+        "max_position_embeddings": model.max_len,
+        "dropout": model.dropout_p,
+        "attention_dropout": model.dropout_p,
+        "activation_dropout": 0.0,
+        "scale_embedding": False,
+        "decoder_start_token_id": p.vocab.bos_id,
+        "encoder_no_repeat_ngram_size": 0,
+        "forced_eos_token_id": None,
+    }
     embedding = _vocab(model.tok_emb.weight, p.vocab.size)  # each stack's own key too (untied heads need them)
-    w = {"model.shared.weight": embedding, "model.encoder.embed_tokens.weight": embedding,
-         "model.decoder.embed_tokens.weight": embedding}
+    w = {
+        "model.shared.weight": embedding,
+        "model.encoder.embed_tokens.weight": embedding,
+        "model.decoder.embed_tokens.weight": embedding,
+    }
     for stack_name in ("encoder", "decoder"):
         s = getattr(model, stack_name)
         top = f"model.{stack_name}."
-        w.update({top + "embed_positions.weight": s.pos_emb.weight,
-                  top + "layer_norm.weight": s.ln_f.weight, top + "layer_norm.bias": _bias(s.ln_f)})
+        w.update(
+            {
+                top + "embed_positions.weight": s.pos_emb.weight,
+                top + "layer_norm.weight": s.ln_f.weight,
+                top + "layer_norm.bias": _bias(s.ln_f),
+            }
+        )
         for i, b in enumerate(s.blocks):
             h = f"{top}layers.{i}."
             attentions = [("self_attn", b.attn, b.ln_attn)]
@@ -169,11 +244,24 @@ def blenderbot(model, p) -> tuple[dict, dict]:
                 attentions.append(("encoder_attn", b.cross_attn, b.ln_cross))
             for name, attn, ln in attentions:
                 w.update(_qkv(attn, h + name + ".", ("q", "k", "v"), "_proj"))
-                w.update({h + f"{name}.out_proj.weight": attn.proj.weight, h + f"{name}.out_proj.bias": _bias(attn.proj),
-                          h + f"{name}_layer_norm.weight": ln.weight, h + f"{name}_layer_norm.bias": _bias(ln)})
-            w.update({h + "final_layer_norm.weight": b.ln_mlp.weight, h + "final_layer_norm.bias": _bias(b.ln_mlp),
-                      h + "fc1.weight": b.mlp.fc.weight, h + "fc1.bias": _bias(b.mlp.fc),
-                      h + "fc2.weight": b.mlp.proj.weight, h + "fc2.bias": _bias(b.mlp.proj)})
+                w.update(
+                    {
+                        h + f"{name}.out_proj.weight": attn.proj.weight,
+                        h + f"{name}.out_proj.bias": _bias(attn.proj),
+                        h + f"{name}_layer_norm.weight": ln.weight,
+                        h + f"{name}_layer_norm.bias": _bias(ln),
+                    }
+                )
+            w.update(
+                {
+                    h + "final_layer_norm.weight": b.ln_mlp.weight,
+                    h + "final_layer_norm.bias": _bias(b.ln_mlp),
+                    h + "fc1.weight": b.mlp.fc.weight,
+                    h + "fc1.bias": _bias(b.mlp.fc),
+                    h + "fc2.weight": b.mlp.proj.weight,
+                    h + "fc2.bias": _bias(b.mlp.proj),
+                }
+            )
     if not config["tie_word_embeddings"]:
         w["lm_head.weight"] = _vocab(model.lm_head.weight, p.vocab.size)
     return config, w
@@ -186,17 +274,26 @@ def tokenizer_files(p) -> dict[str, str]:
     """tokenizer.json (the lab's, ids unchanged) and the tokenizer_config.json that names its special tokens."""
     v = p.vocab
     names = [p.tokenizer.id_to_token(i) for i in range(v.first_ordinary)]
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": p.model.max_len,
-              "pad_token": names[v.pad_id], "bos_token": names[v.bos_id], "eos_token": names[v.eos_id],
-              "mask_token": names[v.mask_id], "clean_up_tokenization_spaces": False,
-              "additional_special_tokens": [names[i] for i in range(v.first_ordinary)
-                                            if i not in (v.pad_id, v.bos_id, v.eos_id, v.mask_id)]}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": p.model.max_len,
+        "pad_token": names[v.pad_id],
+        "bos_token": names[v.bos_id],
+        "eos_token": names[v.eos_id],
+        "mask_token": names[v.mask_id],
+        "clean_up_tokenization_spaces": False,
+        "additional_special_tokens": [
+            names[i] for i in range(v.first_ordinary) if i not in (v.pad_id, v.bos_id, v.eos_id, v.mask_id)
+        ],
+    }
     tokenizer = json.loads(p.tokenizer.to_str())
     for token in tokenizer["added_tokens"]:  # "a <mask>" -> 'Ġa', '<mask>': the space goes, as in training
         if token["id"] == v.mask_id or v.sentinel_start <= token["id"] < v.first_ordinary:
             token["lstrip"] = True
-    return {"tokenizer.json": json.dumps(tokenizer, ensure_ascii=False),
-            "tokenizer_config.json": json.dumps(config, indent=2)}
+    return {
+        "tokenizer.json": json.dumps(tokenizer, ensure_ascii=False),
+        "tokenizer_config.json": json.dumps(config, indent=2),
+    }
 
 
 def export(path: str | Path, out_dir: str | Path) -> dict:
@@ -207,8 +304,10 @@ def export(path: str | Path, out_dir: str | Path) -> dict:
         raise UserError(f"{out_dir} already exists and is not empty: pass a new folder (nothing was written)")
     p = load(path)
     if p.architecture not in EXPORTERS:
-        raise UserError(f"architecture {p.architecture} has no transformers class to export to: exportable are "
-                           f"{', '.join(EXPORTERS)}")
+        raise UserError(
+            f"architecture {p.architecture} has no transformers class to export to: exportable are "
+            f"{', '.join(EXPORTERS)}"
+        )
     config, weights = EXPORTERS[p.architecture](p.model, p)
     model_type, cls, auto = HF_CLASSES[p.architecture]
     objective = (p.config.get("objective") or {}).get("name")
@@ -217,8 +316,11 @@ def export(path: str | Path, out_dir: str | Path) -> dict:
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         staging.chmod(0o755)  # mkdtemp makes it private
-        save_file({k: t.detach().float().contiguous().clone() for k, t in weights.items()},
-                  str(staging / "model.safetensors"), metadata={"format": "pt"})
+        save_file(
+            {k: t.detach().float().contiguous().clone() for k, t in weights.items()},
+            str(staging / "model.safetensors"),
+            metadata={"format": "pt"},
+        )
         (staging / "config.json").write_text(json.dumps(config, indent=2))
         for name, text in tokenizer_files(p).items():
             (staging / name).write_text(text)
@@ -228,14 +330,24 @@ def export(path: str | Path, out_dir: str | Path) -> dict:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {"class": cls, "auto": auto, "out_dir": str(out_dir), "checkpoint": str(p.checkpoint),
-            "objective": objective, "architecture": p.architecture}
+    return {
+        "class": cls,
+        "auto": auto,
+        "out_dir": str(out_dir),
+        "checkpoint": str(p.checkpoint),
+        "objective": objective,
+        "architecture": p.architecture,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="selfsup-export", description=(
-        "Write a trained model as a Hugging Face transformers folder (config.json, model.safetensors, tokenizer): "
-        "decoders as GPT-2, encoders as Megatron-BERT, encoder-decoders as Blenderbot."))
+    parser = argparse.ArgumentParser(
+        prog="selfsup-export",
+        description=(
+            "Write a trained model as a Hugging Face transformers folder (config.json, model.safetensors, tokenizer): "
+            "decoders as GPT-2, encoders as Megatron-BERT, encoder-decoders as Blenderbot."
+        ),
+    )
     parser.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="a run dir (its best checkpoint) or a .ckpt file")
     parser.add_argument("out_dir", metavar="OUT_DIR", help="a new (or empty) folder")
     args = parser.parse_args(argv)
@@ -244,7 +356,9 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    print(f"{done['architecture']} from {done['checkpoint']} -> {done['out_dir']} ({done['class']}); load it with "
-          f"transformers.{done['auto']}.from_pretrained({done['out_dir']!r}) and AutoTokenizer")
+    print(
+        f"{done['architecture']} from {done['checkpoint']} -> {done['out_dir']} ({done['class']}); load it with "
+        f"transformers.{done['auto']}.from_pretrained({done['out_dir']!r}) and AutoTokenizer"
+    )
     if done["architecture"] == "decoder" and done["objective"] in ("prefix_lm", "ul2"):
         print(f"note: GPT-2 attends causally everywhere; the bidirectional prefix of {done['objective']} is not kept")

@@ -39,16 +39,23 @@ def run_identity(cfg: DictConfig, run_dir: Path) -> tuple[str, str | None, list[
     swept = [o for o in hc.overrides.task if override_key(o) in swept_keys]
     values = [(o.split("=", 1)[0], shown(o.split("=", 1)[1])) for o in swept]
     objective = cfg.objective.get("name") or "objective"
-    name = cfg.logger.name or "-".join([objective, cfg.architecture.name,
-                                        *(f"{k.split('.')[-1]}={v}" for k, v in values
-                                          if k not in ("objective", "architecture"))])
+    name = cfg.logger.name or "-".join(
+        [
+            objective,
+            cfg.architecture.name,
+            *(f"{k.split('.')[-1]}={v}" for k, v in values if k not in ("objective", "architecture")),
+        ]
+    )
     group = cfg.logger.group
     if group is None and hc.mode.name == "MULTIRUN":
         sweep = Path(hc.sweep.dir)
         label = hc.runtime.choices.get("sweeps") or hc.runtime.choices.get("experiment") or "sweep"
         group = f"{label}-{sweep.parent.name}-{sweep.name}"
-    tags = list(cfg.logger.tags) + [f"objective={objective}", f"architecture={cfg.architecture.name}"] + \
-        [f"{k}={v}" for k, v in values]
+    tags = (
+        list(cfg.logger.tags)
+        + [f"objective={objective}", f"architecture={cfg.architecture.name}"]
+        + [f"{k}={v}" for k, v in values]
+    )
     identity = (redact(name), group, [t[:64] for t in dict.fromkeys(redact(tags))])
     kept.write_text(json.dumps(identity))
     return identity
@@ -66,8 +73,10 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
             del os.environ["WANDB_MODE"]
         mode = wandb_mode(cfg.logger.mode)
         if mode == "online" and not api_key_configured():
-            log.warning("W&B online was asked for but no API key is configured (WANDB_API_KEY or `wandb login`): "
-                        "logging offline instead; upload later with the `wandb sync` command printed at the end")
+            log.warning(
+                "W&B online was asked for but no API key is configured (WANDB_API_KEY or `wandb login`): "
+                "logging offline instead; upload later with the `wandb sync` command printed at the end"
+            )
             mode = "offline"
         if mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
@@ -76,14 +85,27 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
             if not id_file.exists():
                 import secrets
                 import string
+
                 id_file.write_text("".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8)))
-            loggers.append(SafeWandbLogger(  # W&B failing mid-run: one warning, training goes on
-                csv_dir=str(Path(csv.log_dir)) if csv else None, timeout=cfg.logger.timeout,
-                save_dir=str(run_dir), project=cfg.logger.project, entity=cfg.logger.entity, name=name, group=group,
-                tags=tags, mode=mode, config=redact(OmegaConf.to_container(cfg, resolve=True)), job_type="train",
-                id=id_file.read_text().strip(), resume="allow",
-                # W&B records the command line with the run's metadata: not when it holds a secret
-                **({"settings": wandb.Settings(x_disable_meta=True)} if redact(sys.argv) != sys.argv else {})))
+            loggers.append(
+                SafeWandbLogger(  # W&B failing mid-run: one warning, training goes on
+                    csv_dir=str(Path(csv.log_dir)) if csv else None,
+                    timeout=cfg.logger.timeout,
+                    save_dir=str(run_dir),
+                    project=cfg.logger.project,
+                    entity=cfg.logger.entity,
+                    name=name,
+                    group=group,
+                    tags=tags,
+                    mode=mode,
+                    config=redact(OmegaConf.to_container(cfg, resolve=True)),
+                    job_type="train",
+                    id=id_file.read_text().strip(),
+                    resume="allow",
+                    # W&B records the command line with the run's metadata: not when it holds a secret
+                    **({"settings": wandb.Settings(x_disable_meta=True)} if redact(sys.argv) != sys.argv else {}),
+                )
+            )
     return loggers + ([csv] if csv else [])
 
 
@@ -91,6 +113,7 @@ def define_wandb_axes(loggers: list) -> None:
     """tokens seen and targets seen are x-axes, so objectives compare on the same compute; the code version
     a W&B run file (code-version.json, beside W&B's own requirements.txt: the environment's pip freeze)."""
     from selfsup.version import code_version
+
     for lg in loggers:
         if isinstance(lg, WandbLogger):
             run = lg.experiment
@@ -108,8 +131,9 @@ def start_wandb(loggers: list, run_dir: Path) -> list:
         define_wandb_axes(loggers)
         return loggers
     except Exception as err:
-        log.warning(f"W&B could not start ({type(err).__name__}: {err}); training goes on with the CSV log "
-                    f"in {run_dir / 'csv'}")
+        log.warning(
+            f"W&B could not start ({type(err).__name__}: {err}); training goes on with the CSV log in {run_dir / 'csv'}"
+        )
         return [lg for lg in loggers if not isinstance(lg, SafeWandbLogger)]
 
 
@@ -198,12 +222,14 @@ class SafeWandbLogger(WandbLogger):
     def log_checkpoints(self, files: list[Path], metadata: dict, name: str = "model") -> None:
         """Files (the run's checkpoints with its tokenizer; or its Hugging Face export) as one W&B model artifact,
         `<name>-<run id>`, the run's settings and results as metadata; offline runs keep it for `wandb sync`."""
+
         def upload():
             run = wandb_run(self)
             artifact = wandb.Artifact(f"{name}-{run.id}", type="model", metadata=metadata)
             for path in files:
                 artifact.add_file(str(path), name=path.name)
             run.log_artifact(artifact, aliases=["latest"])
+
         if wandb_run(self) is not None:
             self._guard(upload)
 
@@ -223,11 +249,13 @@ class SafeWandbLogger(WandbLogger):
 def _call_in_thread(call, *args, errors: list) -> threading.Thread:
     """Start call(*args) in a daemon thread (a stuck call does not hold the process at exit); an
     Exception it raises is appended to errors."""
+
     def run():
         try:
             call(*args)
         except Exception as err:  # noqa: BLE001 - reported by the caller
             errors.append(err)
+
     worker = threading.Thread(target=run, name="selfsup-wandb-call", daemon=True)
     worker.start()
     return worker

@@ -48,32 +48,32 @@ class _LinearCrossEntropy(torch.autograd.Function):
             w = w.to(low)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.empty(weight.shape, dtype=torch.float32, device=weight.device)
-        grad_weight[vocab_size if hidden.shape[0] else 0:] = 0  # the vocabulary's padding rows (all, without rows)
+        grad_weight[vocab_size if hidden.shape[0] else 0 :] = 0  # the vocabulary's padding rows (all, without rows)
         nll = torch.zeros((), dtype=torch.float32, device=hidden.device)
         correct = torch.zeros((), dtype=torch.long, device=hidden.device)
         for start in range(0, hidden.shape[0], chunk):
-            h, t = hidden[start:start + chunk], targets[start:start + chunk]
-            logits = (h @ w.t()).float()                         # [rows, vocab]
+            h, t = hidden[start : start + chunk], targets[start : start + chunk]
+            logits = (h @ w.t()).float()  # [rows, vocab]
             rows = torch.arange(t.shape[0], device=t.device)
             if accuracy:
                 correct += (logits.argmax(dim=-1) == t).sum()
             top = logits.amax(dim=-1, keepdim=True)
             picked = logits[rows, t]
-            p = logits.sub_(top).exp_()                           # in place: exp(logit - max)
+            p = logits.sub_(top).exp_()  # in place: exp(logit - max)
             z = p.sum(dim=-1, keepdim=True)
             nll += (z.log() + top).squeeze(1).sub_(picked).sum()  # log-sum-exp minus the target's logit
             p.div_(z)
-            p[rows, t] -= 1                                       # d nll / d logits
+            p[rows, t] -= 1  # d nll / d logits
             if low is not None:  # d weight in low precision, accumulated over chunks in fp32
                 p = p.to(low)
-                grad_hidden[start:start + chunk] = p @ w
+                grad_hidden[start : start + chunk] = p @ w
                 part = p.t() @ h.to(low)
                 if start == 0:
                     grad_weight[:vocab_size].copy_(part)
                 else:
                     grad_weight[:vocab_size].add_(part)
                 continue
-            grad_hidden[start:start + chunk] = p.to(w.dtype) @ w
+            grad_hidden[start : start + chunk] = p.to(w.dtype) @ w
             if start == 0:  # the first chunk writes d weight, the others add to it
                 torch.mm(p.t().to(h.dtype), h, out=grad_weight[:vocab_size])
             else:
@@ -88,8 +88,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_hidden * grad_nll, grad_weight * grad_nll, None, None, None, None
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
-                         accuracy: bool = True, chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    vocab_size: int,
+    accuracy: bool = True,
+    chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of -log p(target), number of rows whose argmax is the target) for hidden [N, d],
     weight [V_padded, d] (the output head), targets [N]; only the first vocab_size rows of weight
     are classes. Differentiable in hidden and weight."""
@@ -99,20 +105,21 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     nll = torch.zeros((), dtype=torch.float32, device=hidden.device)
     correct = torch.zeros((), dtype=torch.long, device=hidden.device)
     for start in range(0, hidden.shape[0], chunk):  # no gradients: plain chunks, no [N, V] logits at once
-        logits = (hidden[start:start + chunk] @ weight[:vocab_size].t()).float()
-        t = targets[start:start + chunk]
+        logits = (hidden[start : start + chunk] @ weight[:vocab_size].t()).float()
+        t = targets[start : start + chunk]
         nll += F.cross_entropy(logits, t, reduction="sum")
         if accuracy:
             correct += (logits.argmax(dim=-1) == t).sum()
     return nll, correct
 
 
-def token_nll(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
-              chunk: int | None = None) -> torch.Tensor:
+def token_nll(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int, chunk: int | None = None
+) -> torch.Tensor:
     """-log softmax(hidden @ weight.T)[target] of each row (no gradients), chunk by chunk of rows."""
     chunk = chunk or chunk_rows(vocab_size, hidden.device)
     out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
     for start in range(0, hidden.shape[0], chunk):
-        logits = (hidden[start:start + chunk] @ weight[:vocab_size].t()).float()
-        out[start:start + chunk] = F.cross_entropy(logits, targets[start:start + chunk], reduction="none")
+        logits = (hidden[start : start + chunk] @ weight[:vocab_size].t()).float()
+        out[start : start + chunk] = F.cross_entropy(logits, targets[start : start + chunk], reduction="none")
     return out

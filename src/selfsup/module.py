@@ -31,15 +31,20 @@ from selfsup.strategies import shard
 from selfsup.upstream import align_log_step
 
 
-def cross_entropy_sums(model: torch.nn.Module, batch: ObjectiveBatch, accuracy: bool = True
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def cross_entropy_sums(
+    model: torch.nn.Module, batch: ObjectiveBatch, accuracy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(sum of -log p over scored positions, number scored, number predicted correctly).
 
     The output head runs only at scored positions (all of them for CLM, ~15% for MLM), fused with
     the cross-entropy (selfsup.loss) so the [scored, vocab] logits are never stored.
     """
-    hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
-                   encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
+    hidden = model(
+        encoder_inputs=batch.encoder_inputs,
+        decoder_inputs=batch.decoder_inputs,
+        encoder_mask=batch.encoder_mask,
+        prefix_length=batch.prefix_length,
+    )
     scored = batch.scored
     if scored.all():  # every position scored: no gather and scatter of the hidden states
         hidden, targets = hidden.flatten(0, 1), batch.targets.flatten()
@@ -49,9 +54,14 @@ def cross_entropy_sums(model: torch.nn.Module, batch: ObjectiveBatch, accuracy: 
     return nll, targets.new_tensor(targets.numel()), correct
 
 
-def accumulate_gradients(model: torch.nn.Module, micro: list[ObjectiveBatch], total_scored: float,
-                         world_size: int = 1, backward=torch.Tensor.backward, accuracy: bool = True
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
+def accumulate_gradients(
+    model: torch.nn.Module,
+    micro: list[ObjectiveBatch],
+    total_scored: float,
+    world_size: int = 1,
+    backward=torch.Tensor.backward,
+    accuracy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Backward over micro-batches so the gradient is that of (sum of -log p) / total_scored.
 
     total_scored counts the scored targets of all micro-batches on all devices; DDP averages the
@@ -67,9 +77,19 @@ def accumulate_gradients(model: torch.nn.Module, micro: list[ObjectiveBatch], to
 
 
 class SelfSupModule(L.LightningModule):
-    def __init__(self, model: torch.nn.Module, objective: Objective, optim: AdamWCosine | None = None, *,
-                 max_steps: int = 1000, accumulate: int = 1, seed: int = 0, max_tokens: int | None = None,
-                 max_flops: float | None = None, evaluation=None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        objective: Objective,
+        optim: AdamWCosine | None = None,
+        *,
+        max_steps: int = 1000,
+        accumulate: int = 1,
+        seed: int = 0,
+        max_tokens: int | None = None,
+        max_flops: float | None = None,
+        evaluation=None,
+    ):
         super().__init__()
         self.automatic_optimization = False  # to normalise by scored tokens across micro-batches
         self.model = model
@@ -77,9 +97,9 @@ class SelfSupModule(L.LightningModule):
         self.optim = optim or AdamWCosine()  # optimizer, schedule and clipping (selfsup.optim)
         self.max_steps, self.accumulate, self.seed = max_steps, accumulate, seed
         self.max_tokens = max_tokens  # stop once this many input tokens were read (equal-text comparisons)
-        self.max_flops = max_flops    # stop once this many training FLOPs were spent (equal-compute comparisons)
+        self.max_flops = max_flops  # stop once this many training FLOPs were spent (equal-compute comparisons)
         self.evaluation = evaluation  # selfsup.evaluation.Evaluation: fixed exam and probes, at validations
-        self.tokens_seen = 0   # global input tokens consumed by training so far
+        self.tokens_seen = 0  # global input tokens consumed by training so far
         self.targets_seen = 0  # global scored targets so far
         self.flops_seen = 0.0  # global training FLOPs so far (the first batch's count per step)
         # val/loss = total NLL / total scored over the whole validation set, as sums (a weighted MeanMetric with
@@ -89,29 +109,33 @@ class SelfSupModule(L.LightningModule):
         self.val_correct = SumMetric(nan_strategy="disable")
         self.val_scored = SumMetric(nan_strategy="disable")
         self.val_inputs = SumMetric(nan_strategy="disable")
-        self.flops_per_batch = None  # counted before the first step (count_flops); read by selfsup.throughput.TokenThroughput
-        self.resume_record = None    # config/vocabulary/tokenizer fingerprint stored in checkpoints
-        self.nonfinite = None        # the NonFiniteGuard callback, when the trainer has one
-        self._grad_norm = None       # global gradient norm of the last step, before clipping
+        self.flops_per_batch = (
+            None  # counted before the first step (count_flops); read by selfsup.throughput.TokenThroughput
+        )
+        self.resume_record = None  # config/vocabulary/tokenizer fingerprint stored in checkpoints
+        self.nonfinite = None  # the NonFiniteGuard callback, when the trainer has one
+        self._grad_norm = None  # global gradient norm of the last step, before clipping
         self._grad_norm_before_step = None
 
     # ------------------------------------------------------------------ masks
     def generator(self, stream: str, *index: int) -> torch.Generator:
-        return torch.Generator(device=self.device).manual_seed(
-            stream_seed(self.seed, stream, *index, self.global_rank))
+        return torch.Generator(device=self.device).manual_seed(stream_seed(self.seed, stream, *index, self.global_rank))
 
     # ------------------------------------------------------------------ training
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
         opt, sched = self.optimizers(), self.lr_schedulers()
         step = self.global_step
-        micro = [self.objective(chunk, self.generator("train", step, i))
-                 for i, chunk in enumerate(tokens.chunk(self.accumulate))]
+        micro = [
+            self.objective(chunk, self.generator("train", step, i))
+            for i, chunk in enumerate(tokens.chunk(self.accumulate))
+        ]
         local = torch.stack([torch.stack([b.n_scored, b.n_inputs]) for b in micro]).sum(0).float()
         total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
         # accuracy costs an argmax: only when the loggers write (every log_every_n_steps, as Lightning decides)
         logging = (self.global_step + 1) % self.trainer.log_every_n_steps == 0 or self.trainer.should_stop
-        nll_sum, correct = accumulate_gradients(self.model, micro, total_scored, self.trainer.world_size,
-                                                backward=self.manual_backward, accuracy=logging)
+        nll_sum, correct = accumulate_gradients(
+            self.model, micro, total_scored, self.trainer.world_size, backward=self.manual_backward, accuracy=logging
+        )
         sums = self.trainer.strategy.reduce(torch.stack([nll_sum, correct.float()]), reduce_op="sum")
         loss = sums[0] / max(total_scored, 1.0)
         # a finite loss can still give non-finite gradients (a huge learning rate): both are checked before
@@ -119,8 +143,11 @@ class SelfSupModule(L.LightningModule):
         # opt.step (it skips steps with inf gradients itself); else the norm computed here is also the one
         # that clips (on_before_optimizer_step)
         self._grad_norm_before_step = None if self._scaled_gradients() else self.gradient_norm(opt)
-        checked = loss if self._grad_norm_before_step is None else torch.stack(
-            [loss, self._grad_norm_before_step.to(loss.device)])
+        checked = (
+            loss
+            if self._grad_norm_before_step is None
+            else torch.stack([loss, self._grad_norm_before_step.to(loss.device)])
+        )
         if self.nonfinite is not None and self.nonfinite.check(checked, self.trainer):
             opt.zero_grad(set_to_none=True)  # skip this batch: no optimizer or scheduler step
             return None
@@ -132,15 +159,23 @@ class SelfSupModule(L.LightningModule):
         self.targets_seen += int(total_scored)
         self.flops_seen += self.flops_per_batch or 0.0
         last = self.global_step >= self.trainer.max_steps > 0
-        if (last or (self.max_tokens and self.tokens_seen >= self.max_tokens)
-                or (self.max_flops and self.flops_seen >= self.max_flops)):
+        if (
+            last
+            or (self.max_tokens and self.tokens_seen >= self.max_tokens)
+            or (self.max_flops and self.flops_seen >= self.max_flops)
+        ):
             # stopping this way, Lightning validates once more (at max_steps alone it would not): the
             # run's final val metrics and best checkpoint are those of its last step
             self.trainer.should_stop = True
-        metrics = {"train/loss": loss, "train/perplexity": torch.exp(loss),
-                   "train/signal_per_token": total_scored / max(total_inputs, 1.0),
-                   "train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
-                   "train/flops_seen": self.flops_seen, "train/lr": sched.get_last_lr()[0]}
+        metrics = {
+            "train/loss": loss,
+            "train/perplexity": torch.exp(loss),
+            "train/signal_per_token": total_scored / max(total_inputs, 1.0),
+            "train/tokens_seen": float(self.tokens_seen),
+            "train/targets_seen": float(self.targets_seen),
+            "train/flops_seen": self.flops_seen,
+            "train/lr": sched.get_last_lr()[0],
+        }
         if logging:
             metrics["train/accuracy"] = sums[1] / max(total_scored, 1.0)
             if self._grad_norm is not None:
@@ -157,7 +192,9 @@ class SelfSupModule(L.LightningModule):
         three in the forward pass when gradients are wanted, one without) and FlopCounterMode's 2.5 attentions
         per forward one (its kernels recompute the scores). Counted in eval mode (dropout draws no random numbers)
         and eagerly (Dynamo does not trace under FlopCounterMode)."""
-        micro = [self.objective(chunk, self.generator("flops", i)) for i, chunk in enumerate(tokens.chunk(self.accumulate))]
+        micro = [
+            self.objective(chunk, self.generator("flops", i)) for i, chunk in enumerate(tokens.chunk(self.accumulate))
+        ]
         counter, training = FlopCounterMode(display=False), self.model.training
         self.model.eval()
         with torch.no_grad(), torch.compiler.set_stance("force_eager"), counter:
@@ -224,14 +261,24 @@ class SelfSupModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         scored = self.val_scored.compute()  # a validation set without a scored position gives NaN, not 0
         loss = self.val_nll.compute() / scored
-        metrics = {"val/loss": loss, "val/perplexity": torch.exp(loss), "val/accuracy": self.val_correct.compute() / scored,
-                   "val/signal_per_token": scored / self.val_inputs.compute().clamp(min=1)}
+        metrics = {
+            "val/loss": loss,
+            "val/perplexity": torch.exp(loss),
+            "val/accuracy": self.val_correct.compute() / scored,
+            "val/signal_per_token": scored / self.val_inputs.compute().clamp(min=1),
+        }
         for metric in (self.val_nll, self.val_correct, self.val_scored, self.val_inputs):
             metric.reset()
         self.log_dict(metrics)
         # the x-axes in the same row, so every val point has its tokens seen in W&B and the CSV
-        self.log_dict({"train/tokens_seen": float(self.tokens_seen), "train/targets_seen": float(self.targets_seen),
-                       "train/flops_seen": self.flops_seen}, rank_zero_only=True)
+        self.log_dict(
+            {
+                "train/tokens_seen": float(self.tokens_seen),
+                "train/targets_seen": float(self.targets_seen),
+                "train/flops_seen": self.flops_seen,
+            },
+            rank_zero_only=True,
+        )
         # trainer.validate: the final validation of a run resumed at its last step (train.fit)
         last = self.trainer.should_stop or self.trainer.state.fn == "validate"  # (trainer.validating: fit's too)
         if self.evaluation is not None and self.evaluation.due(last=last):
@@ -246,8 +293,9 @@ class SelfSupModule(L.LightningModule):
         step = self.trainer.global_step
         for logger in self.loggers:
             if isinstance(logger, WandbLogger):
-                logger.log_table("eval/predictions", columns=EXAMPLE_COLUMNS, data=[[step, *row] for row in rows],
-                                 step=step)
+                logger.log_table(
+                    "eval/predictions", columns=EXAMPLE_COLUMNS, data=[[step, *row] for row in rows], step=step
+                )
 
     # ------------------------------------------------------------------ optimizer, state
     def configure_optimizers(self):
@@ -273,8 +321,12 @@ class SelfSupModule(L.LightningModule):
             self._align_log_step = False
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["selfsup"] = {"tokens_seen": self.tokens_seen, "targets_seen": self.targets_seen,
-                                 "flops_seen": self.flops_seen, **(self.resume_record or {})}
+        checkpoint["selfsup"] = {
+            "tokens_seen": self.tokens_seen,
+            "targets_seen": self.targets_seen,
+            "flops_seen": self.flops_seen,
+            **(self.resume_record or {}),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("selfsup", {})

@@ -18,10 +18,10 @@ PAIRS, PAIRS_MARGIN = "eval/pairs/accuracy", "eval/pairs/margin"
 PROBE = "eval/probe/accuracy"
 
 # the files of a run dir
-SUMMARY = "summary.json"        # RunSummary: written when the run ends (finished, failed or stopped)
-ERROR = "error.txt"             # the one-line error of a failed run
-TRACEBACK = "traceback.txt"     # a failed sweep job's traceback (a bug, not a user's mistake)
-OUTCOMES = "outcomes.npz"       # the evaluation's per-example outcomes (selfsup.verdict)
+SUMMARY = "summary.json"  # RunSummary: written when the run ends (finished, failed or stopped)
+ERROR = "error.txt"  # the one-line error of a failed run
+TRACEBACK = "traceback.txt"  # a failed sweep job's traceback (a bug, not a user's mistake)
+OUTCOMES = "outcomes.npz"  # the evaluation's per-example outcomes (selfsup.verdict)
 TOKENIZER = "tokenizer.json"
 
 log = logging.getLogger("selfsup")

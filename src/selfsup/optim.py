@@ -21,14 +21,17 @@ class AdamWCosine:
     """AdamW (decoupled weight decay on matrices, none on biases and norms), linear warmup, cosine decay
     to min_lr_ratio x lr at lr_decay_steps (default: the run's trainer.max_steps), gradient clipping by
     global norm. Also the structured config of conf/optim/adamw.yaml."""
+
     _target_: str = "selfsup.optim.AdamWCosine"
     lr: float = 1e-3
     weight_decay: float = 0.1
     betas: List[float] = field(default_factory=lambda: [0.9, 0.95])
     warmup_steps: int = 20
-    lr_decay_steps: Optional[int] = None  # cosine length; default trainer.max_steps (keep it when resuming to train longer)
+    lr_decay_steps: Optional[int] = (
+        None  # cosine length; default trainer.max_steps (keep it when resuming to train longer)
+    )
     min_lr_ratio: float = 0.1
-    grad_clip: float = 1.0                # max global gradient norm; 0: no clipping
+    grad_clip: float = 1.0  # max global gradient norm; 0: no clipping
 
     def factor(self, step: int, total: int) -> float:
         """Learning-rate multiplier at `step`: linear warmup to 1, cosine decay to min_lr_ratio at `total`."""
@@ -43,9 +46,13 @@ class AdamWCosine:
         CUDA; not with fp16's GradScaler, which unscales inside a fused step, after the lab's clipping)."""
         decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=self.lr,
-                                      betas=(self.betas[0], self.betas[1]), fused=fused, foreach=None)
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.lr,
+            betas=(self.betas[0], self.betas[1]),
+            fused=fused,
+            foreach=None,
+        )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: self.factor(step, total_steps))
         return optimizer, scheduler
 

@@ -33,23 +33,33 @@ SPECIAL = re.compile(r"\s+(<mask>|<extra_id_\d+>)")  # a special token takes the
 PREFIX_OBJECTIVES = ("prefix_lm", "ul2")  # objectives that train a decoder with a bidirectional prefix
 
 
-def check_generation_settings(max_new_tokens: int = 0, temperature: float = 0.0, top_k: int | None = None,
-                              flags: bool = False) -> None:
+def check_generation_settings(
+    max_new_tokens: int = 0, temperature: float = 0.0, top_k: int | None = None, flags: bool = False
+) -> None:
     """Refuse settings generation cannot use (UserError, one line): max_new_tokens < 0, a negative or
     non-finite temperature (0 is greedy), top_k < 0 (0 or None: every token). `flags`: name them as
     selfsup-sample's options (--max-new-tokens) rather than as arguments (max_new_tokens=)."""
+
     def name(arg: str, value) -> str:
         return f"--{arg.replace('_', '-')} {value}" if flags else f"{arg}={value}"
-    if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral)
-            or max_new_tokens < 0):
+
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
         raise UserError(f"{name('max_new_tokens', max_new_tokens)} is not a number of tokens: use 0 or more")
-    if (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not math.isfinite(temperature)
-            or temperature < 0):
-        raise UserError(f"{name('temperature', temperature)} is not a temperature: use 0 (greedy) or a "
-                           f"positive finite number (1 samples the model's distribution)")
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, numbers.Real)
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
+        raise UserError(
+            f"{name('temperature', temperature)} is not a temperature: use 0 (greedy) or a "
+            f"positive finite number (1 samples the model's distribution)"
+        )
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0):
-        raise UserError(f"{name('top_k', top_k)} is not a number of tokens: use k >= 1 to sample from the k "
-                           f"likeliest tokens, or 0 for every token")
+        raise UserError(
+            f"{name('top_k', top_k)} is not a number of tokens: use k >= 1 to sample from the k "
+            f"likeliest tokens, or 0 for every token"
+        )
 
 
 def run_checkpoint(run_dir: Path) -> Path:
@@ -60,14 +70,17 @@ def run_checkpoint(run_dir: Path) -> Path:
         return best[-1]
     if (folder / "last.ckpt").is_file():
         return folder / "last.ckpt"
-    raise UserError(f"{run_dir} holds no weights (no checkpoints/*.ckpt): pass a run dir that trained past its "
-                       f"first checkpoint, or a .ckpt file")
+    raise UserError(
+        f"{run_dir} holds no weights (no checkpoints/*.ckpt): pass a run dir that trained past its "
+        f"first checkpoint, or a .ckpt file"
+    )
 
 
 @dataclass
 class Pretrained:
     """A loaded model (eval mode), its tokenizer and vocabulary layout, and the settings it was trained with
     (`config`: objective, architecture, data, seed)."""
+
     model: TransformerModel
     tokenizer: Tokenizer
     vocab: Vocab
@@ -105,7 +118,7 @@ class Pretrained:
         return torch.tensor([ids], dtype=torch.long, device=self.device)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.head(hidden)[..., :self.vocab.size].float()
+        return self.model.head(hidden)[..., : self.vocab.size].float()
 
     def _needs(self, architecture: str, what: str) -> None:
         if self.architecture != architecture:
@@ -143,8 +156,7 @@ class Pretrained:
             return None
         asked = f"--max-new-tokens {max_new_tokens}" if flags else f"max_new_tokens={max_new_tokens}"
         if self.architecture == "decoder":
-            where = (f"the model has {self.model.max_len} positions and the prompt takes "
-                     f"{self.model.max_len - limit}")
+            where = f"the model has {self.model.max_len} positions and the prompt takes {self.model.max_len - limit}"
         else:
             where = f"the decoder has {self.model.max_len} positions"
         return f"{asked} is more than the model can write: {where}, so it writes at most {limit} tokens"
@@ -161,9 +173,11 @@ class Pretrained:
         of document in training); refused when that does not fit its positions."""
         ids = [self.vocab.eos_id, *prompt_ids]
         if len(ids) > self.model.max_len:
-            raise UserError(f"the prompt is {len(prompt_ids)} tokens; the model reads an end-of-document token "
-                               f"and the prompt in its {self.model.max_len} positions: shorten the prompt to at "
-                               f"most {self.model.max_len - 1} tokens")
+            raise UserError(
+                f"the prompt is {len(prompt_ids)} tokens; the model reads an end-of-document token "
+                f"and the prompt in its {self.model.max_len} positions: shorten the prompt to at "
+                f"most {self.model.max_len - 1} tokens"
+            )
         return ids
 
     def _next_logits(self, ids: list[int], prefix_length: int | None) -> torch.Tensor:
@@ -179,8 +193,9 @@ class Pretrained:
         return self._next_logits(ids, len(ids) if self.prefix_lm else None)
 
     @torch.no_grad()
-    def generate(self, prompt: str, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
-                 seed: int = 0) -> str:
+    def generate(
+        self, prompt: str, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None, seed: int = 0
+    ) -> str:
         """Decoders: the continuation of prompt (greedy at temperature 0, else sampled, from the top_k
         tokens if given; top_k 0 or None: every token), stopping at the end of a document.
 
@@ -203,7 +218,7 @@ class Pretrained:
             ids.append(token)
             new.append(token)
         before, after = self.decode(prompt_ids), self.decode(prompt_ids + new)
-        return after[len(before):] if after.startswith(before) else self.decode(new)
+        return after[len(before) :] if after.startswith(before) else self.decode(new)
 
     @torch.no_grad()
     def fill_masks(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
@@ -219,8 +234,10 @@ class Pretrained:
         logits[:, : self.vocab.first_ordinary] = float("-inf")
         probs = torch.softmax(logits, dim=-1)
         top = torch.topk(probs, min(top_k, probs.shape[-1]), dim=-1)
-        return [[(self.decode([i]), float(p)) for p, i in zip(row_p, row_i)]
-                for row_p, row_i in zip(top.values.tolist(), top.indices.tolist())]
+        return [
+            [(self.decode([i]), float(p)) for p, i in zip(row_p, row_i)]
+            for row_p, row_i in zip(top.values.tolist(), top.indices.tolist())
+        ]
 
     @torch.no_grad()
     def fill_spans(self, text: str, max_new_tokens: int = 32) -> dict[str, str]:
@@ -232,8 +249,9 @@ class Pretrained:
         ids = self.encode(text)
         sentinels = [t for t in ids if self.vocab.sentinel_start <= t < self.vocab.first_ordinary]
         if not sentinels:
-            raise UserError("fill_spans: put <extra_id_0>, <extra_id_1>, ... where spans are missing, "
-                               "e.g. 'The <extra_id_0> of'")
+            raise UserError(
+                "fill_spans: put <extra_id_0>, <extra_id_1>, ... where spans are missing, e.g. 'The <extra_id_0> of'"
+            )
         max_new_tokens = self._capped(text, max_new_tokens)
         encoder_inputs = self._ids([*ids, self.vocab.eos_id])
         out = [self.vocab.bos_id]
@@ -241,7 +259,7 @@ class Pretrained:
             hidden = self.model(encoder_inputs=encoder_inputs, decoder_inputs=self._ids(out))
             logits = self._logits(hidden[0, -1])
             allowed = torch.full_like(logits, float("-inf"))
-            allowed[self.vocab.first_ordinary:] = 0
+            allowed[self.vocab.first_ordinary :] = 0
             allowed[sentinels] = 0
             allowed[self.vocab.eos_id] = 0
             token = int((logits + allowed).argmax())
@@ -261,8 +279,10 @@ class Pretrained:
 def _state_dict(checkpoint: dict, path: Path) -> dict:
     weights = checkpoint.get("state_dict")
     if not isinstance(weights, dict) or not any(k.startswith("model.") for k in weights):
-        raise UserError(f"{path} is not a selfsup checkpoint (no model weights under state_dict): pass a .ckpt "
-                           f"written by selfsup-train, or its run dir")
+        raise UserError(
+            f"{path} is not a selfsup checkpoint (no model weights under state_dict): pass a .ckpt "
+            f"written by selfsup-train, or its run dir"
+        )
     return {k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")}
 
 
@@ -279,15 +299,19 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Pretrained:
     record = checkpoint.get("selfsup") or {}
     config = record.get("config")
     if not isinstance(config, dict) or "architecture" not in config:
-        raise UserError(f"{checkpoint_path} records no architecture settings (written before selfsup kept them): "
-                           f"it cannot be rebuilt here")
+        raise UserError(
+            f"{checkpoint_path} records no architecture settings (written before selfsup kept them): "
+            f"it cannot be rebuilt here"
+        )
     if record.get("tokenizer"):
         tokenizer = Tokenizer.from_str(record["tokenizer"])
     elif (run_dir / "tokenizer.json").is_file():
         tokenizer = Tokenizer.from_file(str(run_dir / "tokenizer.json"))
     else:
-        raise UserError(f"{checkpoint_path} holds no tokenizer and {run_dir} has no tokenizer.json: it was "
-                           f"written before runs kept them; copy the tokenizer.json of its data cache into {run_dir}")
+        raise UserError(
+            f"{checkpoint_path} holds no tokenizer and {run_dir} has no tokenizer.json: it was "
+            f"written before runs kept them; copy the tokenizer.json of its data cache into {run_dir}"
+        )
     shape = {k: v for k, v in config["architecture"].items() if k in TransformerConfig.__dataclass_fields__}
     stack = "decoder" if shape.get("name") == "decoder" else "encoder"
     max_len = int(weights[f"{stack}.pos_emb.weight"].shape[0])

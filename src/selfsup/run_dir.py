@@ -41,13 +41,15 @@ class RunDirGuard(Callback):
         if launched_rank() != 0:
             return
         from selfsup.build import check_settings
+
         overrides, run_dir = list(config.hydra.overrides.task), Path(config.hydra.run.dir)
         created = [p for p in [run_dir, *run_dir.parents] if not p.exists()]  # what claiming it makes
         try:
             if config.resume:
                 if run_dir.resolve() != Path(config.resume).resolve():
-                    raise UserError(f"resume={config.resume} continues the run in its own dir: drop "
-                                       f"hydra.run.dir={run_dir}")
+                    raise UserError(
+                        f"resume={config.resume} continues the run in its own dir: drop hydra.run.dir={run_dir}"
+                    )
                 check_resume_path(run_dir)
                 claim(run_dir)  # before reading it: a run still going is "in use"
                 check_resume(run_dir, overrides)
@@ -62,6 +64,7 @@ class RunDirGuard(Callback):
                 cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])  # the job's settings
             # settings and data, checked before Hydra writes anything: a refused command leaves nothing
             from selfsup.build import check_objective, prepare_early  # (torch: after the claim, which is fast)
+
             check_settings(cfg)
             check_objective(cfg)
             corpus = prepare_early(cfg)[0]
@@ -70,10 +73,16 @@ class RunDirGuard(Callback):
             if checkpoint and Path(checkpoint).is_file():
                 from selfsup.build import tokenizer_hash
                 from selfsup.reliability.checkpoints import check_resume_compatible
+
                 fingerprinted = OmegaConf.masked_copy(cfg, ["objective", "architecture", "data", "seed"])
-                check_resume_compatible(checkpoint, OmegaConf.to_container(fingerprinted, resolve=True),
-                                        corpus.vocab.size, tokenizer_hash(corpus),
-                                        resume=str(run_dir) if config.resume else None, command=overrides)
+                check_resume_compatible(
+                    checkpoint,
+                    OmegaConf.to_container(fingerprinted, resolve=True),
+                    corpus.vocab.size,
+                    tokenizer_hash(corpus),
+                    resume=str(run_dir) if config.resume else None,
+                    command=overrides,
+                )
             own(run_dir)
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
@@ -116,12 +125,16 @@ def check_new_run_dir(run_dir: Path, other_ranks_write: bool = False) -> None:
     """A fresh run's dir is new, or holds no run (other_ranks_write: the ranks of this launch share it, and
     may have written its .hydra/ already)."""
     if (run_dir / SUMMARY).exists() or any((run_dir / "checkpoints").glob("*.ckpt")):
-        raise UserError(f"{run_dir} already holds a run: nothing was overwritten; continue it with "
-                           f"resume={run_dir}, or pick a new hydra.run.dir")
+        raise UserError(
+            f"{run_dir} already holds a run: nothing was overwritten; continue it with "
+            f"resume={run_dir}, or pick a new hydra.run.dir"
+        )
     if (run_dir / ".hydra" / "config.yaml").is_file() and not other_ranks_write:
-        raise UserError(f"{run_dir} holds a run that stopped before its first checkpoint: nothing was "
-                           f"overwritten; run it again from the start in that dir with resume={run_dir}, or pick "
-                           f"a new hydra.run.dir")
+        raise UserError(
+            f"{run_dir} holds a run that stopped before its first checkpoint: nothing was "
+            f"overwritten; run it again from the start in that dir with resume={run_dir}, or pick "
+            f"a new hydra.run.dir"
+        )
 
 
 def claim(run_dir: Path) -> None:
@@ -133,16 +146,17 @@ def claim(run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = open(run_dir / LOCK, "a+")
     except OSError as err:
-        raise UserError(f"cannot create the run dir {run_dir}: {err.strerror}: pick a writable "
-                           f"hydra.run.dir") from None
+        raise UserError(f"cannot create the run dir {run_dir}: {err.strerror}: pick a writable hydra.run.dir") from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         lock.seek(0)
         holder = lock.read().strip() or "?"
         lock.close()
-        raise UserError(f"{run_dir} is in use by another selfsup-train (pid {holder}): nothing was written; "
-                           f"wait for it to end, or pick another hydra.run.dir") from None
+        raise UserError(
+            f"{run_dir} is in use by another selfsup-train (pid {holder}): nothing was written; "
+            f"wait for it to end, or pick another hydra.run.dir"
+        ) from None
     _claimed[key] = lock
 
 
@@ -167,8 +181,10 @@ def resume_overrides(overrides: list[str], run_dir: Path | None = None) -> list[
     kept = [o for o in kept if o not in groups]
     groups = [o for o in groups if str(choices.get(o.split("=", 1)[0])) != o.split("=", 1)[1]]
     if groups:
-        raise UserError(f"resume cannot change config groups ({', '.join(groups)}): the run keeps its "
-                           f"objective, architecture and data; override single keys such as trainer.max_steps=…")
+        raise UserError(
+            f"resume cannot change config groups ({', '.join(groups)}): the run keeps its "
+            f"objective, architecture and data; override single keys such as trainer.max_steps=…"
+        )
     return kept
 
 
@@ -179,16 +195,20 @@ def resume_checkpoint(run_dir: Path, overrides: list[str]) -> Path:
     if chosen and chosen[-1] not in ("", "null"):
         path = Path(chosen[-1])
         if not path.is_file():
-            raise UserError(f"ckpt_path={path} does not exist: pass one of the run's checkpoints, e.g. "
-                               f"{run_dir / 'checkpoints' / 'last.ckpt'}")
+            raise UserError(
+                f"ckpt_path={path} does not exist: pass one of the run's checkpoints, e.g. "
+                f"{run_dir / 'checkpoints' / 'last.ckpt'}"
+            )
         return path
     return run_dir / "checkpoints" / "last.ckpt"
 
 
 def merged_config(run_dir: Path, overrides: list[str]) -> DictConfig:
     """The run's recorded config with this command's key=value overrides on top."""
-    return OmegaConf.merge(OmegaConf.load(run_dir / ".hydra" / "config.yaml"),
-                           OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides(overrides, run_dir)]))
+    return OmegaConf.merge(
+        OmegaConf.load(run_dir / ".hydra" / "config.yaml"),
+        OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides(overrides, run_dir)]),
+    )
 
 
 def check_resume_path(run_dir: Path) -> None:
@@ -196,11 +216,14 @@ def check_resume_path(run_dir: Path) -> None:
     if not run_dir.exists():
         raise UserError(f"resume={run_dir} does not exist: pass the dir of a run, e.g. outputs/<date>/<time>")
     if not run_dir.is_dir():
-        raise UserError(f"resume={run_dir} is a file, not a run dir: pass the folder that holds the run's "
-                           f".hydra/ and checkpoints/")
+        raise UserError(
+            f"resume={run_dir} is a file, not a run dir: pass the folder that holds the run's .hydra/ and checkpoints/"
+        )
     if not (run_dir / ".hydra" / "config.yaml").is_file():
-        raise UserError(f"resume={run_dir} is not a selfsup run dir (no .hydra/config.yaml): pass the dir of "
-                           f"a run, e.g. outputs/<date>/<time>")
+        raise UserError(
+            f"resume={run_dir} is not a selfsup run dir (no .hydra/config.yaml): pass the dir of "
+            f"a run, e.g. outputs/<date>/<time>"
+        )
 
 
 def trained_steps(run_dir: Path) -> int:
@@ -223,32 +246,46 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
     merged = merged_config(run_dir, overrides)
     last = resume_checkpoint(run_dir, overrides)
     if not last.is_file():
-        steps, every = trained_steps(run_dir), merged.trainer.checkpoint_every_n_steps or merged.trainer.val_check_interval
+        steps, every = (
+            trained_steps(run_dir),
+            merged.trainer.checkpoint_every_n_steps or merged.trainer.val_check_interval,
+        )
         if steps >= every:  # it had a checkpoint, deleted or moved since: training from step 0 would hide that
-            raise UserError(f"resume={run_dir}: the run trained {steps} steps, but {last.parent} holds no "
-                               f"checkpoint (deleted or moved?); nothing was changed: put its checkpoints back, or "
-                               f"continue from one elsewhere with selfsup-train resume={run_dir} ckpt_path=<.ckpt>")
+            raise UserError(
+                f"resume={run_dir}: the run trained {steps} steps, but {last.parent} holds no "
+                f"checkpoint (deleted or moved?); nothing was changed: put its checkpoints back, or "
+                f"continue from one elsewhere with selfsup-train resume={run_dir} ckpt_path=<.ckpt>"
+            )
         return  # it stopped before its first checkpoint: it starts again from step 0 (train.resumed_config)
     from selfsup.reliability.checkpoints import load_checkpoint_safely, resume_fingerprint
     from selfsup.reliability.errors import CheckpointCorrupt
+
     try:
         checkpoint = load_checkpoint_safely(last, mmap=True)
     except CheckpointCorrupt as err:
-        others = sorted((p for p in (run_dir / "checkpoints").glob("*.ckpt") if p != last),
-                        key=lambda p: p.stat().st_mtime, reverse=True)
+        others = sorted(
+            (p for p in (run_dir / "checkpoints").glob("*.ckpt") if p != last),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
         what = str(err).split("; ")[0]
         if not others:
-            raise UserError(f"{what}; the run has no other checkpoint: start it again as a new run with the "
-                               f"same settings in another hydra.run.dir") from None
-        raise UserError(f"{what}; continue from another checkpoint of the run: selfsup-train resume={run_dir} "
-                           f"ckpt_path={others[0]}") from None
+            raise UserError(
+                f"{what}; the run has no other checkpoint: start it again as a new run with the "
+                f"same settings in another hydra.run.dir"
+            ) from None
+        raise UserError(
+            f"{what}; continue from another checkpoint of the run: selfsup-train resume={run_dir} ckpt_path={others[0]}"
+        ) from None
     step = int(checkpoint.get("global_step", 0))
     finished = RunSummary.read(run_dir).values.get("status") == "finished"
     max_steps = merged.trainer.max_steps
     if finished and step >= max_steps:
-        raise UserError(f"resume={run_dir}: the run finished at step {step} and trainer.max_steps={max_steps}: "
-                           f"nothing to continue, the run is unchanged; to train it further raise the limit, e.g. "
-                           f"selfsup-train resume={run_dir} trainer.max_steps={2 * step}")
+        raise UserError(
+            f"resume={run_dir}: the run finished at step {step} and trainer.max_steps={max_steps}: "
+            f"nothing to continue, the run is unchanged; to train it further raise the limit, e.g. "
+            f"selfsup-train resume={run_dir} trainer.max_steps={2 * step}"
+        )
     stored = (checkpoint.get("selfsup") or {}).get("config")
     if isinstance(stored, dict):
         plain = OmegaConf.to_container(merged, resolve=True)
@@ -256,9 +293,11 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
         changed = [key for key in now if key in then and then[key] != now[key] and not key.startswith("tokenizer.")]
         if changed:
             key = changed[0]
-            raise UserError(f"resume={run_dir} cannot change {key} (the run trained with {then[key]}, this "
-                               f"command asks for {now[key]}): the run is unchanged; drop that override to continue "
-                               f"it (a run with other settings is a new run, without resume=)")
+            raise UserError(
+                f"resume={run_dir} cannot change {key} (the run trained with {then[key]}, this "
+                f"command asks for {now[key]}): the run is unchanged; drop that override to continue "
+                f"it (a run with other settings is a new run, without resume=)"
+            )
 
 
 def resumed_config(run_dir: Path, overrides: list[str], record: Path | None = None) -> DictConfig:
@@ -270,8 +309,10 @@ def resumed_config(run_dir: Path, overrides: list[str], record: Path | None = No
     last = resume_checkpoint(run_dir, overrides)
     merged.resume, merged.ckpt_path = str(run_dir), str(last) if last.is_file() else None
     if not last.is_file():
-        log.warning(f"{run_dir} has no checkpoint yet (it stopped before its first one): training it from the "
-                    f"start in the same dir")
+        log.warning(
+            f"{run_dir} has no checkpoint yet (it stopped before its first one): training it from the "
+            f"start in the same dir"
+        )
         (run_dir / "wandb-run-id").unlink(missing_ok=True)
     if record is not None and record.parent.is_dir():
         OmegaConf.save(merged, record)
@@ -284,4 +325,5 @@ def requeue_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
     if cfg.resume or cfg.ckpt_path or not os.environ.get("SLURM_JOB_ID"):
         return None
     from selfsup.reliability.checkpoints import slurm_resume_checkpoint
+
     return slurm_resume_checkpoint(run_dir)

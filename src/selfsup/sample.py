@@ -18,24 +18,48 @@ from selfsup.errors import UserError
 from selfsup.pretrained import check_generation_settings, load
 
 TEMPERATURE, TOP_K = 0.8, 200  # a decoder's sampling by default: nanoGPT's sample.py
-PROMPTS = {"decoder": "The module", "encoder": "The <mask> of the <mask> is returned.",
-           "encoder_decoder": "The <extra_id_0> of the <extra_id_1> is returned."}
+PROMPTS = {
+    "decoder": "The module",
+    "encoder": "The <mask> of the <mask> is returned.",
+    "encoder_decoder": "The <extra_id_0> of the <extra_id_1> is returned.",
+}
 
 
 def parse_args(argv: list[str] | None):
-    parser = argparse.ArgumentParser(prog="selfsup-sample", description=(
-        "Show what a trained model predicts: decoders continue a prompt, encoders fill each <mask> (top-k "
-        "tokens with probabilities), encoder-decoders write the span of each sentinel <extra_id_N>."))
+    parser = argparse.ArgumentParser(
+        prog="selfsup-sample",
+        description=(
+            "Show what a trained model predicts: decoders continue a prompt, encoders fill each <mask> (top-k "
+            "tokens with probabilities), encoder-decoders write the span of each sentinel <extra_id_N>."
+        ),
+    )
     parser.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="a run dir (its best checkpoint) or a .ckpt file")
     parser.add_argument("--prompt", help="the text (default: one for the model's architecture)")
-    parser.add_argument("--max-new-tokens", type=int, default=32, help="decoder and encoder-decoder: tokens to write "
-                        "(at most what the model's positions hold: capped there, with a note)")
-    parser.add_argument("--temperature", type=float, default=None, help=f"decoder: the sampling temperature "
-                        f"(default {TEMPERATURE}, as nanoGPT's sample.py; 0: argmax)")
-    parser.add_argument("--top-k", type=int, default=None, help=f"decoder: sample from the k likeliest tokens "
-                        f"(default {TOP_K}; 0: every token); encoder: how many tokens to show per <mask> (default 5)")
-    parser.add_argument("--greedy", action="store_true", help="decoder: the likeliest token at each step (argmax: "
-                        "the same text every time, often a repeating one)")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=32,
+        help="decoder and encoder-decoder: tokens to write "
+        "(at most what the model's positions hold: capped there, with a note)",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help=f"decoder: the sampling temperature (default {TEMPERATURE}, as nanoGPT's sample.py; 0: argmax)",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        help=f"decoder: sample from the k likeliest tokens "
+        f"(default {TOP_K}; 0: every token); encoder: how many tokens to show per <mask> (default 5)",
+    )
+    parser.add_argument(
+        "--greedy",
+        action="store_true",
+        help="decoder: the likeliest token at each step (argmax: the same text every time, often a repeating one)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="decoder sampling seed")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
     return parser.parse_args(argv)

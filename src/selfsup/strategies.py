@@ -44,8 +44,12 @@ class _WorkerLaunch:
 
     def _configure_launcher(self) -> None:  # Lightning's hook (pinned by tests/test_upstream.py)
         if not self.cluster_environment.creates_processes_externally:
-            set_launcher(self, WorkerLauncher(self.cluster_environment, self.num_processes, self.num_nodes,
-                                              self.config_path, self.run_dir))
+            set_launcher(
+                self,
+                WorkerLauncher(
+                    self.cluster_environment, self.num_processes, self.num_nodes, self.config_path, self.run_dir
+                ),
+            )
 
 
 class HydraSafeDDPStrategy(_WorkerLaunch, DDPStrategy):

@@ -13,22 +13,38 @@ from selfsup.evaluation.stats import Interval
 from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PAIRS_MARGIN, PROBE, RunSummary
 from selfsup.verdict import count, run_margin, verdict_lines
 
-COLUMNS = [("job", "job"), ("objective", "objective"), ("architecture", "architecture"), ("parameters", "params"),
-           ("steps", "steps"), ("flops_seen", "FLOPs"), ("targets_seen", "targets"), ("val_loss", "val loss"),
-           (FIXED_LOSS, "fixed loss"), (PAIRS, "pairs acc"), (PAIRS_MARGIN, "pairs margin"),
-           (PROBE, "probe acc"), ("eval/probe/margin", "probe margin"), ("signal_per_token", "signal/token"),
-           ("tokens_per_sec", "tokens/s"), ("wall_seconds", "wall time"), ("status", "status")]
+COLUMNS = [
+    ("job", "job"),
+    ("objective", "objective"),
+    ("architecture", "architecture"),
+    ("parameters", "params"),
+    ("steps", "steps"),
+    ("flops_seen", "FLOPs"),
+    ("targets_seen", "targets"),
+    ("val_loss", "val loss"),
+    (FIXED_LOSS, "fixed loss"),
+    (PAIRS, "pairs acc"),
+    (PAIRS_MARGIN, "pairs margin"),
+    (PROBE, "probe acc"),
+    ("eval/probe/margin", "probe margin"),
+    ("signal_per_token", "signal/token"),
+    ("tokens_per_sec", "tokens/s"),
+    ("wall_seconds", "wall time"),
+    ("status", "status"),
+]
 
 
-DEFINITIONS = ("FLOPs: training FLOPs spent; targets: scored targets over training; val loss: the last validation; "
-               "fixed loss, pairs acc, probe acc: the last evaluation; pairs acc: zero-shot minimal pairs (decoders "
-               "by summed log-probability, encoders by pseudo-log-likelihood, encoder-decoders by the decoder's "
-               "log-probability given a blank encoder input); pairs margin, probe margin: the accuracy minus the "
-               "mean of the same score on untrained models of the run's shape (random-init), with its paired "
-               "bootstrap 95% interval; <task> acc, <task> margin: the same for each of the user's tasks "
-               "(eval.tasks.<task>); signal/token: scored targets / input tokens of the last validation; "
-               "tokens/s: input tokens per second of training time over the run (validation, evaluation and the "
-               "first step excluded); wall time: the whole run; job: the run's folder in the sweep dir")
+DEFINITIONS = (
+    "FLOPs: training FLOPs spent; targets: scored targets over training; val loss: the last validation; "
+    "fixed loss, pairs acc, probe acc: the last evaluation; pairs acc: zero-shot minimal pairs (decoders "
+    "by summed log-probability, encoders by pseudo-log-likelihood, encoder-decoders by the decoder's "
+    "log-probability given a blank encoder input); pairs margin, probe margin: the accuracy minus the "
+    "mean of the same score on untrained models of the run's shape (random-init), with its paired "
+    "bootstrap 95% interval; <task> acc, <task> margin: the same for each of the user's tasks "
+    "(eval.tasks.<task>); signal/token: scored targets / input tokens of the last validation; "
+    "tokens/s: input tokens per second of training time over the run (validation, evaluation and the "
+    "first step excluded); wall time: the whole run; job: the run's folder in the sweep dir"
+)
 
 
 def task_names(keys) -> list[str]:
@@ -40,8 +56,12 @@ def task_names(keys) -> list[str]:
 def task_columns(rows: list[dict]) -> list[tuple[str, str]]:
     """(key, title) of the accuracy and margin of each task beside the probe, in the order first seen."""
     names = task_names(k for r in rows for k in (r.get("eval") or {}))
-    return [(f"eval/{n}/{part}", f"{n} {title}") for n in names if n != "probe"
-            for part, title in (("accuracy", "acc"), ("margin", "margin"))]
+    return [
+        (f"eval/{n}/{part}", f"{n} {title}")
+        for n in names
+        if n != "probe"
+        for part, title in (("accuracy", "acc"), ("margin", "margin"))
+    ]
 
 
 def task_lines(evaluated: dict) -> list[str]:
@@ -85,23 +105,36 @@ def shown_path(path) -> str:
 
 def run_lines(row: dict) -> list[str]:
     """The end of a single run, in lines of at most 100 characters (the table is a sweep's)."""
+
     def part(key: str, title: str) -> str | None:
         v = value(row, key)
         return None if v is None else f"{title} {_fmt(key, v)}"
+
     wall = row.get("wall_seconds")
-    head = (f"{row.get('status', '?')}: {row.get('objective')} on {row.get('architecture')}, "
-            f"{_fmt('parameters', row.get('parameters'))} parameters, {row.get('steps', 0)} steps"
-            + (f", wall time {_fmt('wall_seconds', wall)}" if wall is not None else ""))
-    scores = [p for p in (part("val_loss", "val loss"), part(FIXED_LOSS, "fixed loss"),
-                          part("signal_per_token", "signal/token")) if p]
+    head = (
+        f"{row.get('status', '?')}: {row.get('objective')} on {row.get('architecture')}, "
+        f"{_fmt('parameters', row.get('parameters'))} parameters, {row.get('steps', 0)} steps"
+        + (f", wall time {_fmt('wall_seconds', wall)}" if wall is not None else "")
+    )
+    scores = [
+        p
+        for p in (
+            part("val_loss", "val loss"),
+            part(FIXED_LOSS, "fixed loss"),
+            part("signal_per_token", "signal/token"),
+        )
+        if p
+    ]
     lines = [head, "  " + "  ".join(scores)] if scores else [head]
     lines += ["  " + line for line in task_lines(row.get("eval") or {})]
     lines += ["  " + line for line in split_lines(row.get("eval") or {})]
     lines += ["  " + line for line in pair_lines(row.get("eval") or {}, row.get("pairs_scorers") or {})]
     lines += verdict_lines([row])
     if row.get("tokens_per_sec"):
-        lines.append(f"  tokens/s {_fmt('tokens_per_sec', row['tokens_per_sec'])} (training time: validation, "
-                     f"evaluation and the first step excluded)")
+        lines.append(
+            f"  tokens/s {_fmt('tokens_per_sec', row['tokens_per_sec'])} (training time: validation, "
+            f"evaluation and the first step excluded)"
+        )
     if row.get("error"):
         lines.append(f"  error: {row['error']}")
     lines.append(f"run dir: {shown_path(row.get('run_dir'))}")

@@ -25,6 +25,7 @@ class SweepSummary(Callback):
         sweep is refused before Hydra writes anything into it."""
         sweep_dir = Path(config.hydra.sweep.dir)
         from hydra.core.override_parser.overrides_parser import OverridesParser
+
         params = {k: v for k, v in (config.hydra.sweeper.get("params") or {}).items()}
         overrides = list(config.hydra.overrides.task) + [f"{k}={v}" for k, v in params.items()]
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -34,14 +35,18 @@ class SweepSummary(Callback):
         if "Optuna" not in str(config.hydra.sweeper.get("_target_", "")):  # (a study checks its own corners)
             check_jobs(job_overrides(parsed))  # before anything is written
         from selfsup.run_dir import claim, own
+
         try:  # one sweep at a time in a sweep dir (two launched in the same second share the default one)
             claim(sweep_dir)
         except UserError as err:
             print(f"error: {err}".replace("hydra.run.dir", "hydra.sweep.dir"), file=sys.stderr)
             raise SystemExit(2) from None
         if any(p.is_dir() or p.name == "optuna.db" for p in sweep_dir.iterdir()):
-            print(f"error: hydra.sweep.dir={sweep_dir} already holds a sweep: nothing was overwritten; pick a "
-                  f"new hydra.sweep.dir (or leave it out for a fresh timestamped one)", file=sys.stderr)
+            print(
+                f"error: hydra.sweep.dir={sweep_dir} already holds a sweep: nothing was overwritten; pick a "
+                f"new hydra.sweep.dir (or leave it out for a fresh timestamped one)",
+                file=sys.stderr,
+            )
             raise SystemExit(2)
         own(sweep_dir)
 
@@ -58,14 +63,23 @@ class SweepSummary(Callback):
             what = "FAILED: " + error.read_text().strip().removeprefix("error: ")
         else:
             summary = RunSummary.read(job_dir).values
-            parts = [f"{name} {v:.3f}" for name, v in (("val loss", summary.get("val_loss")),
-                                                       ("fixed loss", value(summary, FIXED_LOSS)),
-                                                       ("pairs acc", value(summary, PAIRS)),
-                                                       ("probe acc", value(summary, PROBE))) if v is not None]
+            parts = [
+                f"{name} {v:.3f}"
+                for name, v in (
+                    ("val loss", summary.get("val_loss")),
+                    ("fixed loss", value(summary, FIXED_LOSS)),
+                    ("pairs acc", value(summary, PAIRS)),
+                    ("probe acc", value(summary, PROBE)),
+                )
+                if v is not None
+            ]
             what = ", ".join(parts) or "finished"
         swept = set(os.environ.get("SELFSUP_SWEPT", "").split(","))
-        label = " ".join(f"{o.split('=', 1)[0]}={shown(o.split('=', 1)[1])}" for o in config.hydra.overrides.task
-                         if override_key(o) in swept)
+        label = " ".join(
+            f"{o.split('=', 1)[0]}={shown(o.split('=', 1)[1])}"
+            for o in config.hydra.overrides.task
+            if override_key(o) in swept
+        )
         print(f"[job {config.hydra.job.num}] {label}: {what}  ({shown_path(job_dir)})", flush=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:
@@ -93,8 +107,11 @@ def job_overrides(parsed) -> list[list[str]]:
     """Every job's overrides of a grid sweep (the cartesian product of its sweep overrides, as Hydra's basic
     sweeper runs them)."""
     import itertools
-    choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
-               else [o.input_line] for o in parsed]
+
+    choices = [
+        [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override() else [o.input_line]
+        for o in parsed
+    ]
     return [list(job) for job in itertools.product(*choices)]
 
 
@@ -107,6 +124,7 @@ def check_jobs(jobs: list[list[str]], label: str = "job") -> None:
 
     from selfsup.build import check_objective, check_settings
     from selfsup.checks import config_error_line
+
     for number, overrides in enumerate(jobs):
         try:
             cfg = compose(config_name="train", overrides=overrides)
@@ -119,6 +137,8 @@ def check_jobs(jobs: list[list[str]], label: str = "job") -> None:
         else:
             continue
         swept = " ".join(overrides)
-        print(f"error: {label} {number} of {len(jobs)} ({swept}): {problem}: no job was run; fix the sweep's values",
-              file=sys.stderr)
+        print(
+            f"error: {label} {number} of {len(jobs)} ({swept}): {problem}: no job was run; fix the sweep's values",
+            file=sys.stderr,
+        )
         raise SystemExit(2)

@@ -19,9 +19,14 @@ from lightning.pytorch.callbacks import Callback
 
 from selfsup.memory import peak_rss_mb
 
-NAMES = {"train/items_per_sec": "perf/tokens_per_sec", "train/device/items_per_sec": "perf/device_tokens_per_sec",
-         "train/samples_per_sec": "perf/samples_per_sec", "train/flops_per_sec": "perf/flops_per_sec",
-         "train/device/flops_per_sec": "perf/device_flops_per_sec", "train/device/mfu": "perf/mfu"}
+NAMES = {
+    "train/items_per_sec": "perf/tokens_per_sec",
+    "train/device/items_per_sec": "perf/device_tokens_per_sec",
+    "train/samples_per_sec": "perf/samples_per_sec",
+    "train/flops_per_sec": "perf/flops_per_sec",
+    "train/device/flops_per_sec": "perf/device_flops_per_sec",
+    "train/device/mfu": "perf/mfu",
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -39,8 +44,9 @@ def cpu_matmul_peak(n: int = 2048, repeats: int = 5) -> float:
 
 # Lightning 2.6 names "H200 SXM1"/"NVL1" but not the plain "NVIDIA H200" (SXM) that drivers report;
 # its spec is the H100 SXM's (dense, no sparsity).
-EXTRA_GPU_FLOPS = {"h200": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12,
-                            torch.float16: 989.4e12}}
+EXTRA_GPU_FLOPS = {
+    "h200": {torch.float32: 66.9e12, "tfloat32": 494.7e12, torch.bfloat16: 989.4e12, torch.float16: 989.4e12}
+}
 
 
 def gpu_peak_flops(device: torch.device, precision: str) -> float | None:
@@ -83,15 +89,19 @@ class TokenThroughput(Callback):
         device = trainer.strategy.root_device
         with warnings.catch_warnings():  # Lightning's peak table misses some GPUs: EXTRA_GPU_FLOPS has them
             warnings.filterwarnings("ignore", message="FLOPs not found")
-            self.available_flops = (cpu_matmul_peak() if device.type == "cpu"
-                                    else gpu_peak_flops(device, str(trainer.precision)))
+            self.available_flops = (
+                cpu_matmul_peak() if device.type == "cpu" else gpu_peak_flops(device, str(trainer.precision))
+            )
         if self.available_flops is None and trainer.is_global_zero:
-            warnings.warn(f"perf/mfu is not logged: no peak FLOP/s known for {device} "
-                          f"(add it to selfsup.throughput.EXTRA_GPU_FLOPS)")
+            warnings.warn(
+                f"perf/mfu is not logged: no peak FLOP/s known for {device} "
+                f"(add it to selfsup.throughput.EXTRA_GPU_FLOPS)"
+            )
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.meter = Throughput(available_flops=self.available_flops, world_size=trainer.world_size,
-                                window_size=self.window_size)
+        self.meter = Throughput(
+            available_flops=self.available_flops, world_size=trainer.world_size, window_size=self.window_size
+        )
         self.start, self.paused, self.warming_up = time.perf_counter(), 0.0, True
         self.batches = self.samples = self.tokens = 0
 
@@ -115,14 +125,24 @@ class TokenThroughput(Callback):
         self.batches += 1
         self.samples += batch.size(0)
         self.tokens += batch.numel()
-        self.meter.update(time=self.training_seconds(), batches=self.batches, samples=self.samples,
-                          lengths=self.tokens, flops=getattr(pl_module, "flops_per_batch", None))
+        self.meter.update(
+            time=self.training_seconds(),
+            batches=self.batches,
+            samples=self.samples,
+            lengths=self.tokens,
+            flops=getattr(pl_module, "flops_per_batch", None),
+        )
         if trainer.global_step % trainer.log_every_n_steps and not trainer.should_stop:
             return
         metrics = self.meter.compute()
         if trainer.world_size == 1:  # the meter adds the global numbers only for several devices
-            metrics.update({k.removeprefix("device/"): v for k, v in metrics.items()
-                            if k in ("device/items_per_sec", "device/samples_per_sec", "device/flops_per_sec")})
+            metrics.update(
+                {
+                    k.removeprefix("device/"): v
+                    for k, v in metrics.items()
+                    if k in ("device/items_per_sec", "device/samples_per_sec", "device/flops_per_sec")
+                }
+            )
         renamed = {NAMES[f"train/{k}"]: float(v) for k, v in metrics.items() if f"train/{k}" in NAMES}
         renamed["perf/peak_memory_mb"] = peak_memory_mb(trainer.strategy.root_device)
         pl_module.log_dict(renamed, on_step=True, on_epoch=False, rank_zero_only=True)

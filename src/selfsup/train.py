@@ -1,15 +1,15 @@
 """selfsup-train: the story of a run, in order.
 
-    compose   Hydra composes conf/ and the command line (main, hydra_main); selfsup.run_dir
-              checks and claims the run dir, and a resume's settings, before Hydra writes into it
-    check     the settings (selfsup.build.check_settings) and the objective, before any data is read
-    build     data, objective, evaluation, model, optimizer, LightningModule (selfsup.build)
-    fit       Lightning's Trainer (make_trainer) with the lab's callbacks (make_callbacks) and loggers
-              (train_and_evaluate, inside fit, which records how the run ended whatever happens)
-    summarise summary.json (selfsup.names.RunSummary), the table, the W&B run files (hydra_main)
+compose   Hydra composes conf/ and the command line (main, hydra_main); selfsup.run_dir
+          checks and claims the run dir, and a resume's settings, before Hydra writes into it
+check     the settings (selfsup.build.check_settings) and the objective, before any data is read
+build     data, objective, evaluation, model, optimizer, LightningModule (selfsup.build)
+fit       Lightning's Trainer (make_trainer) with the lab's callbacks (make_callbacks) and loggers
+          (train_and_evaluate, inside fit, which records how the run ended whatever happens)
+summarise summary.json (selfsup.names.RunSummary), the table, the W&B run files (hydra_main)
 
-    selfsup-train objective=clm trainer.max_steps=100
-    selfsup-train -m objective=mlm,clm,span_corruption
+selfsup-train objective=clm trainer.max_steps=100
+selfsup-train -m objective=mlm,clm,span_corruption
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ from selfsup.verdict import verdict_text
 from selfsup.version import code_version
 
 log = logging.getLogger("selfsup")
+
+
 def config_dir() -> Path:
     """The config tree: SELFSUP_CONF, else the package's selfsup/conf (in a checkout a link to conf/, whose sweeps/
     group links to sweeps/; an installed wheel holds their files)."""
@@ -83,14 +85,16 @@ def plugins(run_dir: Path) -> list:
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     from selfsup.reliability.checkpoint_io import AtomicCheckpointIO
+
     found = [AtomicCheckpointIO(resume_hint=f"selfsup-train resume={run_dir}")]
     if SLURMEnvironment.detect():
         found.append(SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1))
     return found
 
 
-def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: bool = False,
-        progress: dict | None = None) -> dict:
+def fit(
+    cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: bool = False, progress: dict | None = None
+) -> dict:
     """Build and train one run. Rank 0 owns loggers and the run summary; other DDP ranks
     (selfsup.worker) train alongside without either. progress["training"] is set once training starts:
     a resume refused before that leaves its run dir (summary.json, W&B run) as it was."""
@@ -109,8 +113,15 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     quiet_lightning()
     env_before = set(os.environ)
-    summary = {"objective": objective_name(cfg), "architecture": cfg.architecture.name, "swept": swept_values(cfg),
-               "run_dir": str(run_dir), "code": code_version(), "status": "failed", "error": None}
+    summary = {
+        "objective": objective_name(cfg),
+        "architecture": cfg.architecture.name,
+        "swept": swept_values(cfg),
+        "run_dir": str(run_dir),
+        "code": code_version(),
+        "status": "failed",
+        "error": None,
+    }
     # in a sweep the loggers come first, so that a job failing at build time is a failed W&B run;
     # a single run checks its settings and data first (a typo makes no W&B run)
     loggers = make_loggers(cfg, run_dir) if rank_zero and loggers_first else []
@@ -131,8 +142,10 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     finally:
         if before_sigterm is not None:
             signal.signal(signal.SIGTERM, before_sigterm)
-        summary.update(wall_seconds=round(time.perf_counter() - began, 1),
-                       wandb_dir=finish_wandb(loggers, 0 if summary["status"] in ("finished", "preempted") else 1))
+        summary.update(
+            wall_seconds=round(time.perf_counter() - began, 1),
+            wandb_dir=finish_wandb(loggers, 0 if summary["status"] in ("finished", "preempted") else 1),
+        )
         if rank_zero and (not cfg.resume or progress.get("training")):
             RunSummary(summary).write(run_dir)
         if rank_zero:
@@ -140,12 +153,21 @@ def fit(cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: b
     return summary
 
 
-def train_and_evaluate(cfg: DictConfig, run_dir: Path, ready, loggers: list, summary: dict, progress: dict,
-                       rank_zero: bool, loggers_first: bool) -> None:
+def train_and_evaluate(
+    cfg: DictConfig,
+    run_dir: Path,
+    ready,
+    loggers: list,
+    summary: dict,
+    progress: dict,
+    rank_zero: bool,
+    loggers_first: bool,
+) -> None:
     """fit's work, in order: W&B's run started, the run built, the Trainer fitted (and a resumed run that had
     stopped in its final validation validated), the evaluation's outcomes, the verdict and the model artifact
     kept. `loggers` (started in place) and `summary` (with its status) are fit's, for it to close either way."""
     from selfsup.loggers import make_loggers, start_wandb, wandb_summary
+
     loggers[:] = start_wandb(loggers, run_dir)
     if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
         check_settings(cfg)
@@ -161,14 +183,25 @@ def train_and_evaluate(cfg: DictConfig, run_dir: Path, ready, loggers: list, sum
 
     def preempted():  # the signal that preempted the run, if one did (callbacks.preemption may be dropped)
         return getattr(callbacks.get("preemption"), "preempted", None)
+
     trainer = make_trainer(cfg, run_dir, loggers, list(callbacks.values()), rank_zero)
-    summary.update(world_size=trainer.world_size, batch_size_per_device=cfg.data.batch_size,
-                   global_batch_size=cfg.data.batch_size * cfg.trainer.accumulate * trainer.world_size)
+    summary.update(
+        world_size=trainer.world_size,
+        batch_size_per_device=cfg.data.batch_size,
+        global_batch_size=cfg.data.batch_size * cfg.trainer.accumulate * trainer.world_size,
+    )
     for lg in loggers:
-        lg.log_hyperparams({"parameters": summary["parameters"], "vocab_size": dm.corpus.vocab.size,
-                            "code": summary["code"], "raw_length": run.objective.raw_length,
-                            "world_size": trainer.world_size, "batch_size_per_device": cfg.data.batch_size,
-                            "global_batch_size": summary["global_batch_size"]})
+        lg.log_hyperparams(
+            {
+                "parameters": summary["parameters"],
+                "vocab_size": dm.corpus.vocab.size,
+                "code": summary["code"],
+                "raw_length": run.objective.raw_length,
+                "world_size": trainer.world_size,
+                "batch_size_per_device": cfg.data.batch_size,
+                "global_batch_size": summary["global_batch_size"],
+            }
+        )
     progress["training"] = True
     trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
     if "val/loss" not in trainer.callback_metrics and trainer.global_step and not preempted():
@@ -186,8 +219,9 @@ def train_and_evaluate(cfg: DictConfig, run_dir: Path, ready, loggers: list, sum
         summary["verdict"] = verdict_text([{**summary, "status": status}])
         wandb_summary(loggers, {"verdict": summary["verdict"]})
     if rank_zero and cfg.logger.get("log_model"):
-        log_model(loggers, run_dir, plain, summary,
-                  export=bool(cfg.logger.get("log_export")) and not preempted())  # the final model
+        log_model(
+            loggers, run_dir, plain, summary, export=bool(cfg.logger.get("log_export")) and not preempted()
+        )  # the final model
     if preempted():
         summary["preempted_by"] = preempted()
         mark_preempting(loggers)
@@ -218,24 +252,38 @@ def make_callbacks(cfg: DictConfig, run_dir: Path) -> dict:
     each with the run's own arguments here), then an Optuna trial's pruning and the console."""
     t = cfg.trainer
     lower = f"optim.lr={min(cfg.optim.get('lr', 1e-2) / 10, 1e-3):g}"
-    runtime = {"best": {"dirpath": run_dir / "checkpoints"},
-               "last": {"path": run_dir / "checkpoints" / "last.ckpt",
-                        **({} if t.checkpoint_every_n_steps else {"every_n_steps": t.val_check_interval})},
-               "guard": {"resume_hint": f"selfsup-train resume={run_dir} {lower}",
-                         "restart_hint": " ".join(["selfsup-train", *command_overrides(), lower])},
-               "preemption": {"dirpath": run_dir / "checkpoints", "resume_hint": f"selfsup-train resume={run_dir}"},
-               "throughput": {"window_size": min(20, max(2, t.log_every_n_steps))}}
+    runtime = {
+        "best": {"dirpath": run_dir / "checkpoints"},
+        "last": {
+            "path": run_dir / "checkpoints" / "last.ckpt",
+            **({} if t.checkpoint_every_n_steps else {"every_n_steps": t.val_check_interval}),
+        },
+        "guard": {
+            "resume_hint": f"selfsup-train resume={run_dir} {lower}",
+            "restart_hint": " ".join(["selfsup-train", *command_overrides(), lower]),
+        },
+        "preemption": {"dirpath": run_dir / "checkpoints", "resume_hint": f"selfsup-train resume={run_dir}"},
+        "throughput": {"window_size": min(20, max(2, t.log_every_n_steps))},
+    }
     if "callbacks" not in cfg:  # the record of a run from before the callbacks group (a resume): these were its own
         cfg = OmegaConf.merge(cfg, {"callbacks": OmegaConf.load(CONF_DIR / "callbacks" / "default.yaml")})
-    callbacks = {name: make(node, f"callbacks.{name}", **runtime.get(name, {}))
-                 for name, node in (cfg.callbacks or {}).items() if node is not None}
+    callbacks = {
+        name: make(node, f"callbacks.{name}", **runtime.get(name, {}))
+        for name, node in (cfg.callbacks or {}).items()
+        if node is not None
+    }
     if cfg.get("trial"):  # a trial of the selfsup_optuna sweeper: reported at validations, maybe pruned
         from selfsup.tune import TrialPruning
+
         callbacks["pruning"] = TrialPruning(cfg.trial, cfg.optimized_metric)
     if t.progress_bar:
         from selfsup.console import ConsoleProgress, every_n_steps
-        callbacks["console"] = ConsoleProgress(t.progress_every_n_steps or every_n_steps(t.max_steps, t.log_every_n_steps))
+
+        callbacks["console"] = ConsoleProgress(
+            t.progress_every_n_steps or every_n_steps(t.max_steps, t.log_every_n_steps)
+        )
     return callbacks
+
 
 def make_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list, rank_zero: bool):
     """Lightning's Trainer from the trainer group: no sanity validation, no model summary, the lab's own
@@ -243,33 +291,55 @@ def make_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list,
     import lightning as L
 
     from selfsup.distributed import strategy_for
+
     t = cfg.trainer
-    return L.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
-                     strategy=strategy_for(cfg, run_dir, rank_zero), use_distributed_sampler=False,
-                     precision=t.precision, max_steps=t.max_steps, val_check_interval=t.val_check_interval,
-                     check_val_every_n_epoch=None, limit_val_batches=t.limit_val_batches,
-                     log_every_n_steps=t.log_every_n_steps, logger=loggers or False, callbacks=callbacks,
-                     plugins=plugins(run_dir), enable_progress_bar=t.progress_bar, default_root_dir=str(run_dir),
-                     num_sanity_val_steps=0, enable_model_summary=False)
+    return L.Trainer(
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=strategy_for(cfg, run_dir, rank_zero),
+        use_distributed_sampler=False,
+        precision=t.precision,
+        max_steps=t.max_steps,
+        val_check_interval=t.val_check_interval,
+        check_val_every_n_epoch=None,
+        limit_val_batches=t.limit_val_batches,
+        log_every_n_steps=t.log_every_n_steps,
+        logger=loggers or False,
+        callbacks=callbacks,
+        plugins=plugins(run_dir),
+        enable_progress_bar=t.progress_bar,
+        default_root_dir=str(run_dir),
+        num_sanity_val_steps=0,
+        enable_model_summary=False,
+    )
 
 
 def trained_values(trainer, module, callbacks: dict) -> dict:
     """What the run summary records of training and of its last validation and evaluation."""
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     evaluation = module.evaluation
-    return dict(steps=trainer.global_step, val_loss=metrics.get("val/loss"),
-                val_perplexity=metrics.get("val/perplexity"), val_accuracy=metrics.get("val/accuracy"),
-                signal_per_token=metrics.get("val/signal_per_token", metrics.get("train/signal_per_token")),
-                tokens_seen=module.tokens_seen, targets_seen=module.targets_seen, flops_seen=module.flops_seen,
-                # the evaluation's own values (float64; the logged ones went through float32 tensors)
-                eval={**{k: v for k, v in metrics.items() if k.startswith("eval/")},
-                      **getattr(module, "last_eval", (None, {}))[1]},
-                eval_seconds=round(evaluation.seconds, 2) if evaluation else None,
-                eval_part_seconds={k: round(v, 2) for k, v in evaluation.part_seconds.items()} if evaluation else {},
-                pairs_scorers=evaluation.pair_scorers() if evaluation else {},
-                tokens_per_sec=callbacks["throughput"].tokens_per_sec() if "throughput" in callbacks else None,
-                best_checkpoint=callbacks["best"].best_model_path if "best" in callbacks else "",
-                last_checkpoint=str(callbacks["last"].path) if "last" in callbacks else None)
+    return dict(
+        steps=trainer.global_step,
+        val_loss=metrics.get("val/loss"),
+        val_perplexity=metrics.get("val/perplexity"),
+        val_accuracy=metrics.get("val/accuracy"),
+        signal_per_token=metrics.get("val/signal_per_token", metrics.get("train/signal_per_token")),
+        tokens_seen=module.tokens_seen,
+        targets_seen=module.targets_seen,
+        flops_seen=module.flops_seen,
+        # the evaluation's own values (float64; the logged ones went through float32 tensors)
+        eval={
+            **{k: v for k, v in metrics.items() if k.startswith("eval/")},
+            **getattr(module, "last_eval", (None, {}))[1],
+        },
+        eval_seconds=round(evaluation.seconds, 2) if evaluation else None,
+        eval_part_seconds={k: round(v, 2) for k, v in evaluation.part_seconds.items()} if evaluation else {},
+        pairs_scorers=evaluation.pair_scorers() if evaluation else {},
+        tokens_per_sec=callbacks["throughput"].tokens_per_sec() if "throughput" in callbacks else None,
+        best_checkpoint=callbacks["best"].best_model_path if "best" in callbacks else "",
+        last_checkpoint=str(callbacks["last"].path) if "last" in callbacks else None,
+    )
 
 
 def log_model(loggers: list, run_dir: Path, config: dict, summary: dict, export: bool = False) -> None:
@@ -277,16 +347,28 @@ def log_model(loggers: list, run_dir: Path, config: dict, summary: dict, export:
     logger.log_export, also the Hugging Face export of the best checkpoint (written to <run dir>/hf)."""
     from selfsup.loggers import SafeWandbLogger
     from selfsup.reliability.redact import redact
+
     wandb_loggers = [lg for lg in loggers if isinstance(lg, SafeWandbLogger)]
-    files = list(dict.fromkeys(Path(p) for p in (summary.get("best_checkpoint"), summary.get("last_checkpoint"),
-                                                 run_dir / "tokenizer.json") if p and Path(p).is_file()))
-    metadata = {"config": redact(config), "steps": summary.get("steps"), "val_loss": summary.get("val_loss"),
-                "eval": summary.get("eval"), "code": summary.get("code")}
+    files = list(
+        dict.fromkeys(
+            Path(p)
+            for p in (summary.get("best_checkpoint"), summary.get("last_checkpoint"), run_dir / "tokenizer.json")
+            if p and Path(p).is_file()
+        )
+    )
+    metadata = {
+        "config": redact(config),
+        "steps": summary.get("steps"),
+        "val_loss": summary.get("val_loss"),
+        "eval": summary.get("eval"),
+        "code": summary.get("code"),
+    }
     for lg in wandb_loggers:
         if files:
             lg.log_checkpoints(files, metadata)
     if export and wandb_loggers and files:
         from selfsup.export import export as export_model
+
         target = run_dir / "hf"
         previous = target.with_name(f".hf-previous-{os.getpid()}")
         if target.exists():  # the export of an earlier segment of a resumed run: replaced by this one
@@ -300,8 +382,9 @@ def log_model(loggers: list, run_dir: Path, config: dict, summary: dict, export:
             return
         shutil.rmtree(previous, ignore_errors=True)
         for lg in wandb_loggers:
-            lg.log_checkpoints(sorted((run_dir / "hf").iterdir()), {**metadata, "transformers_class": done["class"]},
-                               name="hf")
+            lg.log_checkpoints(
+                sorted((run_dir / "hf").iterdir()), {**metadata, "transformers_class": done["class"]}, name="hf"
+            )
 
 
 def stop_on_sigterm(SIGTERMException):
@@ -313,6 +396,7 @@ def stop_on_sigterm(SIGTERMException):
 
     def stop(signum, frame):
         raise SIGTERMException(143)
+
     return signal.signal(signal.SIGTERM, stop)
 
 
@@ -329,8 +413,6 @@ def save_outcomes(run_dir: Path, outcomes: dict) -> None:
     except OSError as err:
         tmp.unlink(missing_ok=True)
         log.warning(f"could not write {run_dir / OUTCOMES}: {err.strerror}")
-
-
 
 
 def command_overrides() -> list[str]:
@@ -368,8 +450,9 @@ def hydra_main(cfg: DictConfig) -> float | None:
             cfg.resume, cfg.ckpt_path = str(run_dir), str(requeued)
         elif cfg.resume:
             hc = HydraConfig.get()
-            cfg = resumed_config(run_dir, list(hc.overrides.task),
-                                 record=Path(hc.runtime.output_dir) / hc.output_subdir / "config.yaml")
+            cfg = resumed_config(
+                run_dir, list(hc.overrides.task), record=Path(hc.runtime.output_dir) / hc.output_subdir / "config.yaml"
+            )
         if not multirun:  # (in a sweep, after its W&B run has started: a failed job is a failed W&B run)
             check_settings(cfg)
             check_objective(cfg)
@@ -398,14 +481,19 @@ def hydra_main(cfg: DictConfig) -> float | None:
         raise
     if not multirun and rank == 0:
         from selfsup.summary import run_lines
+
         print("\n".join(run_lines(summary)))
     return optimized_value(cfg, summary)
 
 
 def optimized_value(cfg: DictConfig, summary: dict) -> float | None:
     """The value of cfg.optimized_metric in a run summary (what a sweep's job returns to its sweeper)."""
-    values = {VAL_LOSS: summary.get("val_loss"), VAL_PERPLEXITY: summary.get("val_perplexity"),
-              VAL_ACCURACY: summary.get("val_accuracy"), **(summary.get("eval") or {})}
+    values = {
+        VAL_LOSS: summary.get("val_loss"),
+        VAL_PERPLEXITY: summary.get("val_perplexity"),
+        VAL_ACCURACY: summary.get("val_accuracy"),
+        **(summary.get("eval") or {}),
+    }
     return values.get(cfg.optimized_metric)
 
 
@@ -413,8 +501,10 @@ def main() -> None:
     register()
     logging.raiseExceptions = False  # a log file that cannot be written (a full disk): no traceback per line
     if not CONF_DIR.is_dir():
-        sys.exit(f"error: config folder {CONF_DIR} not found: reinstall selfsup (pip install .), or set "
-                 f"SELFSUP_CONF to the conf/ folder")
+        sys.exit(
+            f"error: config folder {CONF_DIR} not found: reinstall selfsup (pip install .), or set "
+            f"SELFSUP_CONF to the conf/ folder"
+        )
     # Hydra prints a config error over several lines (and exits 1) unless HYDRA_FULL_ERROR is set,
     # in which case it raises: catch it here and give one line, as for every other bad input
     wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
@@ -424,6 +514,7 @@ def main() -> None:
     except Exception as err:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
+
         if wants_trace:
             raise
         if isinstance(err, UserError):  # re-raised by a job for Optuna's sweeper

@@ -44,17 +44,24 @@ class NoiseAwarePruner(BasePruner):
     than `se`, the metric's standard error at the validation being judged (set before should_prune; None:
     unknown, nothing is pruned). `last`: the last judgement, {value, reference, se, prune, inner, why}."""
 
-    def __init__(self, kind: str = "median", startup: int = 3, warmup: int = 0, min_resource: int = 1,
-                 max_resource: int | None = None, reduction_factor: int = 3):
+    def __init__(
+        self,
+        kind: str = "median",
+        startup: int = 3,
+        warmup: int = 0,
+        min_resource: int = 1,
+        max_resource: int | None = None,
+        reduction_factor: int = 3,
+    ):
         if kind not in PRUNERS:
             raise ValueError(f"pruner {kind}: use {', '.join(PRUNERS)}")
         self.kind, self.reduction_factor = kind, reduction_factor
         if kind == "median":
             self.inner = optuna.pruners.MedianPruner(n_startup_trials=startup, n_warmup_steps=warmup)
         elif kind == "hyperband":
-            self.inner = optuna.pruners.HyperbandPruner(min_resource=min_resource,
-                                                        max_resource=max_resource or "auto",
-                                                        reduction_factor=reduction_factor)
+            self.inner = optuna.pruners.HyperbandPruner(
+                min_resource=min_resource, max_resource=max_resource or "auto", reduction_factor=reduction_factor
+            )
         else:
             self.inner = optuna.pruners.NopPruner()
         self.se: float | None = None
@@ -64,25 +71,27 @@ class NoiseAwarePruner(BasePruner):
         self.last = None
         if self.kind == "none" or trial.last_step is None or not self.inner.prune(study, trial):
             return False
-        value, reference, why = (self.median_reference(study, trial) if self.kind == "median"
-                                 else self.rung_reference(study, trial))
+        value, reference, why = (
+            self.median_reference(study, trial) if self.kind == "median" else self.rung_reference(study, trial)
+        )
         maximize = study.direction.name == "MAXIMIZE"
         worse_by = (reference - value) if maximize else (value - reference)
         se = self.se if self.se is not None and math.isfinite(self.se) else None
         prune = se is not None and worse_by > se
-        self.last = {"value": value, "reference": reference, "se": se, "worse_by": worse_by, "prune": prune,
-                     "why": why}
+        self.last = {"value": value, "reference": reference, "se": se, "worse_by": worse_by, "prune": prune, "why": why}
         return prune
 
     @staticmethod
     def median_reference(study, trial) -> tuple[float, float, str]:
         step = trial.last_step
-        at_step = [t.intermediate_values[step] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                   if step in t.intermediate_values]
+        at_step = [
+            t.intermediate_values[step]
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if step in t.intermediate_values
+        ]
         own = list(trial.intermediate_values.values())
         value = max(own) if study.direction.name == "MAXIMIZE" else min(own)
-        return (float(value), float(np.nanmedian(at_step)),
-                f"median of {len(at_step)} complete trials at step {step}")
+        return (float(value), float(np.nanmedian(at_step)), f"median of {len(at_step)} complete trials at step {step}")
 
     def rung_reference(self, study, trial) -> tuple[float, float, str]:
         value = float(trial.intermediate_values[trial.last_step])
@@ -90,22 +99,30 @@ class NoiseAwarePruner(BasePruner):
         mine = [t for t in bracket if t.number == trial.number]
         attrs = mine[0].system_attrs if mine else trial.system_attrs  # the rung successive halving just recorded
         rung, key = completed_rung(attrs)
-        competing = sorted([t.system_attrs[key] for t in bracket if t.number != trial.number and key in t.system_attrs]
-                           + [value])
+        competing = sorted(
+            [t.system_attrs[key] for t in bracket if t.number != trial.number and key in t.system_attrs] + [value]
+        )
         cut = max(len(competing) // self.reduction_factor - 1, 0)  # SuccessiveHalvingPruner's promotion index
         reference = competing[-(cut + 1)] if study.direction.name == "MAXIMIZE" else competing[cut]
-        return value, float(reference), (f"promotion cut of rung {rung} (top 1/{self.reduction_factor} of "
-                                         f"{len(competing)} trials of its bracket)")
+        return (
+            value,
+            float(reference),
+            (f"promotion cut of rung {rung} (top 1/{self.reduction_factor} of {len(competing)} trials of its bracket)"),
+        )
 
 
 def make_pruner(settings: dict) -> NoiseAwarePruner:
     """The study's pruner from the sweeper's pruner settings (the `trial=` override of a job): {pruner,
     startup, warmup, min_resource, max_resource, reduction_factor}."""
     max_resource = settings.get("max_resource")
-    return NoiseAwarePruner(kind=str(settings.get("pruner", "median")), startup=int(settings.get("startup", 3)),
-                            warmup=int(settings.get("warmup", 0)), min_resource=int(settings.get("min_resource") or 1),
-                            max_resource=int(max_resource) if max_resource else None,
-                            reduction_factor=int(settings.get("reduction_factor", 3)))
+    return NoiseAwarePruner(
+        kind=str(settings.get("pruner", "median")),
+        startup=int(settings.get("startup", 3)),
+        warmup=int(settings.get("warmup", 0)),
+        min_resource=int(settings.get("min_resource") or 1),
+        max_resource=int(max_resource) if max_resource else None,
+        reduction_factor=int(settings.get("reduction_factor", 3)),
+    )
 
 
 def load_trial(trial: dict, pruner=None):
@@ -114,8 +131,9 @@ def load_trial(trial: dict, pruner=None):
     storage id by the study id and the number)."""
     storage = optuna.storages.get_storage(str(trial["storage"]))
     study = optuna.load_study(study_name=str(trial["study"]), storage=storage, pruner=pruner)
-    trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(str(trial["study"])),
-                                                               int(trial["number"]))
+    trial_id = storage.get_trial_id_from_study_id_trial_number(
+        storage.get_study_id_from_name(str(trial["study"])), int(trial["number"])
+    )
     return optuna.trial.Trial(study, trial_id)
 
 
@@ -138,18 +156,24 @@ class TrialPruning(Callback):
         self.trial.report(float(value), step=step)
         if self.pruner.kind != "none" and se is None and not self.warned:
             self.warned = True
-            log.warning(f"trial {number}: no {self.metric}_se logged at its validations: it is not pruned (the pruner "
-                        f"cannot tell a worse trial from noise without the metric's standard error)")
+            log.warning(
+                f"trial {number}: no {self.metric}_se logged at its validations: it is not pruned (the pruner "
+                f"cannot tell a worse trial from noise without the metric's standard error)"
+            )
         self.pruner.se = se
         prune = self.trial.should_prune()
         judged = self.pruner.last
         if judged and not prune and se is not None:
-            log.info(f"trial {number} kept at step {step}: {self.metric} {judged['value']:.4f}, reference "
-                     f"{judged['reference']:.4f} ({judged['why']}), worse by {judged['worse_by']:.4f}, within its "
-                     f"SE {se:.4f}")
+            log.info(
+                f"trial {number} kept at step {step}: {self.metric} {judged['value']:.4f}, reference "
+                f"{judged['reference']:.4f} ({judged['why']}), worse by {judged['worse_by']:.4f}, within its "
+                f"SE {se:.4f}"
+            )
         if prune:
             self.pruned = True
             trainer.should_stop = True
-            log.warning(f"trial {number} pruned at step {step}: {self.metric} {judged['value']:.4f}, reference "
-                        f"{judged['reference']:.4f} ({judged['why']}), worse by {judged['worse_by']:.4f} > SE "
-                        f"{se:.4f}")
+            log.warning(
+                f"trial {number} pruned at step {step}: {self.metric} {judged['value']:.4f}, reference "
+                f"{judged['reference']:.4f} ({judged['why']}), worse by {judged['worse_by']:.4f} > SE "
+                f"{se:.4f}"
+            )

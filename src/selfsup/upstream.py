@@ -14,6 +14,7 @@ def subprocess_script_launcher() -> type:
     `python -m selfsup.worker` instead of the script again)."""
     # Lightning is imported here, not at the top: ~5 s, and selfsup.sweep imports this module without it
     from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+
     return _SubprocessScriptLauncher
 
 
@@ -76,6 +77,7 @@ def kill_wandb_service() -> None:
     with contextlib.suppress(Exception):
         # wandb is imported here, not at the top: ~0.5 s, and selfsup.sweep imports this module without it
         from wandb.sdk import wandb_setup
+
         wandb_setup.singleton()._connection._proc._process.kill()
 
 
@@ -83,9 +85,11 @@ def forget_wandb_run(run) -> None:
     """Let go of a W&B run whose service is gone, so that the next run in this process starts afresh."""
     # wandb is imported here, not at the top: ~0.5 s, and selfsup.sweep imports this module without it
     import wandb
+
     with contextlib.suppress(Exception):
         if wandb.run is run:
             from wandb.sdk.lib import module
+
             module.unset_globals()
 
 

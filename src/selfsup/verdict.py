@@ -40,6 +40,7 @@ NO_LEAD = "no difference at this scale"
 @dataclass
 class Group:
     """The runs of one setting (its seeds)."""
+
     label: str
     rows: list[dict]
 
@@ -107,8 +108,12 @@ def held_equal(rows: list[dict]) -> str:
     """`held equal: 300 steps, 0.614M tokens; not equal: FLOPs 1.7e+12 to 3.4e+12, scored targets ...` (one run:
     its amounts)."""
     same, differ = [], []
-    for key, name in (("steps", "steps"), ("tokens_seen", "tokens"), ("flops_seen", "FLOPs"),
-                      ("targets_seen", "scored targets")):
+    for key, name in (
+        ("steps", "steps"),
+        ("tokens_seen", "tokens"),
+        ("flops_seen", "FLOPs"),
+        ("targets_seen", "scored targets"),
+    ):
         values = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         if not values:
             continue
@@ -116,8 +121,10 @@ def held_equal(rows: list[dict]) -> str:
         if high <= low * (1 + EQUAL_WITHIN) or high == low:
             same.append(_amount(name, statistics.fmean(values)) + ("" if high == low else " (within 1%)"))
         else:
-            differ.append(f"{name} {_amount(name, low).removesuffix(' ' + name)} to "
-                          f"{_amount(name, high).removesuffix(' ' + name)}")
+            differ.append(
+                f"{name} {_amount(name, low).removesuffix(' ' + name)} to "
+                f"{_amount(name, high).removesuffix(' ' + name)}"
+            )
     if len(rows) == 1:
         return ", ".join(same)
     text = "held equal: " + (", ".join(same) or "none of steps, tokens, FLOPs")
@@ -164,13 +171,18 @@ def compare(a: Group, b: Group, key: str, outcomes: dict) -> tuple[str, str | No
     if not d.excludes_zero:
         return f"{a.label} - {b.label} {d}: {NO_LEAD}", None
     if len(a.rows) < 2 or len(b.rows) < 2:
-        return f"{a.label} - {b.label} {d}", f"one seed {'each' if len(a.rows) == len(b.rows) else 'in one'}: {ONE_SEED}"
+        return (
+            f"{a.label} - {b.label} {d}",
+            f"one seed {'each' if len(a.rows) == len(b.rows) else 'in one'}: {ONE_SEED}",
+        )
     spread = max(s for s in (a.spread(key), b.spread(key)) if s is not None)
     if abs(d.value) <= spread:
         return f"{a.label} - {b.label} {d} is within the seed spread ({spread:.3f}): {NO_LEAD}", None
     leader, other = (a, b) if d.value > 0 else (b, a)
-    return (f"{leader.label} leads {other.label} by {abs(d.value):.3f} ({a.label} - {b.label} {d}; seed spread "
-            f"{spread:.3f})"), None
+    return (
+        f"{leader.label} leads {other.label} by {abs(d.value):.3f} ({a.label} - {b.label} {d}; seed spread "
+        f"{spread:.3f})"
+    ), None
 
 
 def joined(found: list[tuple[str, str | None]]) -> str:
@@ -194,8 +206,10 @@ def describe(group: Group, key: str) -> str:
         return f"{group.label} {found[0]}"
     values = [m.value for m in found]
     above = sum(m.low > 0 for m in found)
-    return (f"{group.label} mean {statistics.fmean(values):+.3f} ({min(values):+.3f} to {max(values):+.3f} over "
-            f"{len(found)} seeds, interval above 0 at {above})")
+    return (
+        f"{group.label} mean {statistics.fmean(values):+.3f} ({min(values):+.3f} to {max(values):+.3f} over "
+        f"{len(found)} seeds, interval above 0 at {above})"
+    )
 
 
 def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
@@ -209,8 +223,11 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
     keys.sort(key=lambda k: not k.startswith("eval/pairs"))  # the pairs' scorers, then the probe tasks
     if not keys:
         return []
-    lines = textwrap.wrap(f"Verdict (margin over random-init, 95% paired-bootstrap interval; {held_equal(members)}):",
-                          width, subsequent_indent="    ")
+    lines = textwrap.wrap(
+        f"Verdict (margin over random-init, 95% paired-bootstrap interval; {held_equal(members)}):",
+        width,
+        subsequent_indent="    ",
+    )
     outcomes = {}
     if len(groups) > 1:
         outcomes = {id(row): load_outcomes(row) for row in members}

@@ -18,12 +18,17 @@ def code_version() -> dict:
     source = Path(__file__).resolve().parents[2]
     commit = dirty = None
     try:
-        done = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10)
+        done = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
         if done.returncode == 0:
             commit = done.stdout.strip()
-            status = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=10)
+            status = subprocess.run(
+                ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
             dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         pass
@@ -36,5 +41,7 @@ def describe(code: dict | None) -> str:
         return "unknown"
     parts = [f"selfsup {code.get('version') or '?'}"]
     if code.get("git_commit"):
-        parts.append(f"git {code['git_commit'][:10]}" + (" (with uncommitted changes)" if code.get("git_dirty") else ""))
+        parts.append(
+            f"git {code['git_commit'][:10]}" + (" (with uncommitted changes)" if code.get("git_dirty") else "")
+        )
     return ", ".join(parts)

@@ -51,6 +51,7 @@ def test_sharded_tokens_slice_across_shard_boundaries(tmp_path):
     for a, b in [(0, 1000), (290, 310), (299, 711), (705, 715), (999, 1000), (500, 500)]:
         assert np.array_equal(tokens[a:b], flat[a:b])
     import pickle
+
     again = pickle.loads(pickle.dumps(tokens))
     assert again._maps is None and np.array_equal(again[295:305], flat[295:305])
 
@@ -102,8 +103,9 @@ def test_a_truncated_shard_or_another_versions_cache_is_rebuilt(corpus_dir, tmp_
 
 
 @pytest.mark.parametrize("value", [5, 65535])  # a valid id, and one past the vocabulary
-def test_bytes_overwritten_in_a_shards_middle_stop_the_read_and_the_next_start_rebuilds(corpus_dir, tmp_path,
-                                                                                       monkeypatch, caplog, value):
+def test_bytes_overwritten_in_a_shards_middle_stop_the_read_and_the_next_start_rebuilds(
+    corpus_dir, tmp_path, monkeypatch, caplog, value
+):
     """The warm start checks each shard's ends only (cheap); the middle is hashed per chunk as it is read."""
     monkeypatch.setattr(cache_module, "END_BYTES", 512)
     monkeypatch.setattr(cache_module, "CHUNK_BYTES", 512)
@@ -120,9 +122,12 @@ def test_bytes_overwritten_in_a_shards_middle_stop_the_read_and_the_next_start_r
     assert "damaged" not in caplog.text and again.cache_path == first.cache_path  # the ends only: reused
     before = int(again.train_tokens.offsets[1])
     assert np.array_equal(again.train_tokens[:before], np.frombuffer(good["train-00000.bin"], "<u2"))  # intact
-    with pytest.raises(DataError, match=r"token cache .* is damaged: train-00001\.bin bytes 512 to 1,024 do not "
-                                        r"match their checksum .* the next start rebuilds"):
-        again.train_tokens[before + 250:before + 260]  # tokens 250-260 of the shard: its second chunk
+    with pytest.raises(
+        DataError,
+        match=r"token cache .* is damaged: train-00001\.bin bytes 512 to 1,024 do not "
+        r"match their checksum .* the next start rebuilds",
+    ):
+        again.train_tokens[before + 250 : before + 260]  # tokens 250-260 of the shard: its second chunk
     assert (first.cache_path / "DAMAGED").is_file()
     rebuilt = corpus(corpus_dir, tmp_path / "c", shard_chars=8_000)
     rebuilt.prepare()
@@ -145,17 +150,23 @@ def test_the_tokenizer_trains_on_a_bounded_sample_of_the_training_split(corpus_d
     c = corpus(corpus_dir, tmp_path / "c", tokenizer_sample_chars=5_000)
     c.prepare()
     train, _ = split_documents(text_file_documents([corpus_dir]), c.val_fraction)
-    assert seen == train[:len(seen)]  # the first training documents, in order
-    assert sum(map(len, seen)) <= 5_000 < sum(map(len, train[:len(seen) + 1]))
+    assert seen == train[: len(seen)]  # the first training documents, in order
+    assert sum(map(len, seen)) <= 5_000 < sum(map(len, train[: len(seen) + 1]))
     assert c.meta["identity"]["tokenizer_sample_chars"] == 5_000
 
 
 def test_a_data_sets_own_validation_split_is_used(tmp_path):
     pytest.importorskip("datasets")
     files = write_corpus(tmp_path / "d", n_files=2, docs_per_file=40)
-    c = Corpus(source="hf_dataset", hf_name="json", data_files={"train": str(files / "part0.jsonl"),
-                                                                  "validation": str(files / "part1.jsonl")},
-               val_split="validation", vocab_size=400, n_sentinels=8, cache_dir=tmp_path / "c")
+    c = Corpus(
+        source="hf_dataset",
+        hf_name="json",
+        data_files={"train": str(files / "part0.jsonl"), "validation": str(files / "part1.jsonl")},
+        val_split="validation",
+        vocab_size=400,
+        n_sentinels=8,
+        cache_dir=tmp_path / "c",
+    )
     c.prepare()
     train, val = text_file_documents([files / "part0.jsonl"]), text_file_documents([files / "part1.jsonl"])
     assert c.meta["documents"] == {"train": 40, "val": 40}
@@ -178,6 +189,7 @@ def test_preparing_prints_progress_with_rates_and_one_summary_line(corpus_dir, t
 
 def test_document_keys_keep_the_validation_buckets():
     from selfsup.data.sources import document_bucket
+
     for text in ("a", "the module", "x" * 1000):
         assert document_bucket(text) == document_key(text) % 10_000
 
@@ -210,21 +222,28 @@ def test_a_pretrained_tokenizer_gets_the_labs_special_ids_and_segments_text_as_b
 
 def test_a_pretrained_tokenizer_with_too_few_sentinels_is_refused(corpus_dir, tmp_path):
     from selfsup.data import DataError
+
     path = tmp_path / "t5.json"
     t5_like_tokenizer(path, text_file_documents([corpus_dir]), n_extra=5)
-    with pytest.raises(DataError, match=r"has 5 sentinels \(<extra_id_0> \.\.\.\), data.n_sentinels=10 needs more than "
-                                        r"it has room for: set data.n_sentinels=5 or fewer"):
-        Corpus(source="text_files", paths=[corpus_dir], tokenizer=str(path), n_sentinels=10,
-               cache_dir=tmp_path / "c").prepare()
+    with pytest.raises(
+        DataError,
+        match=r"has 5 sentinels \(<extra_id_0> \.\.\.\), data.n_sentinels=10 needs more than "
+        r"it has room for: set data.n_sentinels=5 or fewer",
+    ):
+        Corpus(
+            source="text_files", paths=[corpus_dir], tokenizer=str(path), n_sentinels=10, cache_dir=tmp_path / "c"
+        ).prepare()
     with pytest.raises(DataError, match="data.tokenizer=nope/tokenizer.json does not exist"):
-        Corpus(source="text_files", paths=[corpus_dir], tokenizer="nope/tokenizer.json",
-               cache_dir=tmp_path / "c").prepare()
+        Corpus(
+            source="text_files", paths=[corpus_dir], tokenizer="nope/tokenizer.json", cache_dir=tmp_path / "c"
+        ).prepare()
 
 
 def test_a_hub_name_loads_the_tokenizer_from_the_hubs_local_cache(corpus_dir, tmp_path, monkeypatch):
     """data.tokenizer=<org/name>: the real huggingface_hub lookup, on a local hub cache (no network here)."""
     from selfsup.data import DataError
     from selfsup.data.pretrained_tokenizer import load_pretrained
+
     commit = "0" * 40
     snapshot = tmp_path / "hub" / "models--lab--t5-like" / "snapshots" / commit
     snapshot.mkdir(parents=True)
@@ -234,6 +253,7 @@ def test_a_hub_name_loads_the_tokenizer_from_the_hubs_local_cache(corpus_dir, tm
     loaded = load_pretrained("lab/t5-like", hub_cache=str(tmp_path / "hub"))
     assert loaded.get_vocab() == original.get_vocab()
     import huggingface_hub.constants
+
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(DataError, match="data.tokenizer=lab/other: not in the local hub cache, and HF_HUB_OFFLINE"):
         load_pretrained("lab/other", hub_cache=str(tmp_path / "hub"))
@@ -241,11 +261,18 @@ def test_a_hub_name_loads_the_tokenizer_from_the_hubs_local_cache(corpus_dir, tm
 
 def test_a_data_set_without_text_is_one_line_and_leaves_no_cache(tmp_path):
     from selfsup.data import DataError
+
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"text": ""}\n{"text": "  "}\n')
     with pytest.raises(DataError, match=r"^hf_dataset: json \[train\] gave no documents with text: check its settings"):
-        Corpus(source="hf_dataset", hf_name="json", data_files=[str(empty)], vocab_size=400, n_sentinels=4,
-               cache_dir=tmp_path / "c").prepare()
+        Corpus(
+            source="hf_dataset",
+            hf_name="json",
+            data_files=[str(empty)],
+            vocab_size=400,
+            n_sentinels=4,
+            cache_dir=tmp_path / "c",
+        ).prepare()
     assert list((tmp_path / "c").iterdir()) == []
 
 
@@ -254,6 +281,7 @@ def test_a_long_txt_file_is_read_in_blocks_into_the_same_documents(tmp_path):
     split_long_text cuts the whole text into; bad bytes far into the file are reported at their offset."""
     from selfsup.data import DataError
     from selfsup.data.sources import _txt_documents, drop_empty, split_long_text
+
     rng = np.random.default_rng(1)
     words = ["café", "naïve", "€uro", "line\n", "para\n\n", "x" * 50, "module"]
     text = " ".join(rng.choice(words, size=60_000))
@@ -284,16 +312,18 @@ def test_the_key_follows_every_local_file_a_setting_names(tmp_path):
     import time
 
     from selfsup.data import cache_key
+
     folder = tmp_path / "d"
     folder.mkdir()
     file = folder / "a.jsonl"
     (tmp_path / "tok").mkdir()
-    corpora = [Corpus(source="hf_dataset", hf_name="json", data_files={"train": str(file)}),
-               Corpus(source="hf_dataset", hf_name="json", data_files=[str(folder / "*.jsonl")]),
-               Corpus(source="hf_dataset", hf_name="json",
-                      data_files=[str(file).replace(os.path.expanduser("~"), "~", 1)]),
-               Corpus(source="hf_dataset", hf_name=str(folder)),
-               Corpus(source="builtin", tokenizer=str(tmp_path / "tok"))]
+    corpora = [
+        Corpus(source="hf_dataset", hf_name="json", data_files={"train": str(file)}),
+        Corpus(source="hf_dataset", hf_name="json", data_files=[str(folder / "*.jsonl")]),
+        Corpus(source="hf_dataset", hf_name="json", data_files=[str(file).replace(os.path.expanduser("~"), "~", 1)]),
+        Corpus(source="hf_dataset", hf_name=str(folder)),
+        Corpus(source="builtin", tokenizer=str(tmp_path / "tok")),
+    ]
     file.write_text('{"text": "one two"}\n')
     (tmp_path / "tok" / "tokenizer.json").write_text("{}")
     before = [cache_key(c.identity()) for c in corpora]
@@ -309,6 +339,7 @@ def test_wordpiece_word_starts_are_the_tokens_without_its_continuation_prefix():
 
     from selfsup.data import vocab_from_tokenizer
     from selfsup.data.vocab import special_tokens
+
     names = special_tokens(2) + ["the", "##s", "module", "##ing", "[UNK]"]
     tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(names)}, unk_token="[UNK]"))
     v = vocab_from_tokenizer(tok, 2)
@@ -318,6 +349,7 @@ def test_wordpiece_word_starts_are_the_tokens_without_its_continuation_prefix():
 def test_the_scratch_of_a_build_killed_a_day_ago_is_swept_by_the_next_build(corpus_dir, tmp_path):
     import os
     import time
+
     cache = tmp_path / "c"
     old, fresh = cache / ".building-0123456789abcdef-dead", cache / ".building-fedcba9876543210-busy"
     for folder in (old, fresh):

@@ -162,9 +162,7 @@ def test_corpus_too_small_for_one_batch(builtin):
 def test_small_text_corpus_errors(tmp_path):
     (tmp_path / "a.txt").write_text("A short document. " * 20)
     (tmp_path / "b.txt").write_text("Another short one. " * 20)
-    dm = Corpus(
-        source="text_files", paths=[tmp_path], vocab_size=400, batch_size=2, cache_dir=tmp_path / "c"
-    )
+    dm = Corpus(source="text_files", paths=[tmp_path], vocab_size=400, batch_size=2, cache_dir=tmp_path / "c")
     dm.prepare()
     with pytest.raises(DataError, match="corpus too small for one batch"):
         dm.set_window(64)

@@ -31,7 +31,9 @@ def corpus(folder, cache, **kw):
 
 def _mount(path: Path, options: str) -> bool:
     path.mkdir(exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode == 0
+    return (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode == 0
+    )
 
 
 @contextlib.contextmanager
@@ -69,8 +71,11 @@ def small_disk(path: Path, size: str):
 
 def test_a_read_only_cache_dir_that_needs_a_build_is_one_data_error(corpus_dir, tmp_path):
     with read_only_folder(tmp_path / "ro") as folder:
-        with pytest.raises(DataError, match=r"^data\.cache_dir=.*ro cannot be written \(.*\), and it holds no token "
-                                            r"cache for these settings: pass a writable folder"):
+        with pytest.raises(
+            DataError,
+            match=r"^data\.cache_dir=.*ro cannot be written \(.*\), and it holds no token "
+            r"cache for these settings: pass a writable folder",
+        ):
             corpus(corpus_dir, folder).prepare()
         assert list(folder.iterdir()) == []
 
@@ -94,9 +99,12 @@ def test_a_read_only_cache_dir_that_holds_the_cache_is_reused(corpus_dir, tmp_pa
 
 def test_a_full_disk_while_building_is_one_data_error_and_leaves_nothing(corpus_dir, tmp_path):
     with small_disk(tmp_path / "disk", "64k") as disk:
-        with pytest.raises(DataError, match=r"^data\.cache_dir=.*disk ran out of space while building the token "
-                                            r"cache \(No space left on device\); nothing of it was kept: free space "
-                                            r"there or point data\.cache_dir at a folder with more room"):
+        with pytest.raises(
+            DataError,
+            match=r"^data\.cache_dir=.*disk ran out of space while building the token "
+            r"cache \(No space left on device\); nothing of it was kept: free space "
+            r"there or point data\.cache_dir at a folder with more room",
+        ):
             corpus(corpus_dir, disk).prepare()
         assert list(disk.iterdir()) == []  # the build's scratch folder (and datasets' .arrow in it) is gone
 
@@ -106,13 +114,18 @@ def test_running_out_of_space_in_any_phase_of_a_build_is_the_same_line(corpus_di
     """Without root: the errors each phase raises on a full disk (datasets wraps its OSError in a
     DatasetGenerationError; the tokenizers library raises a plain Exception naming os error 28)."""
     import datasets
+
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     if where == "arrow":
+
         def fail(*args, **kwargs):
             try:
                 raise full
             except OSError as e:
-                raise datasets.exceptions.DatasetGenerationError("An error occurred while generating the dataset") from e
+                raise datasets.exceptions.DatasetGenerationError(
+                    "An error occurred while generating the dataset"
+                ) from e
+
         monkeypatch.setattr(datasets.Dataset, "from_generator", fail)
     elif where == "shards":
         monkeypatch.setattr(prepare_module, "_write_split", lambda *a, **k: (_ for _ in ()).throw(full))
@@ -128,7 +141,9 @@ def test_running_out_of_space_in_any_phase_of_a_build_is_the_same_line(corpus_di
 
                 def save(self, path):
                     raise Exception("No space left on device (os error 28)")
+
             return Unsaved()
+
         monkeypatch.setattr(corpus_module.Corpus, "make_tokenizer", tokenizer_that_cannot_save)
     with pytest.raises(DataError, match=r"ran out of space while building the token cache"):
         corpus(corpus_dir, tmp_path / "c").prepare()
@@ -140,10 +155,14 @@ def test_a_full_datasets_cache_names_hf_datasets_cache(tmp_path, monkeypatch):
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
     monkeypatch.setattr(datasets, "load_dataset", full)
-    with pytest.raises(DataError, match=r"could not load data\.hf_name=wikitext, split train: the datasets cache "
-                                        r"ran out of space \(No space left on device\): free space in .* or set "
-                                        r"HF_DATASETS_CACHE to a folder with more room"):
+    with pytest.raises(
+        DataError,
+        match=r"could not load data\.hf_name=wikitext, split train: the datasets cache "
+        r"ran out of space \(No space left on device\): free space in .* or set "
+        r"HF_DATASETS_CACHE to a folder with more room",
+    ):
         list(sources_module.iter_hf_documents("wikitext"))
 
 
@@ -178,8 +197,9 @@ def test_an_edit_keeping_size_and_mtime_reuses_the_cache_under_stat_and_is_rebui
     fresh = corpus(folder, tmp_path / "c", verify="full")
     fresh.prepare()
     assert fresh.cache_path not in (first.cache_path, full.cache_path)
-    assert "Document 9-9:" in fresh.tokenizer.decode(list(map(int, fresh.train_tokens[:]))) + \
-        fresh.tokenizer.decode(list(map(int, fresh.val_tokens[:])))
+    assert "Document 9-9:" in fresh.tokenizer.decode(list(map(int, fresh.train_tokens[:]))) + fresh.tokenizer.decode(
+        list(map(int, fresh.val_tokens[:]))
+    )
     caplog.clear()
     again = corpus(folder, tmp_path / "c", verify="full")
     again.prepare()
@@ -198,14 +218,22 @@ def test_verify_stat_reads_no_file_and_verify_full_hashes_local_data_files(tmp_p
     corpus(folder, tmp_path / "c", verify="full").identity()
     assert sorted(hashed) == [f"part{i}.jsonl" for i in range(4)]
     hashed.clear()
-    Corpus(source="hf_dataset", hf_name="json", data_files=[str(folder / "part1.jsonl")], cache_dir=tmp_path / "c",
-           verify="full").identity()
+    Corpus(
+        source="hf_dataset",
+        hf_name="json",
+        data_files=[str(folder / "part1.jsonl")],
+        cache_dir=tmp_path / "c",
+        verify="full",
+    ).identity()
     assert hashed == ["part1.jsonl"]
 
 
 def test_an_unknown_verify_is_refused(corpus_dir, tmp_path):
-    with pytest.raises(DataError, match=r"^data\.verify='content' is unknown: use stat \(file paths, sizes and "
-                                        r"modification times\) or full \(hash the files' contents\)"):
+    with pytest.raises(
+        DataError,
+        match=r"^data\.verify='content' is unknown: use stat \(file paths, sizes and "
+        r"modification times\) or full \(hash the files' contents\)",
+    ):
         corpus(corpus_dir, tmp_path / "c", verify="content").prepare()
 
 
@@ -215,8 +243,16 @@ def test_a_hub_data_set_on_a_moving_branch_warns_when_its_cache_is_reused(tmp_pa
     monkeypatch.setattr(Corpus, "iter_documents", lambda self, split=None: iter(docs))
 
     def hub(**kw):
-        return Corpus(source="hf_dataset", hf_name="someone/corpus", revision=revision, vocab_size=300,
-                      n_sentinels=4, cache_dir=tmp_path / "c", **kw)
+        return Corpus(
+            source="hf_dataset",
+            hf_name="someone/corpus",
+            revision=revision,
+            vocab_size=300,
+            n_sentinels=4,
+            cache_dir=tmp_path / "c",
+            **kw,
+        )
+
     hub().prepare()
     caplog.clear()
     hub().prepare()
@@ -232,8 +268,17 @@ def test_a_hub_data_set_on_a_moving_branch_warns_when_its_cache_is_reused(tmp_pa
 
 def test_a_builder_with_local_files_gets_no_branch_warning(tmp_path, caplog):
     folder = write_corpus(tmp_path / "corpus", n_files=1)
-    make = lambda: Corpus(source="hf_dataset", hf_name="json", data_files=[str(folder / "part0.jsonl")],  # noqa: E731
-                          vocab_size=300, n_sentinels=4, cache_dir=tmp_path / "c")
+
+    def make():
+        return Corpus(
+            source="hf_dataset",
+            hf_name="json",
+            data_files=[str(folder / "part0.jsonl")],
+            vocab_size=300,
+            n_sentinels=4,
+            cache_dir=tmp_path / "c",
+        )
+
     make().prepare()
     caplog.clear()
     caplog.set_level(logging.INFO, logger="selfsup")

@@ -251,6 +251,7 @@ def test_hf_dataset_bad_local_files(hf_local, tmp_path, streaming):
 
 def test_a_fifo_is_refused_instead_of_read_for_ever(tmp_path):
     import os
+
     fifo = tmp_path / "pipe.txt"
     os.mkfifo(fifo)
     with pytest.raises(DataError, match="is not a regular file"):

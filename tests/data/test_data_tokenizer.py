@@ -89,6 +89,7 @@ def test_a_damaged_token_cache_is_detected_and_rebuilt(tmp_path, damage, caplog)
     import numpy as np
 
     from selfsup.data import build_or_load_cache, builtin_documents
+
     docs = builtin_documents()[:40]
     settings = dict(cache_dir=tmp_path, val_fraction=0.1, vocab_size=600, n_sentinels=10)
     first = build_or_load_cache(docs, **settings)

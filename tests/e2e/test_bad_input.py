@@ -41,6 +41,7 @@ def refusal(cache_dir, *overrides) -> str | None:
     from selfsup.checks import config_error_line
     from selfsup.config import register
     from selfsup.train import CONF_DIR
+
     register()
     try:
         with initialize_config_dir(str(CONF_DIR), version_base=None):
@@ -55,26 +56,31 @@ def refusal(cache_dir, *overrides) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("overrides,words", [
-    (["objective=clm", "architecture=encoder"], ["see its own answer"]),
-    (["objective=mlm", "architecture=decoder"], ["right context"]),
-    (["objective=nope"], ["objective/nope", "mlm"]),
-    (["architecture=nope"], ["architecture/nope"]),
-    (["architecture.activation=swish"], ["architecture.activation=swish", "gelu, relu"]),
-    (["objective.mask_rte=0.2"], ["mask_rte"]),
-    (["data.seq_len=abc"], ["data.seq_len"]),
-    (["objective.mask_rate=0"], ["objective.mask_rate", "hides nothing"]),
-    (["objective.mask_rate=1.0"], ["objective.mask_rate", "no context"]),
-    (["objective=span_corruption", "data.seq_len=2"], ["data.seq_len=2", "data.seq_len >= 3"]),
-    (["trainer.precision=bogus"], ["trainer.precision=bogus", "bf16-mixed"]),
-    (["objective=span_corruption", "data.seq_len=512", "data.n_sentinels=10"], ["sentinels", "data.n_sentinels"]),
-    (["data.vocab_size=100"], ["data.vocab_size"]),
-    (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path", "does not exist"]),
-    (["objective._target_=nowhere.Objective"], ["objective._target_=nowhere.Objective cannot be imported"]),
-    (["optim.lr=-1"], ["optim.lr=-1.0 must be positive"]),
-    (["optimized_metric=eval/ordr/accuracy"], ["optimized_metric=eval/ordr/accuracy: this run evaluates no 'ordr'",
-                                               "eval/probe/..."]),
-])
+@pytest.mark.parametrize(
+    "overrides,words",
+    [
+        (["objective=clm", "architecture=encoder"], ["see its own answer"]),
+        (["objective=mlm", "architecture=decoder"], ["right context"]),
+        (["objective=nope"], ["objective/nope", "mlm"]),
+        (["architecture=nope"], ["architecture/nope"]),
+        (["architecture.activation=swish"], ["architecture.activation=swish", "gelu, relu"]),
+        (["objective.mask_rte=0.2"], ["mask_rte"]),
+        (["data.seq_len=abc"], ["data.seq_len"]),
+        (["objective.mask_rate=0"], ["objective.mask_rate", "hides nothing"]),
+        (["objective.mask_rate=1.0"], ["objective.mask_rate", "no context"]),
+        (["objective=span_corruption", "data.seq_len=2"], ["data.seq_len=2", "data.seq_len >= 3"]),
+        (["trainer.precision=bogus"], ["trainer.precision=bogus", "bf16-mixed"]),
+        (["objective=span_corruption", "data.seq_len=512", "data.n_sentinels=10"], ["sentinels", "data.n_sentinels"]),
+        (["data.vocab_size=100"], ["data.vocab_size"]),
+        (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path", "does not exist"]),
+        (["objective._target_=nowhere.Objective"], ["objective._target_=nowhere.Objective cannot be imported"]),
+        (["optim.lr=-1"], ["optim.lr=-1.0 must be positive"]),
+        (
+            ["optimized_metric=eval/ordr/accuracy"],
+            ["optimized_metric=eval/ordr/accuracy: this run evaluates no 'ordr'", "eval/probe/..."],
+        ),
+    ],
+)
 def test_config_mistakes_in_one_line(cache_dir, overrides, words):
     message = refusal(cache_dir, *overrides)
     assert message is not None and "\n" not in message, message
@@ -82,10 +88,13 @@ def test_config_mistakes_in_one_line(cache_dir, overrides, words):
         assert w in message, (w, message)
 
 
-@pytest.mark.parametrize("overrides,words", [
-    (["objective=clm", "architecture=encoder"], ["see its own answer"]),  # the lab's own refusal
-    (["objective=nope"], ["objective/nope", "mlm"]),                      # Hydra's, folded into one line
-])
+@pytest.mark.parametrize(
+    "overrides,words",
+    [
+        (["objective=clm", "architecture=encoder"], ["see its own answer"]),  # the lab's own refusal
+        (["objective=nope"], ["objective/nope", "mlm"]),  # Hydra's, folded into one line
+    ],
+)
 def test_config_mistakes_on_the_command_line(train, overrides, words):
     out = train(*overrides)
     assert_refused(out, *words)
@@ -94,14 +103,17 @@ def test_config_mistakes_on_the_command_line(train, overrides, words):
     assert out.returncode == 2
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("architecture.n_layers", 0, "architecture.n_layers=0 must be at least 1"),
-    ("architecture.d_model", -4, "architecture.d_model=-4 must be at least 1"),
-    ("trainer.val_check_interval", 0, "trainer.val_check_interval=0 must be at least 1"),
-    ("optim.lr", -1.0, "optim.lr=-1.0 must be positive"),
-    ("optim.grad_clip", -0.5, "optim.grad_clip=-0.5 is negative"),
-    ("trainer.accelerator", "tpu", "trainer.accelerator=tpu is not supported"),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("architecture.n_layers", 0, "architecture.n_layers=0 must be at least 1"),
+        ("architecture.d_model", -4, "architecture.d_model=-4 must be at least 1"),
+        ("trainer.val_check_interval", 0, "trainer.val_check_interval=0 must be at least 1"),
+        ("optim.lr", -1.0, "optim.lr=-1.0 must be positive"),
+        ("optim.grad_clip", -0.5, "optim.grad_clip=-0.5 is negative"),
+        ("trainer.accelerator", "tpu", "trainer.accelerator=tpu is not supported"),
+    ],
+)
 def test_out_of_range_settings(cache_dir, key, value, words):
     """The checks `selfsup-train` runs before building."""
     assert refusal(cache_dir) is None  # the defaults pass
@@ -109,14 +121,17 @@ def test_out_of_range_settings(cache_dir, key, value, words):
     assert message is not None and words in message, message
 
 
-@pytest.mark.parametrize("path,words", [
-    ("missing.txt", ["does not exist"]),
-    ("empty.txt", ["empty.txt"]),
-    ("binary.txt", ["binary.txt"]),
-    ("latin1.txt", ["latin1.txt", "UTF-8"]),
-    ("nofield.jsonl", ["nofield.jsonl", "text"]),
-    ("small", ["too small"]),
-])
+@pytest.mark.parametrize(
+    "path,words",
+    [
+        ("missing.txt", ["does not exist"]),
+        ("empty.txt", ["empty.txt"]),
+        ("binary.txt", ["binary.txt"]),
+        ("latin1.txt", ["latin1.txt", "UTF-8"]),
+        ("nofield.jsonl", ["nofield.jsonl", "text"]),
+        ("small", ["too small"]),
+    ],
+)
 def test_data_mistakes(cache_dir, files, path, words):
     """Refused in one line before anything is cached (in-process; the command line: the next test)."""
     from hydra import compose, initialize_config_dir
@@ -124,9 +139,18 @@ def test_data_mistakes(cache_dir, files, path, words):
     from selfsup.build import prepare
     from selfsup.data import DataError
     from selfsup.train import CONF_DIR
+
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose("train", overrides=["data=text_files", f"data.paths=[{files / path}]", "data.vocab_size=300",
-                                          "data.n_sentinels=4", f"data.cache_dir={cache_dir}"])
+        cfg = compose(
+            "train",
+            overrides=[
+                "data=text_files",
+                f"data.paths=[{files / path}]",
+                "data.vocab_size=300",
+                "data.n_sentinels=4",
+                f"data.cache_dir={cache_dir}",
+            ],
+        )
     with pytest.raises(DataError) as err:
         prepare(cfg)
     assert "\n" not in str(err.value)
@@ -136,8 +160,7 @@ def test_data_mistakes(cache_dir, files, path, words):
 
 def test_one_token_documents_are_refused_in_one_line(train, files, cache_dir):
     cached = sorted(cache_dir.iterdir())
-    out = train("data=text_files", f"data.paths=[{files / 'words.jsonl'}]", "data.vocab_size=300",
-                "data.n_sentinels=4")
+    out = train("data=text_files", f"data.paths=[{files / 'words.jsonl'}]", "data.vocab_size=300", "data.n_sentinels=4")
     assert_refused(out, "words.jsonl", "is a single token", "no objective has context", "several words")
     assert [line for line in out.stderr.splitlines() if line.strip()] == [out.stderr.strip()]  # one line
     assert out.stderr.startswith("error: text_files: ")

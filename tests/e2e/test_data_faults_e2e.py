@@ -25,8 +25,13 @@ def write_corpus(path: Path, n: int = 400) -> Path:
 
 def selfsup_train(*overrides, run_dir: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    return forked.run(["selfsup-train", *TINY, *QUICK, f"hydra.run.dir={run_dir}", *overrides],
-                          capture_output=True, text=True, env=env, timeout=600)
+    return forked.run(
+        ["selfsup-train", *TINY, *QUICK, f"hydra.run.dir={run_dir}", *overrides],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def the_one_line(out) -> str:
@@ -51,11 +56,13 @@ def test_a_read_only_cache_dir_that_needs_a_build_is_one_line_and_no_run_dir(tmp
         cache.chmod(0o555)
     try:
         corpus = write_corpus(tmp_path / "corpus.jsonl")
-        out = selfsup_train("data=text_files", f"data.paths=[{corpus}]", f"data.cache_dir={cache}",
-                            run_dir=tmp_path / "runs" / "run")
+        out = selfsup_train(
+            "data=text_files", f"data.paths=[{corpus}]", f"data.cache_dir={cache}", run_dir=tmp_path / "runs" / "run"
+        )
         line = the_one_line(out)
-        assert line.startswith(f"error: data.cache_dir={cache} cannot be written (") and \
-            "pass a writable folder" in line
+        assert (
+            line.startswith(f"error: data.cache_dir={cache} cannot be written (") and "pass a writable folder" in line
+        )
         assert not (tmp_path / "runs").exists()  # no run dir, no .hydra/, no error.txt
         assert list(cache.iterdir()) == []
     finally:
@@ -71,12 +78,15 @@ def test_a_disk_full_while_preparing_data_is_one_line_and_leaves_no_cache_folder
         pytest.skip("needs root to mount a small tmpfs")
     try:
         corpus = write_corpus(tmp_path / "corpus.jsonl")  # 200 KB of text: its Arrow copy and shards do not fit
-        out = selfsup_train("data=text_files", f"data.paths=[{corpus}]", f"data.cache_dir={disk}",
-                            run_dir=tmp_path / "runs" / "run")
+        out = selfsup_train(
+            "data=text_files", f"data.paths=[{corpus}]", f"data.cache_dir={disk}", run_dir=tmp_path / "runs" / "run"
+        )
         line = the_one_line(out)
-        assert line.startswith(f"error: data.cache_dir={disk} ran out of space while building the token cache "
-                               f"(No space left on device); nothing of it was kept: free space there or point "
-                               f"data.cache_dir at a folder with more room"), line
+        assert line.startswith(
+            f"error: data.cache_dir={disk} ran out of space while building the token cache "
+            f"(No space left on device); nothing of it was kept: free space there or point "
+            f"data.cache_dir at a folder with more room"
+        ), line
         assert list(disk.iterdir()) == []  # the build's scratch (and datasets' .arrow inside it) removed
         assert not (tmp_path / "runs").exists()
     finally:

@@ -12,13 +12,29 @@ EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "replaced_token"
 
 def test_an_objective_from_outside_the_package_trains_and_declares_its_architectures(cache_dir, tmp_path):
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "PYTHONPATH": str(EXAMPLE)}
-    command = ["selfsup-train", f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]", "objective=replaced_token",
-               *TINY, "logger=csv", "eval.tasks={}", f"data.cache_dir={cache_dir}"]
-    out = forked.run([*command, f"hydra.run.dir={tmp_path / 'run'}", "objective.replace_rate=0.3"],
-                         capture_output=True, text=True, env=env, timeout=600)
+    command = [
+        "selfsup-train",
+        f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]",
+        "objective=replaced_token",
+        *TINY,
+        "logger=csv",
+        "eval.tasks={}",
+        f"data.cache_dir={cache_dir}",
+    ]
+    out = forked.run(
+        [*command, f"hydra.run.dir={tmp_path / 'run'}", "objective.replace_rate=0.3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert (summary["objective"], summary["architecture"], summary["status"]) == ("replaced_token", "encoder", "finished")
+    assert (summary["objective"], summary["architecture"], summary["status"]) == (
+        "replaced_token",
+        "encoder",
+        "finished",
+    )
     assert 0.2 < summary["signal_per_token"] < 0.4  # its replace_rate, a setting the lab's schemas never heard of
     assert summary["eval"]["eval/fixed/loss"] > 0  # the encoder family's fixed exam scores it like any encoder
     # the pairing it declares is checked like the lab's own (in-process: the same check the command runs)
@@ -31,14 +47,24 @@ def test_an_objective_from_outside_the_package_trains_and_declares_its_architect
     from selfsup.config import register
     from selfsup.errors import UserError
     from selfsup.train import CONF_DIR
+
     register()
     sys.path.insert(0, str(EXAMPLE))
     try:
         with initialize_config_dir(str(CONF_DIR), version_base=None):
-            cfg = compose("train", overrides=[f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]",
-                                              "objective=replaced_token", "architecture=decoder"])
-        with pytest.raises(UserError, match="^objective=replaced_token cannot train architecture=decoder: a causal "
-                                               "decoder cannot see the right context of a swapped token$"):
+            cfg = compose(
+                "train",
+                overrides=[
+                    f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]",
+                    "objective=replaced_token",
+                    "architecture=decoder",
+                ],
+            )
+        with pytest.raises(
+            UserError,
+            match="^objective=replaced_token cannot train architecture=decoder: a causal "
+            "decoder cannot see the right context of a swapped token$",
+        ):
             check_settings(cfg)
     finally:
         sys.path.remove(str(EXAMPLE))

@@ -43,15 +43,21 @@ def test_non_finite_gradients_never_reach_the_weights_and_the_suggested_command_
     out = train(*QUICK, "optim.lr=1e6", "trainer.max_steps=12", "trainer.val_check_interval=2", run_dir=run)
     assert out.returncode == 2
     line = one_error_line(out)
-    assert "(the weights were not updated)" in line and f"the last checkpoint is {run / 'checkpoints' / 'last.ckpt'}" in line
+    assert (
+        "(the weights were not updated)" in line
+        and f"the last checkpoint is {run / 'checkpoints' / 'last.ckpt'}" in line
+    )
     for ckpt in (run / "checkpoints").glob("*.ckpt"):  # no checkpoint holds NaN or inf
         weights = torch.load(ckpt, weights_only=True, map_location="cpu")["state_dict"]
         assert all(torch.isfinite(w).all() for w in weights.values()), ckpt
     # its weights already give NaN: the message says start again, with a lower rate; that command trains
     args = suggested(line, "start again with a lower learning rate: ")
     assert "optim.lr=0.001" in args
-    again = train(*[a for a in args if not a.startswith(("data.cache_dir=", "hydra.run.dir="))], tiny=False,
-                  run_dir=tmp_path / "again")
+    again = train(
+        *[a for a in args if not a.startswith(("data.cache_dir=", "hydra.run.dir="))],
+        tiny=False,
+        run_dir=tmp_path / "again",
+    )
     assert again.returncode == 0, again.stderr[-2000:]
 
 
@@ -63,6 +69,7 @@ def test_resume_applies_a_new_learning_rate_and_records_it(train, tmp_path):
     # finished at its max_steps: refused, and the run is exactly as it was (what RunDirGuard checks, in-process)
     from selfsup.errors import UserError
     from selfsup.run_dir import check_resume
+
     with pytest.raises(UserError, match="nothing to continue, the run is unchanged") as finished:
         check_resume(run, [f"resume={run}"])
     # resuming with other objective settings: refused
@@ -85,8 +92,15 @@ def test_resume_applies_a_new_learning_rate_and_records_it(train, tmp_path):
 def test_two_runs_into_one_dir_one_is_refused(cache_dir, tmp_path):
     run = tmp_path / "shared"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    args = ["selfsup-train", *TINY, *QUICK, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}",
-            "trainer.max_steps=200", "trainer.val_check_interval=100"]
+    args = [
+        "selfsup-train",
+        *TINY,
+        *QUICK,
+        f"data.cache_dir={cache_dir}",
+        f"hydra.run.dir={run}",
+        "trainer.max_steps=200",
+        "trainer.val_check_interval=100",
+    ]
     first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 120
     while not (run / ".hydra" / "config.yaml").is_file() and time.time() < deadline:
@@ -104,9 +118,20 @@ def test_two_runs_into_one_dir_one_is_refused(cache_dir, tmp_path):
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, cache_dir, tmp_path):
     run = tmp_path / "killed"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    proc = subprocess.Popen(["selfsup-train", *TINY, *QUICK, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}",
-                             "trainer.max_steps=100000", "trainer.val_check_interval=100000"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [
+            "selfsup-train",
+            *TINY,
+            *QUICK,
+            f"data.cache_dir={cache_dir}",
+            f"hydra.run.dir={run}",
+            "trainer.max_steps=100000",
+            "trainer.val_check_interval=100000",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     deadline = time.time() + 120
     while not (run / "csv" / "hparams.yaml").is_file() and time.time() < deadline:  # training has begun
         time.sleep(0.2)
@@ -115,6 +140,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, 
     assert not list((run / "checkpoints").glob("*.ckpt")) if (run / "checkpoints").exists() else True
     from selfsup.errors import UserError
     from selfsup.run_dir import check_new_run_dir
+
     with pytest.raises(UserError, match=f"stopped before its first checkpoint.*resume={run}"):
         check_new_run_dir(run)  # starting it again names the command that works
     out = train(*QUICK, f"resume={run}", "trainer.max_steps=4", run_dir=run)
@@ -123,16 +149,33 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, 
     assert summary["status"] == "finished" and summary["steps"] == 4
 
 
-@pytest.mark.parametrize("how,code,error", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
-                                            pytest.param("twice", 143, "interrupted by SIGTERM",
-                                                         marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "how,code,error",
+    [
+        (signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+        pytest.param("twice", 143, "interrupted by SIGTERM", marks=pytest.mark.slow),
+    ],
+)
 def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, code, error):
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     slow = ["architecture.d_model=256", "architecture.n_layers=4", "data.seq_len=128", "data.batch_size=32"]
-    proc = subprocess.Popen(["selfsup-train", *TINY, *QUICK, *slow, f"data.cache_dir={cache_dir}",
-                             f"hydra.run.dir={run}", "trainer.max_steps=100000", "trainer.val_check_interval=100000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            "selfsup-train",
+            *TINY,
+            *QUICK,
+            *slow,
+            f"data.cache_dir={cache_dir}",
+            f"hydra.run.dir={run}",
+            "trainer.max_steps=100000",
+            "trainer.val_check_interval=100000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     deadline = time.time() + 120
     while not (run / "csv" / "hparams.yaml").is_file() and time.time() < deadline:
         time.sleep(0.2)
@@ -154,8 +197,13 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
     [line] = [x for x in output.splitlines() if x.startswith(f"{error}: continue the run with ")]
     args = suggested(line, f"{error}: continue the run with ")
     assert args == [f"resume={run}"]
-    again = forked.run(["selfsup-train", *args, "trainer.max_steps=2", "logger.wandb=false"],
-                           capture_output=True, text=True, env=env, timeout=300)
+    again = forked.run(
+        ["selfsup-train", *args, "trainer.max_steps=2", "logger.wandb=false"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
 
@@ -172,9 +220,23 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
         pytest.skip("needs root to mount a small tmpfs")
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-        out = forked.run(["selfsup-train", *TINY, "eval.fixed=null", "eval.pairs=null", "eval.tasks={}", f"data.cache_dir={cache_dir}",
-                              f"hydra.run.dir={disk / 'run'}", "trainer.max_steps=40", "trainer.val_check_interval=2"],
-                             capture_output=True, text=True, env=env, timeout=600)
+        out = forked.run(
+            [
+                "selfsup-train",
+                *TINY,
+                "eval.fixed=null",
+                "eval.pairs=null",
+                "eval.tasks={}",
+                f"data.cache_dir={cache_dir}",
+                f"hydra.run.dir={disk / 'run'}",
+                "trainer.max_steps=40",
+                "trainer.val_check_interval=2",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         assert out.returncode == 2, out.stderr[-3000:]
         line = one_error_line(out)
         assert "disk is full" in line
@@ -185,8 +247,9 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
         command = line.split("then continue: ")[1]
         assert command == f"selfsup-train resume={disk / 'run'}"
         forked.run(["mount", "-o", "remount,size=200m", str(disk)], check=True)
-        again = forked.run([*command.split(), "logger.wandb=false"], capture_output=True, text=True, env=env,
-                               timeout=600)
+        again = forked.run(
+            [*command.split(), "logger.wandb=false"], capture_output=True, text=True, env=env, timeout=600
+        )
         assert again.returncode == 0, again.stderr[-3000:]
         assert json.loads(summary.read_text())["steps"] == 40
     finally:
@@ -197,8 +260,16 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
 def test_a_secret_is_redacted_in_the_wandb_run_files(train, tmp_path):
     run = tmp_path / "run"
     secret, token = "not-forty-hex-characters-0042", "tok-of-a-user-0099"
-    out = train("eval.fixed=null", "eval.pairs=null", "eval.tasks={}", f"+logger.my_token={token}", f"logger.name=run-{secret}", "logger.tags=[t-" + token + "]",
-                run_dir=run, env={"WANDB_API_KEY": secret, "WANDB_MODE": "offline"})
+    out = train(
+        "eval.fixed=null",
+        "eval.pairs=null",
+        "eval.tasks={}",
+        f"+logger.my_token={token}",
+        f"logger.name=run-{secret}",
+        "logger.tags=[t-" + token + "]",
+        run_dir=run,
+        env={"WANDB_API_KEY": secret, "WANDB_MODE": "offline"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     files = [p for p in (run / "wandb").rglob("*") if p.is_file()]
     assert any(p.suffix == ".wandb" for p in files)
@@ -210,34 +281,50 @@ def test_a_secret_is_redacted_in_the_wandb_run_files(train, tmp_path):
 @pytest.mark.slow  # a corpus with shards over 2 MiB (8 MB of text); the default suite: test_data_cache.py, in-process
 def test_a_shard_overwritten_in_its_middle_stops_training_in_one_line_and_is_rebuilt(tmp_path):
     import numpy as np
+
     rng = np.random.default_rng(0)
-    words = np.array(["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), int(rng.integers(3, 9))))
-                      for _ in range(3000)])
+    words = np.array(
+        ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), int(rng.integers(3, 9)))) for _ in range(3000)]
+    )
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.txt").write_text("".join(" ".join(rng.choice(words, 300)) + ".\n\n" for _ in range(4000)))
     cache = tmp_path / "cache"
-    args = ["selfsup-train", "debug=tiny", "eval=none", "data.source=text_files", f"data.paths=[{tmp_path / 'corpus'}]",
-            f"data.cache_dir={cache}", "data.shard_chars=100000000", "trainer.max_steps=200", "data.num_workers=2"]
+    args = [
+        "selfsup-train",
+        "debug=tiny",
+        "eval=none",
+        "data.source=text_files",
+        f"data.paths=[{tmp_path / 'corpus'}]",
+        f"data.cache_dir={cache}",
+        "data.shard_chars=100000000",
+        "trainer.max_steps=200",
+        "data.num_workers=2",
+    ]
     env = {**os.environ, "WANDB_MODE": "offline"}
-    first = forked.run([*args, f"hydra.run.dir={tmp_path / 'a'}", "trainer.max_steps=2"], capture_output=True,
-                           text=True, env=env, timeout=600)
+    first = forked.run(
+        [*args, f"hydra.run.dir={tmp_path / 'a'}", "trainer.max_steps=2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert first.returncode == 0, first.stderr
     [shard] = cache.glob("*/train-00000.bin")
     good = shard.read_bytes()
     assert len(good) > 4 << 20  # the warm start checks its first and last MiB only
     data = np.memmap(shard, dtype="<u2", mode="r+")
     for k in range(5):  # ids past the vocabulary, in five places of the middle
-        data[len(data) // 2 + k * 100_000:][:1000] = 65535
+        data[len(data) // 2 + k * 100_000 :][:1000] = 65535
     data.flush()
     del data
-    damaged = forked.run([*args, f"hydra.run.dir={tmp_path / 'b'}"], capture_output=True, text=True, env=env,
-                             timeout=600)
+    damaged = forked.run(
+        [*args, f"hydra.run.dir={tmp_path / 'b'}"], capture_output=True, text=True, env=env, timeout=600
+    )
     assert damaged.returncode == 2
     line = one_error_line(damaged)
     assert "is damaged: train-00000.bin bytes" in line and "the next start rebuilds the cache" in line
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["error"] == line.removeprefix("error: ")
-    again = forked.run([*args, f"hydra.run.dir={tmp_path / 'c'}"], capture_output=True, text=True, env=env,
-                           timeout=600)
+    again = forked.run([*args, f"hydra.run.dir={tmp_path / 'c'}"], capture_output=True, text=True, env=env, timeout=600)
     assert again.returncode == 0, again.stderr
     said = again.stdout + again.stderr
     assert "do not match their checksum" in said and "rebuilding it" in said
@@ -249,8 +336,12 @@ def test_a_run_killed_in_its_final_validation_validates_when_resumed(train, cach
     resume trains nothing, runs them, and reports the validation loss and the evaluation."""
     run = tmp_path / "killed"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    proc = subprocess.Popen(["selfsup-train", *TINY, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}",
-                             "trainer.max_steps=6"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        ["selfsup-train", *TINY, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}", "trainer.max_steps=6"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     last, deadline = run / "checkpoints" / "last.ckpt", time.time() + 300
     while proc.poll() is None and time.time() < deadline:
         if last.is_file() and torch.load(last, weights_only=True, map_location="cpu")["global_step"] == 6:
@@ -268,6 +359,7 @@ def test_a_run_killed_in_its_final_validation_validates_when_resumed(train, cach
 
 def test_a_run_whose_checkpoints_were_deleted_is_not_retrained_from_step_0(train, tmp_path):
     import shutil
+
     run = tmp_path / "run"
     assert train(*QUICK, "trainer.max_steps=6", run_dir=run).returncode == 0
     shutil.rmtree(run / "checkpoints")

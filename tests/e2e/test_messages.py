@@ -20,8 +20,10 @@ import pytest
 from conftest import TINY
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-WORDS = ("the model reads a sentence and predicts every hidden word from the words around it while the "
-         "decoder writes the spans that were replaced by sentinels in order").split()
+WORDS = (
+    "the model reads a sentence and predicts every hidden word from the words around it while the "
+    "decoder writes the spans that were replaced by sentinels in order"
+).split()
 
 
 def selfsup(args, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -44,10 +46,22 @@ def lab(tmp_path_factory, cache_dir):
     """A folder with a text corpus and a finished 40-step run (`run`) trained on it, progress lines on."""
     root = tmp_path_factory.mktemp("lab")
     rng = random.Random(0)
-    (root / "corpus.jsonl").write_text("".join(json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(
-        rng.randint(8, 30)))}) + "\n" for _ in range(400)))
-    args = [*TINY, f"data.cache_dir={cache_dir}", "data.source=text_files", "data.paths=[corpus.jsonl]",
-            "eval.tasks={}", "trainer.progress_bar=true", "trainer.max_steps=40", "trainer.val_check_interval=20"]
+    (root / "corpus.jsonl").write_text(
+        "".join(
+            json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 30)))}) + "\n"
+            for _ in range(400)
+        )
+    )
+    args = [
+        *TINY,
+        f"data.cache_dir={cache_dir}",
+        "data.source=text_files",
+        "data.paths=[corpus.jsonl]",
+        "eval.tasks={}",
+        "trainer.progress_bar=true",
+        "trainer.max_steps=40",
+        "trainer.val_check_interval=20",
+    ]
     out = selfsup([*args, "hydra.run.dir=run"], root)
     assert out.returncode == 0, out.stderr[-3000:]
     return root, args, out
@@ -82,8 +96,17 @@ def test_the_console_of_a_run_in_a_100_column_terminal(lab, tmp_path):
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal of 100 columns
         os.chdir(root)
-        os.execvpe("selfsup-train", ["selfsup-train", *args, "trainer.max_steps=60", "trainer.val_check_interval=30",
-                                     f"hydra.run.dir={tmp_path / 'tty'}"], ENV)
+        os.execvpe(
+            "selfsup-train",
+            [
+                "selfsup-train",
+                *args,
+                "trainer.max_steps=60",
+                "trainer.val_check_interval=30",
+                f"hydra.run.dir={tmp_path / 'tty'}",
+            ],
+            ENV,
+        )
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     screen, status = b"", None
     while True:  # until the run exits (W&B's service may hold the terminal open a while longer)
@@ -118,6 +141,7 @@ def test_a_damaged_last_checkpoint_names_a_resume_from_another_that_works(lab, t
     before = sorted(p.name for p in run.rglob("*"))
     from selfsup.errors import UserError
     from selfsup.run_dir import check_resume
+
     with pytest.raises(UserError) as refused:  # what `selfsup-train resume=RUN` checks first (in-process here)
         check_resume(run, [f"resume={run}", "trainer.max_steps=46"])
     line = str(refused.value)
@@ -133,15 +157,15 @@ def test_a_damaged_last_checkpoint_names_a_resume_from_another_that_works(lab, t
 def test_a_checkpoint_of_other_settings_names_the_command_with_its_settings(lab, tmp_path):
     root, args, _ = lab
     checkpoint = root / "run" / "checkpoints" / "last.ckpt"
-    out = selfsup([*args, f"ckpt_path={checkpoint}", "architecture.d_model=48", f"hydra.run.dir={tmp_path / 'new'}"],
-                  root)
+    out = selfsup(
+        [*args, f"ckpt_path={checkpoint}", "architecture.d_model=48", f"hydra.run.dir={tmp_path / 'new'}"], root
+    )
     assert out.returncode == 2 and not (tmp_path / "new").exists()  # refused before anything is written
     line = error_line(out)
     assert "architecture.d_model is 32 in the checkpoint but 48 now" in line
     command = suggested(line, "train with the checkpoint's settings: ")
     assert "architecture.d_model=32" in command and "architecture.d_model=48" not in command
-    again = selfsup([*command, "trainer.max_steps=46", "logger.wandb=false", f"hydra.run.dir={tmp_path / 'new'}"],
-                    root)
+    again = selfsup([*command, "trainer.max_steps=46", "logger.wandb=false", f"hydra.run.dir={tmp_path / 'new'}"], root)
     assert again.returncode == 0, again.stderr[-3000:]
 
 
@@ -163,8 +187,11 @@ def test_resuming_on_changed_data_names_the_resume_once_the_data_is_back(lab, tm
     assert json.loads((work / "run" / "summary.json").read_text())["steps"] == 46
 
 
-@pytest.mark.parametrize("args", [["optim.lr=-1"], ["data.source=text_files", "data.paths=[nope.txt]"],
-                                  ["resume=outputs/typo"]], ids=["setting", "data", "resume"])
+@pytest.mark.parametrize(
+    "args",
+    [["optim.lr=-1"], ["data.source=text_files", "data.paths=[nope.txt]"], ["resume=outputs/typo"]],
+    ids=["setting", "data", "resume"],
+)
 def test_a_refused_command_creates_nothing(tmp_path, args):
     out = selfsup(["debug=tiny", *args], tmp_path)
     assert out.returncode == 2 and out.stderr.startswith("error: ") and len(out.stderr.splitlines()) == 1

@@ -24,8 +24,13 @@ REPORT = ["selfsup-report"] if shutil.which("selfsup-report") else [sys.executab
 
 
 def sweep(root: Path, cache_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return forked.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={root}",
-                           *overrides], capture_output=True, text=True, env=ENV, timeout=600)
+    return forked.run(
+        ["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={root}", *overrides],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=600,
+    )
 
 
 def report(*args) -> subprocess.CompletedProcess:
@@ -81,7 +86,7 @@ def html_table(text: str, table: str = "runs") -> list[dict]:
     """The rows of <table id=table> as dicts by column."""
     start = text.index(f'<table id="{table}"')
     parser = Tables()
-    parser.feed(text[start:text.index("</table>", start)])
+    parser.feed(text[start : text.index("</table>", start)])
     header, *rows = parser.rows
     return [dict(zip(header, row)) for row in rows]
 
@@ -94,8 +99,10 @@ def md_table(text: str, after: str = "## Runs") -> list[dict]:
             lines.append(line)
         elif lines:
             break
+
     def split(line):
         return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
     header = split(lines[0])
     return [dict(zip(header, split(line))) for line in lines[2:]]
 
@@ -103,12 +110,20 @@ def md_table(text: str, after: str = "## Runs") -> list[dict]:
 def test_one_row_per_run_with_the_swept_values(html_report, mask_sweep):
     rows = html_table(html_report[0])
     assert [r["run"] for r in rows] == ["0", "1", "2", "3"]
-    assert [(r["objective.mask_rate"], r["seed"]) for r in rows] == [("0.1", "0"), ("0.1", "1"), ("0.4", "0"),
-                                                                    ("0.4", "1")]
+    assert [(r["objective.mask_rate"], r["seed"]) for r in rows] == [
+        ("0.1", "0"),
+        ("0.1", "1"),
+        ("0.4", "0"),
+        ("0.4", "1"),
+    ]
     assert "data.seq_len" not in rows[0]  # the same in every run: not a swept value
     for row in rows:
-        assert (row["objective"], row["architecture"], row["status"], row["data"]) == \
-            ("mlm", "encoder", "finished", "wandb-file")
+        assert (row["objective"], row["architecture"], row["status"], row["data"]) == (
+            "mlm",
+            "encoder",
+            "finished",
+            "wandb-file",
+        )
 
 
 def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
@@ -116,8 +131,10 @@ def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
     with ThreadPoolExecutor(4) as pool:  # read back independently with wandb's inspector
         histories = list(pool.map(wandb_history, [mask_sweep / str(job) for job in range(4)]))
     for row, history in zip(rows, histories):
+
         def last(key, history=history):
             return [item[key] for item in history if key in item][-1]
+
         assert row["val loss"] == f"{last('val/loss'):.4f}"
         assert row["val ppl"] == f"{last('val/perplexity'):.2f}"
         assert row["val signal/token"] == f"{last('val/signal_per_token'):.3f}"
@@ -125,11 +142,14 @@ def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
         summary = json.loads((mask_sweep / row["run"] / "summary.json").read_text())
         short = summary["wall_seconds"] < 60  # under a minute: its tokens/s is no throughput figure
         assert row["tokens/s"] == f"{summary['tokens_per_sec']:,.0f}" + (
-            f" (not a benchmark: {summary['wall_seconds']:.0f} s run)" if short else "")
+            f" (not a benchmark: {summary['wall_seconds']:.0f} s run)" if short else ""
+        )
         assert row["fixed loss"] == f"{last('eval/fixed/loss'):.4f}"
         assert row["probe acc"] == f"{last('eval/probe/accuracy'):.4f}"
-        assert row["probe margin"] == (f"{last('eval/probe/margin'):+.3f} [{last('eval/probe/margin_low'):+.3f}, "
-                                       f"{last('eval/probe/margin_high'):+.3f}]")
+        assert row["probe margin"] == (
+            f"{last('eval/probe/margin'):+.3f} [{last('eval/probe/margin_low'):+.3f}, "
+            f"{last('eval/probe/margin_high'):+.3f}]"
+        )
         assert row["FLOPs"] == f"{last('train/flops_seen'):.2g}"
         assert row["targets"] == f"{last('train/targets_seen'):,.0f}"
     assert len({r["val loss"] for r in rows}) > 1
@@ -137,10 +157,16 @@ def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
 
 def test_html_is_self_contained_with_real_png_plots(html_report):
     import matplotlib.image as mpimg
+
     text = html_report[0]
     images = re.findall(r'<figure id="([^"]+)"><img alt="[^"]*" src="data:image/png;base64,([^"]+)"', text)
-    assert [name for name, _ in images] == ["val_loss_vs_tokens", "train_loss_vs_tokens", "fixed_loss_vs_mask_rate",
-                                            "pairs_vs_mask_rate", "probe_vs_mask_rate"]  # 1 span length: no span plot
+    assert [name for name, _ in images] == [
+        "val_loss_vs_tokens",
+        "train_loss_vs_tokens",
+        "fixed_loss_vs_mask_rate",
+        "pairs_vs_mask_rate",
+        "probe_vs_mask_rate",
+    ]  # 1 span length: no span plot
     # evaluated once per run: one point per setting, no curve against tokens or FLOPs, and a line says so
     for name in ("probe_vs_tokens", "pairs_vs_tokens"):
         [line] = re.findall(rf'<p class="not-drawn" id="{name}">(.*?)</p>', text)
@@ -165,11 +191,16 @@ def test_the_verdict_is_the_same_in_the_console_the_report_and_verdict_json(html
     assert kept["runs"] == [str(mask_sweep / str(job)) for job in range(4)]
     # 2 seeds per mask rate: each setting's margins over its seeds, and the difference with its interval
     assert verdict.startswith("Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: 6 steps")
-    assert re.search(r"mlm mask_rate=0\.[14] mean [+-]0\.\d{3} \([+-]0\.\d{3} to [+-]0\.\d{3} over 2 seeds, "
-                     r"interval above 0 at \d\)", verdict)
-    assert re.search(r"mlm mask_rate=0\.[14] - mlm mask_rate=0\.[14] [+-]0\.\d{3} \[[+-]0\.\d{3}, [+-]0\.\d{3}\]", verdict)
+    assert re.search(
+        r"mlm mask_rate=0\.[14] mean [+-]0\.\d{3} \([+-]0\.\d{3} to [+-]0\.\d{3} over 2 seeds, "
+        r"interval above 0 at \d\)",
+        verdict,
+    )
+    assert re.search(
+        r"mlm mask_rate=0\.[14] - mlm mask_rate=0\.[14] [+-]0\.\d{3} \[[+-]0\.\d{3}, [+-]0\.\d{3}\]", verdict
+    )
     console = (mask_sweep.parent / "console.txt").read_text()
-    printed = console[console.index("Verdict (margin"):console.index("Sweep outputs:")]
+    printed = console[console.index("Verdict (margin") : console.index("Sweep outputs:")]
     assert " ".join(printed.split()) == verdict
     block = re.search(r'<div id="verdict"><p><b>(.*?)</b></p><ul>(.*?)</ul></div>', html_report[0], re.S)
     shown = [block.group(1)] + re.findall(r"<li>(.*?)</li>", block.group(2))
@@ -177,7 +208,7 @@ def test_the_verdict_is_the_same_in_the_console_the_report_and_verdict_json(html
     out = report(mask_sweep, "--out", mask_sweep.parent / "r.md")
     assert out.returncode == 0, out.stderr[-2000:]
     md = (mask_sweep.parent / "r.md").read_text()
-    part = md[md.index("**Verdict"):md.index("\n## ", md.index("**Verdict"))]  # to the next section
+    part = md[md.index("**Verdict") : md.index("\n## ", md.index("**Verdict"))]  # to the next section
     assert " ".join(part.replace("**", "").replace("\n- ", "\n").split()) == verdict
 
 
@@ -197,7 +228,8 @@ def test_predictions_show_the_same_exam_examples_for_every_run_with_each_models_
     assert (row["target"], row["prediction"]) == (first["target"], first["prediction"]) and first["step"] == 6
     guesses, targets = first["prediction"].split("|"), first["target"].split("|")
     assert len(guesses) == len(targets) and first["accuracy"] == pytest.approx(
-        sum(g == t for g, t in zip(guesses, targets)) / len(targets), abs=1e-4)
+        sum(g == t for g, t in zip(guesses, targets)) / len(targets), abs=1e-4
+    )
 
 
 def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mask_sweep, tmp_path):
@@ -209,9 +241,13 @@ def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mas
     assert len(rows) == 4 and {r["status"] for r in rows} == {"finished"}
     assert len(md_table(text, "## Predictions")) == 8
     pngs = sorted((tmp_path / "out").glob("*.png"))
-    assert [p.name for p in pngs] == ["summary-fixed_loss_vs_mask_rate.png", "summary-pairs_vs_mask_rate.png",
-                                      "summary-probe_vs_mask_rate.png", "summary-train_loss_vs_tokens.png",
-                                      "summary-val_loss_vs_tokens.png"]
+    assert [p.name for p in pngs] == [
+        "summary-fixed_loss_vs_mask_rate.png",
+        "summary-pairs_vs_mask_rate.png",
+        "summary-probe_vs_mask_rate.png",
+        "summary-train_loss_vs_tokens.png",
+        "summary-val_loss_vs_tokens.png",
+    ]
     assert "*Probe accuracy against tokens seen and training FLOPs: not drawn" in text
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
@@ -279,18 +315,23 @@ def test_val_rows_get_the_tokens_seen_of_their_training_step():
     previous step's value into the perf rows (both seen in real runs): a val row takes the value of the
     training row of its own global step."""
     from selfsup.report import fill_tokens_seen
-    history = [{"train/loss": 6.2, "train/tokens_seen": 256, "trainer/global_step": 0},
-               {"perf/tokens_per_sec": 400.0, "train/tokens_seen": 256, "trainer/global_step": 1},
-               {"train/loss": 6.1, "train/tokens_seen": 512, "trainer/global_step": 1},
-               {"val/loss": 6.0, "trainer/global_step": 1},
-               {"perf/tokens_per_sec": 400.0, "train/tokens_seen": 512, "trainer/global_step": 2},
-               {"val/loss": 5.9, "trainer/global_step": 2}]  # no train row of step 2 logged: the last value
-    assert [row.get("train/tokens_seen") for row in fill_tokens_seen(history, "trainer/global_step")
-            if "val/loss" in row] == [512, 512]
+
+    history = [
+        {"train/loss": 6.2, "train/tokens_seen": 256, "trainer/global_step": 0},
+        {"perf/tokens_per_sec": 400.0, "train/tokens_seen": 256, "trainer/global_step": 1},
+        {"train/loss": 6.1, "train/tokens_seen": 512, "trainer/global_step": 1},
+        {"val/loss": 6.0, "trainer/global_step": 1},
+        {"perf/tokens_per_sec": 400.0, "train/tokens_seen": 512, "trainer/global_step": 2},
+        {"val/loss": 5.9, "trainer/global_step": 2},
+    ]  # no train row of step 2 logged: the last value
+    assert [
+        row.get("train/tokens_seen") for row in fill_tokens_seen(history, "trainer/global_step") if "val/loss" in row
+    ] == [512, 512]
 
 
 def test_the_header_says_which_code_ran_and_what_every_run_shares(html_report, mask_sweep):
     from selfsup.version import describe
+
     text = html.unescape(html_report[0])
     code = json.loads((mask_sweep / "0" / "summary.json").read_text())["code"]
     assert code["version"] == "0.1.0"
@@ -305,10 +346,13 @@ def test_curves_are_one_line_per_swept_value_with_the_seed_band(mask_sweep):
     """2 mask rates x 2 seeds: two lines, each the mean of its seeds between their min and max."""
     from selfsup.report import load_runs, swept_keys
     from selfsup.report.plots import curve_series
+
     runs = load_runs([str(mask_sweep)])
     series = curve_series(runs, "val/loss", "train/tokens_seen", swept_keys(runs))
-    assert [s["label"] for s in series] == ["mlm, mask_rate=0.1 (mean of 2 seeds)",
-                                            "mlm, mask_rate=0.4 (mean of 2 seeds)"]
+    assert [s["label"] for s in series] == [
+        "mlm, mask_rate=0.1 (mean of 2 seeds)",
+        "mlm, mask_rate=0.4 (mean of 2 seeds)",
+    ]
     for line, seeds in zip(series, (runs[:2], runs[2:])):
         curves = [dict(run.val_curve()) for run in seeds]
         assert line["x"] and all(set(line["x"]) <= set(c) for c in curves)
@@ -324,6 +368,7 @@ def test_the_wandb_report_has_the_local_reports_panels_over_the_sweeps_group(mas
     import wandb_workspaces.reports.v2 as wr
 
     from selfsup.report import COMPARISON_NOTE, build_wandb_report, load_runs, swept_keys
+
     runs = load_runs([str(mask_sweep)])
     report = build_wandb_report(runs, swept_keys(runs), "lab", "selfsup")
     [grid] = [b for b in report.blocks if isinstance(b, wr.PanelGrid)]
@@ -341,6 +386,7 @@ def test_the_wandb_report_has_the_local_reports_panels_over_the_sweeps_group(mas
 def test_a_users_task_is_in_the_closing_lines_the_sweep_table_the_report_and_the_verdict(cache_dir, tmp_path):
     """eval.tasks.order beside the built-in probe: its accuracy, margin and baselines wherever the probe's are."""
     import random
+
     rng = random.Random(0)
     words = "alpha beta gamma delta river stone cloud paper window green quick slow".split()
     with open(tmp_path / "order.jsonl", "w") as f:
@@ -354,14 +400,17 @@ def test_a_users_task_is_in_the_closing_lines_the_sweep_table_the_report_and_the
     summaries = [json.loads((root / "0" / "summary.json").read_text())]
     evaluated = summaries[0]["eval"]
     from selfsup.summary import run_lines
+
     lines = run_lines(summaries[0])  # the closing lines of the run
     [line] = [line for line in lines if line.strip().startswith("order acc")]
-    assert line.strip() == (f"order acc {evaluated['eval/order/accuracy']:.3f}  margin "
-                            f"{evaluated['eval/order/margin']:+.3f} [{evaluated['eval/order/margin_low']:+.3f}, "
-                            f"{evaluated['eval/order/margin_high']:+.3f}]  random-init "
-                            f"{evaluated['eval/order/random_init_accuracy']:.3f} +- "
-                            f"{evaluated['eval/order/random_init_accuracy_sd']:.3f}  majority "
-                            f"{evaluated['eval/order/majority_accuracy']:.3f}")
+    assert line.strip() == (
+        f"order acc {evaluated['eval/order/accuracy']:.3f}  margin "
+        f"{evaluated['eval/order/margin']:+.3f} [{evaluated['eval/order/margin_low']:+.3f}, "
+        f"{evaluated['eval/order/margin_high']:+.3f}]  random-init "
+        f"{evaluated['eval/order/random_init_accuracy']:.3f} +- "
+        f"{evaluated['eval/order/random_init_accuracy_sd']:.3f}  majority "
+        f"{evaluated['eval/order/majority_accuracy']:.3f}"
+    )
     assert any(line.strip().startswith("order: ") for line in lines)  # the verdict scores it too
     header = next(line for line in out.stdout.splitlines() if line.startswith("job "))
     assert [c.strip() for c in header.split("|")][-8:-4] == ["probe acc", "probe margin", "order acc", "order margin"]
@@ -372,8 +421,9 @@ def test_a_users_task_is_in_the_closing_lines_the_sweep_table_the_report_and_the
     assert [r["order acc"] for r in runs] == [f"{s['eval']['eval/order/accuracy']:.4f}" for s in summaries]
     rows = html_table(text, "task-order")
     assert [r["majority"] for r in rows] == [f"{s['eval']['eval/order/majority_accuracy']:.4f}" for s in summaries]
-    assert rows[0]["random-init"] == (f"{evaluated['eval/order/random_init_accuracy']:.4f} +- "
-                                      f"{evaluated['eval/order/random_init_accuracy_sd']:.4f}")
+    assert rows[0]["random-init"] == (
+        f"{evaluated['eval/order/random_init_accuracy']:.4f} +- {evaluated['eval/order/random_init_accuracy_sd']:.4f}"
+    )
     assert "order:" in text.split('<div id="verdict">', 1)[1].split("</div>", 1)[0]
 
 
@@ -388,8 +438,9 @@ def _legend_outside(fig) -> None:
 def _baseline_artists(fig) -> dict[str, object]:
     """{gid: artist} of the baselines drawn (draw_baselines sets gid baseline:<kind>[:band])."""
     [ax] = fig.axes
-    return {a.get_gid(): a for a in [*ax.lines, *ax.collections, *ax.patches]
-            if (a.get_gid() or "").startswith("baseline:")}
+    return {
+        a.get_gid(): a for a in [*ax.lines, *ax.collections, *ax.patches] if (a.get_gid() or "").startswith("baseline:")
+    }
 
 
 def _band(artist) -> tuple[float, float]:
@@ -407,13 +458,19 @@ def test_each_plot_has_its_baselines_at_their_values_in_a_legend_beside_the_data
 
     from selfsup.report import load_runs, swept_keys
     from selfsup.report.plots import fixed_unigram_loss, knob_figure
+
     runs = load_runs([str(mask_sweep)])
     keys = swept_keys(runs)
     evaluated = runs[0].summary["eval"]
-    expected = {"probe": {"random_init": "eval/probe/random_init_accuracy", "majority": "eval/probe/majority_accuracy"},
-                "pairs": {"random_init": "eval/pairs/random_init_accuracy", "unigram": "eval/pairs/unigram_accuracy",
-                          "bigram": "eval/pairs/bigram_accuracy"},
-                "fixed_loss": {"unigram": None}}
+    expected = {
+        "probe": {"random_init": "eval/probe/random_init_accuracy", "majority": "eval/probe/majority_accuracy"},
+        "pairs": {
+            "random_init": "eval/pairs/random_init_accuracy",
+            "unigram": "eval/pairs/unigram_accuracy",
+            "bigram": "eval/pairs/bigram_accuracy",
+        },
+        "fixed_loss": {"unigram": None},
+    }
     for metric, kinds in expected.items():
         fig, scattered = knob_figure(runs, keys, "objective.mask_rate", {"mlm"}, metric, "t", "x", "y")
         assert not scattered  # a line over the mask rates
@@ -432,14 +489,19 @@ def test_each_plot_has_its_baselines_at_their_values_in_a_legend_beside_the_data
         finally:
             plt.close(fig)
     fixed = runs[0].summary["eval"]
-    assert fixed_unigram_loss(runs[0]) == pytest.approx(sum(
-        fixed[f"eval/fixed/{k}/fraction"] * fixed[f"eval/fixed/{k}/unigram_loss"] for k in ("masked", "random", "unchanged")))
+    assert fixed_unigram_loss(runs[0]) == pytest.approx(
+        sum(
+            fixed[f"eval/fixed/{k}/fraction"] * fixed[f"eval/fixed/{k}/unigram_loss"]
+            for k in ("masked", "random", "unchanged")
+        )
+    )
 
 
 def test_a_plot_of_one_point_per_series_is_not_drawn(mask_sweep):
     """Evaluated once per run: probe accuracy against tokens seen would be one dot per setting."""
     from selfsup.report import load_runs, swept_keys
     from selfsup.report.plots import curves_figure
+
     runs = load_runs([str(mask_sweep)])
     fig, left_out = curves_figure(runs, "eval/probe/accuracy", "train/tokens_seen", "y", "x", "t", swept_keys(runs))
     assert fig is None and len(left_out) == 2
@@ -448,11 +510,18 @@ def test_a_plot_of_one_point_per_series_is_not_drawn(mask_sweep):
 def _study(trials: list[dict]):
     import optuna
     from optuna.distributions import FloatDistribution
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", study_name="s")
     for i, attrs in enumerate(trials):
-        study.add_trial(optuna.trial.create_trial(params={"x": 0.1 * i}, distributions={"x": FloatDistribution(0, 1)},
-                                                  value=0.5 + 0.01 * i, user_attrs=attrs))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"x": 0.1 * i},
+                distributions={"x": FloatDistribution(0, 1)},
+                value=0.5 + 0.01 * i,
+                user_attrs=attrs,
+            )
+        )
     return study
 
 
@@ -460,6 +529,7 @@ def test_the_study_history_has_error_bars_and_the_random_init_band_and_does_with
     import matplotlib.pyplot as plt
 
     from selfsup.report.plots import plot_study, study_history_figure
+
     fig = study_history_figure(_study([{"value_se": 0.02, "random_init": 0.48, "random_init_sd": 0.01}] * 3))
     artists = _baseline_artists(fig)
     assert artists["baseline:random_init"].get_ydata()[0] == pytest.approx(0.48)
@@ -474,8 +544,9 @@ def test_the_study_history_has_error_bars_and_the_random_init_band_and_does_with
     run_dir = tmp_path / "0"
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "config.yaml").write_text("optimized_metric: eval/probe/accuracy\n")
-    (run_dir / "summary.json").write_text(json.dumps({"eval": {"eval/probe/random_init_accuracy": 0.51,
-                                                               "eval/probe/random_init_accuracy_sd": 0.02}}))
+    (run_dir / "summary.json").write_text(
+        json.dumps({"eval": {"eval/probe/random_init_accuracy": 0.51, "eval/probe/random_init_accuracy_sd": 0.02}})
+    )
     fig = study_history_figure(_study([{"run_dir": str(run_dir)}, {}, {"run_dir": str(tmp_path / "gone")}]))
     assert _baseline_artists(fig)["baseline:random_init"].get_ydata()[0] == pytest.approx(0.51)
     assert not [c for c in fig.axes[0].containers if getattr(c, "has_yerr", False)]
@@ -489,19 +560,29 @@ def test_the_study_history_has_error_bars_and_the_random_init_band_and_does_with
 
 @pytest.mark.timeout(180)
 def test_a_reader_sees_the_swept_columns_the_verdict_the_baselines_and_nothing_wider_than_the_page(
-        html_report, mask_sweep, browser):
+    html_report, mask_sweep, browser
+):
     """The sweep's report in a real browser, 1,280 px wide."""
     facts = page_facts(browser, mask_sweep / "report.html")
     assert_fits(facts)
     assert {"objective.mask_rate", "seed", "probe margin", "tokens/s"} <= set(facts["headers"])
     assert facts["verdict"].startswith("Verdict (margin over random-init")
     shown = {f["id"]: f for f in facts["figures"]}
-    assert set(shown) == {"val_loss_vs_tokens", "train_loss_vs_tokens", "fixed_loss_vs_mask_rate",
-                          "pairs_vs_mask_rate", "probe_vs_mask_rate"}
-    for name, words in (("probe_vs_mask_rate", ["random-init (mean, ± sd band)", "majority class"]),
-                        ("pairs_vs_mask_rate", ["random-init (mean, ± sd band)", "unigram", "bigram"]),
-                        ("fixed_loss_vs_mask_rate", ["unigram"])):
+    assert set(shown) == {
+        "val_loss_vs_tokens",
+        "train_loss_vs_tokens",
+        "fixed_loss_vs_mask_rate",
+        "pairs_vs_mask_rate",
+        "probe_vs_mask_rate",
+    }
+    for name, words in (
+        ("probe_vs_mask_rate", ["random-init (mean, ± sd band)", "majority class"]),
+        ("pairs_vs_mask_rate", ["random-init (mean, ± sd band)", "unigram", "bigram"]),
+        ("fixed_loss_vs_mask_rate", ["unigram"]),
+    ):
         for figure_text in (shown[name]["alt"], shown[name]["caption"]):
             assert "Baselines: " in figure_text and all(w in figure_text.split("Baselines: ")[1] for w in words)
-    assert any(line.startswith("Probe accuracy against tokens seen and training FLOPs: not drawn")
-               for line in facts["notDrawn"])
+    assert any(
+        line.startswith("Probe accuracy against tokens seen and training FLOPs: not drawn")
+        for line in facts["notDrawn"]
+    )

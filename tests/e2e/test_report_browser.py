@@ -52,19 +52,34 @@ def browser_fixture():
         from selenium.webdriver.chrome.service import Service
     except ImportError:
         webdriver = None
-    missing = [what for what, ok in (("chromium", chromium), ("chromedriver", driver_path),
-                                     ("selenium (the test extra)", webdriver)) if not ok]
+    missing = [
+        what
+        for what, ok in (
+            ("chromium", chromium),
+            ("chromedriver", driver_path),
+            ("selenium (the test extra)", webdriver),
+        )
+        if not ok
+    ]
     if missing:
-        reason = (f"no headless browser: {', '.join(missing)} missing (apt-get install chromium chromium-driver; "
-                  f"pip install -e '.[test]')")
+        reason = (
+            f"no headless browser: {', '.join(missing)} missing (apt-get install chromium chromium-driver; "
+            f"pip install -e '.[test]')"
+        )
         if os.environ.get("CI"):
             pytest.fail(f"CI: {reason}")
         pytest.skip(reason)
     os.environ["SE_OFFLINE"] = "true"  # selenium manager: never fetch a driver or a browser
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                f"--window-size={WIDTH},900", "--hide-scrollbars"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={WIDTH},900",
+        "--hide-scrollbars",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
     driver.set_page_load_timeout(60)
@@ -97,16 +112,31 @@ def test_long_settings_and_errors_wrap_or_scroll_inside_the_page(browser, tmp_pa
     table scrolls inside its own box."""
     from selfsup.report.model import Run
     from selfsup.report.render import render_html
+
     long_path = "/data/" + "very_long_folder_name_" * 8 + "corpus.jsonl"
     keys = [f"objective.knob_number_{i}" for i in range(10)] + ["data.paths"]
     runs = []
     for i in range(6):
-        config = {"objective.name": "mlm", "architecture.name": "encoder", "data.paths": [long_path],
-                  **{k: 0.1 * i + j for j, k in enumerate(keys[:-1])}}
-        runs.append(Run(label=str(i), path=tmp_path / str(i), sweep=tmp_path, status="finished" if i else "failed",
-                        error=None if i else "loss became nan at step 3: " + "x" * 300, objective="mlm",
-                        architecture="encoder", config=config, source="summary.json",
-                        summary={"tokens_per_sec": 614.0, "wall_seconds": 12.0}))
+        config = {
+            "objective.name": "mlm",
+            "architecture.name": "encoder",
+            "data.paths": [long_path],
+            **{k: 0.1 * i + j for j, k in enumerate(keys[:-1])},
+        }
+        runs.append(
+            Run(
+                label=str(i),
+                path=tmp_path / str(i),
+                sweep=tmp_path,
+                status="finished" if i else "failed",
+                error=None if i else "loss became nan at step 3: " + "x" * 300,
+                objective="mlm",
+                architecture="encoder",
+                config=config,
+                source="summary.json",
+                summary={"tokens_per_sec": 614.0, "wall_seconds": 12.0},
+            )
+        )
     setup = {"fixed": {"data.cache_dir_like_setting": long_path * 3}, "study": [f"Best: run dir {long_path * 2}"]}
     page = tmp_path / "report.html"
     page.write_text(render_html(runs, keys, [], setup), encoding="utf-8")

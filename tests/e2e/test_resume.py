@@ -9,8 +9,13 @@ def losses(run_dir, csv_file="csv/metrics.csv"):
 
 
 def test_resume_run_dir_continues_bitwise(train, tmp_path):
-    settings = ["objective=mlm", "optim.lr_decay_steps=8", "trainer.checkpoint_every_n_steps=4",
-                "trainer.val_check_interval=4", "data.shard_chars=200000"]  # the corpus in 7 shards
+    settings = [
+        "objective=mlm",
+        "optim.lr_decay_steps=8",
+        "trainer.checkpoint_every_n_steps=4",
+        "trainer.val_check_interval=4",
+        "data.shard_chars=200000",
+    ]  # the corpus in 7 shards
     straight = train(*settings, "trainer.max_steps=8", run_dir=tmp_path / "straight")
     assert straight.returncode == 0, straight.stderr[-2000:]
     first = train(*settings, "trainer.max_steps=4", run_dir=tmp_path / "stopped")
@@ -29,5 +34,6 @@ def test_resume_run_dir_continues_bitwise(train, tmp_path):
     assert list((stopped / ".hydra").glob("resume-*/overrides.yaml"))  # and the resume recorded beside it
     # the best checkpoint carried across the resume: one best file, the one the summary names
     import json
+
     [best] = (stopped / "checkpoints").glob("best-*.ckpt")
     assert json.loads((stopped / "summary.json").read_text())["best_checkpoint"] == str(best)

@@ -16,9 +16,22 @@ def ddp_sweep(cache_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("ddp")
     cwd = tmp_path_factory.mktemp("cwd")  # relative outputs/ of any stray Hydra run would land here
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    out = forked.run(["selfsup-train", "-m", "trainer=ddp_cpu", *TINY, f"data.cache_dir={cache_dir}",
-                          f"hydra.sweep.dir={root}", "objective=" + ",".join(OBJECTIVES)],
-                         capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+    out = forked.run(
+        [
+            "selfsup-train",
+            "-m",
+            "trainer=ddp_cpu",
+            *TINY,
+            f"data.cache_dir={cache_dir}",
+            f"hydra.sweep.dir={root}",
+            "objective=" + ",".join(OBJECTIVES),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return root, cwd, out
 
@@ -68,8 +81,13 @@ def test_compile_option_runs(train):
 def test_compiled_shape_sweep_compiles_every_job(train):
     # the jobs of one -m process share Dynamo's caches: without a reset per job, 5 model sizes x
     # (train + val graphs) reached its recompile limit and the last jobs ran eagerly
-    out = train("objective=mlm", "architecture.d_model=32,48,64,96,128", "trainer.compile=true",
-                multirun=True, env={"TORCH_LOGS": "recompiles"})
+    out = train(
+        "objective=mlm",
+        "architecture.d_model=32,48,64,96,128",
+        "trainer.compile=true",
+        multirun=True,
+        env={"TORCH_LOGS": "recompiles"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "recompile_limit" not in out.stderr, out.stderr[-3000:]
     assert out.stderr.count("Recompiling function") <= 2 * 5  # validation graph, last partial batch: per job
@@ -78,6 +96,7 @@ def test_compiled_shape_sweep_compiles_every_job(train):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message on a machine without a GPU")
 def test_gpu_preset_on_a_machine_without_gpu_is_one_clear_line(cache_dir):
     from test_bad_input import refusal
+
     message = refusal(cache_dir, "trainer=fsdp")
     assert "no usable GPU" in message and "trainer=cpu" in message
 
@@ -85,8 +104,9 @@ def test_gpu_preset_on_a_machine_without_gpu_is_one_clear_line(cache_dir):
 @pytest.mark.slow  # two CPU processes (~16 s); the DDP multirun above runs by default
 def test_fsdp_on_two_cpu_processes_matches_ddp_step_for_step(ddp_sweep, train, tmp_path):
     # FSDP2 (sharded parameters, gradients, optimizer state) must train exactly like DDP
-    out = train("trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true",
-                "objective=mlm")
+    out = train(
+        "trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true", "objective=mlm"
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
@@ -97,12 +117,14 @@ def test_fsdp_on_two_cpu_processes_matches_ddp_step_for_step(ddp_sweep, train, t
     for step in fsdp:
         assert fsdp[step] == pytest.approx(ddp[step], rel=1e-5), step
     import torch
+
     state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)  # one file with the full weights
     assert state["state_dict"]["model.tok_emb.weight"].shape[1] == 32
 
 
 def train_losses(run) -> dict[int, float]:
     import csv
+
     rows = csv.DictReader((run / "csv" / "metrics.csv").open())
     return {int(r["step"]): float(r["train/loss"]) for r in rows if r.get("train/loss")}
 
@@ -111,9 +133,24 @@ def train_losses(run) -> dict[int, float]:
 def test_torchrun_ranks_share_one_run_dir_and_one_wandb_run(cache_dir, tmp_path):
     # torchrun starts every rank itself: each runs the Hydra app, all must land in one dir, one W&B run
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    out = forked.run(["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "selfsup.train", "trainer=ddp_cpu",
-                          *TINY, f"data.cache_dir={cache_dir}"], capture_output=True, text=True, env=env,
-                         cwd=tmp_path, timeout=600)
+    out = forked.run(
+        [
+            "torchrun",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "selfsup.train",
+            "trainer=ddp_cpu",
+            *TINY,
+            f"data.cache_dir={cache_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     [day] = list((tmp_path / "outputs").iterdir())
     [run] = list(day.iterdir())  # no second dir from rank 1

@@ -22,6 +22,7 @@ def compose(*overrides):
     import hydra_plugins.selfsup_sweeper.optuna_sweeper  # noqa: F401  (Hydra imports its plugins when it runs)
     from selfsup.config import register
     from selfsup.train import CONF_DIR
+
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):  # its sweeps/ group: the repository's sweeps/
         return hydra_compose("train", overrides=list(overrides), return_hydra_config=True)
@@ -44,6 +45,7 @@ def test_sweep_grids_match_the_ablations():
 @pytest.mark.parametrize("objective,layers", [("mlm", 4), ("clm", 4), ("span_corruption", 2), ("ul2", 2)])
 def test_objectives_sweep_gives_equal_depth_budget(objective, layers):
     from selfsup.config import register
+
     register()  # the per_stack resolver
     cfg = compose("sweeps=objectives", f"objective={objective}")
     assert OmegaConf.to_container(cfg.architecture, resolve=True)["n_layers"] == layers
@@ -52,9 +54,13 @@ def test_objectives_sweep_gives_equal_depth_budget(objective, layers):
 
 def run_sweep(cache_dir, sweep_dir, *overrides):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    return forked.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}",
-                           f"hydra.sweep.dir={sweep_dir}", *overrides],
-                          capture_output=True, text=True, env=env, timeout=600)
+    return forked.run(
+        ["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep_dir}", *overrides],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +78,16 @@ def test_a_failing_job_does_not_end_the_sweep(lr_sweep, cache_dir):
     assert json.loads((good / "summary.json").read_text())["status"] == "finished"
     error = (bad / "error.txt").read_text()
     assert "the loss became nan at step" in error and len(error.strip().splitlines()) == 1
-    assert "checkpoint is none yet" in error and f"start again with a lower learning rate: selfsup-train resume={bad}" in error
+    assert (
+        "checkpoint is none yet" in error
+        and f"start again with a lower learning rate: selfsup-train resume={bad}" in error
+    )
     assert wandb_summary(bad)["state"] == "failed" and wandb_summary(good)["state"] == "finished"
     assert "[job 0] optim.lr=1e+09: FAILED: the loss became nan" in out.stdout
     assert "[job 1] optim.lr=0.001: val loss" in out.stdout
     assert f"failed: {bad}" in out.stdout and "1 of 2 jobs failed" in out.stderr
     # the end-of-sweep table: the swept value as a column, metrics said how they were computed
-    table = " ".join(out.stdout[out.stdout.index("job | objective | architecture | lr"):].split())
+    table = " ".join(out.stdout[out.stdout.index("job | objective | architecture | lr") :].split())
     assert "val loss: the last validation" in table and "tokens/s: input tokens per second of training time" in table
 
     # the same sweep into the same dir: refused before Hydra writes anything
@@ -97,16 +106,22 @@ def test_a_resumed_sweep_job_keeps_its_wandb_identity_and_the_report_reads_both_
     assert first["run_group"] == f"sweep-{sweep_dir.parent.name}-{sweep_dir.name}"
     assert "optim.lr=0.001" in first["tags"] and first["display_name"] == "mlm-encoder-lr=0.001"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    resumed = forked.run(["selfsup-train", f"resume={job}", "trainer.max_steps=12"], capture_output=True,
-                             text=True, env=env, timeout=600)
+    resumed = forked.run(
+        ["selfsup-train", f"resume={job}", "trainer.max_steps=12"], capture_output=True, text=True, env=env, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     segments = sorted((job / "wandb").glob("offline-run-*"))
     assert len(segments) == 2
     records = [wandb_run_record(job, segment) for segment in segments]
     for record in records:
-        assert (record["run_id"], record["display_name"], record["run_group"], sorted(record["tags"])) == \
-            (first["run_id"], first["display_name"], first["run_group"], sorted(first["tags"]))
+        assert (record["run_id"], record["display_name"], record["run_group"], sorted(record["tags"])) == (
+            first["run_id"],
+            first["display_name"],
+            first["run_group"],
+            sorted(first["tags"]),
+        )
     from selfsup.report import load_runs
+
     run = {r.label: r for r in load_runs([str(sweep_dir)])}["1"]
     steps = sorted({row["trainer/global_step"] for row in run.history if "val/loss" in row})
     assert steps[0] < 6 < steps[-1] and run.last("train/tokens_seen") == 12 * 8 * 32  # both segments
@@ -131,12 +146,18 @@ def test_help_lists_the_labs_groups_in_seconds_whatever_the_working_directory_ho
             (package / f"c{j}.yaml").write_text("a: 1\n")
     out = forked.run(["selfsup-train", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=30)
     assert out.returncode == 0, out.stderr
-    groups = out.stdout[out.stdout.index("Config groups"):]
+    groups = out.stdout[out.stdout.index("Config groups") :]
     for group in ("objective:", "architecture:", "data:", "trainer:", "sweeps:", "eval:"):
         assert group in groups
     assert ".venv" not in out.stdout and "conf/" not in out.stdout
-    completion = forked.run(["selfsup-train", "-sc", "query=bash"], capture_output=True, text=True, cwd=tmp_path,
-                                timeout=30, env={**os.environ, "COMP_LINE": "selfsup-train ", "COMP_POINT": "14"})
+    completion = forked.run(
+        ["selfsup-train", "-sc", "query=bash"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=30,
+        env={**os.environ, "COMP_LINE": "selfsup-train ", "COMP_POINT": "14"},
+    )
     offered = completion.stdout.split()
     assert "objective=" in offered and "sweeps=" in offered and not any(o.startswith((".", "src")) for o in offered)
 
@@ -144,12 +165,30 @@ def test_help_lists_the_labs_groups_in_seconds_whatever_the_working_directory_ho
 def test_a_users_config_dir_keeps_the_built_in_sweeps(tmp_path):
     (tmp_path / "objective").mkdir()
     (tmp_path / "objective" / "my_mlm.yaml").write_text("defaults:\n  - mlm\n  - _self_\nmask_rate: 0.3\n")
-    out = forked.run(["selfsup-train", "--config-dir", str(tmp_path), "objective=my_mlm", "sweeps=mask_rate",
-                          "--cfg", "hydra", "--package", "hydra.sweeper"], capture_output=True, text=True, timeout=60)
+    out = forked.run(
+        [
+            "selfsup-train",
+            "--config-dir",
+            str(tmp_path),
+            "objective=my_mlm",
+            "sweeps=mask_rate",
+            "--cfg",
+            "hydra",
+            "--package",
+            "hydra.sweeper",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert "objective.mask_rate: 0.10,0.15,0.25,0.40" in out.stdout
-    job = forked.run(["selfsup-train", "--config-dir", str(tmp_path), "objective=my_mlm", "--cfg", "job",
-                          "--package", "objective"], capture_output=True, text=True, timeout=60)
+    job = forked.run(
+        ["selfsup-train", "--config-dir", str(tmp_path), "objective=my_mlm", "--cfg", "job", "--package", "objective"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert job.returncode == 0, job.stderr
     assert "mask_rate: 0.3" in job.stdout and "mask_token_prob: 0.8" in job.stdout
 
@@ -160,20 +199,28 @@ def test_optuna_study_continues_with_new_points_in_one_wandb_group(cache_dir, tm
     run dir and W&B run id; both runs in the study's W&B group; the report of that dir shows the study once,
     with its trial numbers and run dirs, its best trial ± SE, and why no importances."""
     optuna = pytest.importorskip("optuna")
-    first = run_sweep(cache_dir, tmp_path / "first", "sweeps=tune", "hydra.sweeper.n_trials=1",
-                      "hydra.sweeper.pruner=none")  # pruning: test_tune.py
+    first = run_sweep(
+        cache_dir, tmp_path / "first", "sweeps=tune", "hydra.sweeper.n_trials=1", "hydra.sweeper.pruner=none"
+    )  # pruning: test_tune.py
     assert first.returncode == 0, first.stderr[-3000:]
     assert "Callback" not in first.stderr  # the sweep callbacks ran (Hydra turns their errors into warnings)
     storage = f"sqlite:///{tmp_path / 'first' / 'optuna.db'}"
-    more = run_sweep(cache_dir, tmp_path / "more", "sweeps=tune", "hydra.sweeper.n_trials=1",
-                     "hydra.sweeper.pruner=none", f"hydra.sweeper.storage={storage}")
+    more = run_sweep(
+        cache_dir,
+        tmp_path / "more",
+        "sweeps=tune",
+        "hydra.sweeper.n_trials=1",
+        "hydra.sweeper.pruner=none",
+        f"hydra.sweeper.storage={storage}",
+    )
     assert more.returncode == 0, more.stderr[-3000:]
     assert not (tmp_path / "more").exists()  # one folder, one study
     study = optuna.load_study(study_name="tune", storage=storage)
     assert study.direction.name == "MAXIMIZE" and len(study.trials) == 2
     params = [tuple(sorted(t.params.items())) for t in study.trials]
-    assert len(set(params)) == 2 and {"objective.mask_rate", "objective.mean_span_length", "optim.lr"} == \
-        {k for k, _ in params[0]}
+    assert len(set(params)) == 2 and {"objective.mask_rate", "objective.mean_span_length", "optim.lr"} == {
+        k for k, _ in params[0]
+    }
     run_dirs = [Path(t.user_attrs["run_dir"]) for t in study.trials]
     assert run_dirs == [tmp_path / "first" / "0", tmp_path / "first" / "1"]
     groups = set()
@@ -195,6 +242,7 @@ def test_optuna_study_continues_with_new_points_in_one_wandb_group(cache_dir, tm
     commands = OmegaConf.load(tmp_path / "first" / "optimization_results.yaml").commands
     assert [list(c.trials) for c in commands] == [[0], [1]]  # each command's trials, the first one's kept
     from selfsup.report import main as report
+
     with pytest.raises(SystemExit) as done:
         report([str(tmp_path / "first"), str(tmp_path / "first" / "."), "--format", "md"])
     assert done.value.code == 0
@@ -232,8 +280,16 @@ def test_compare_flops_stops_every_objective_at_the_same_training_flops(cache_di
     ending at that step, and the verdict says that FLOPs were held equal and steps were not."""
     sweep_dir = tmp_path / "sweep"
     budget = 4.4e9  # about 100 steps of the tiny CLM model, 200 of the MLM one: the last step overshoots < 1%
-    out = run_sweep(cache_dir, sweep_dir, "experiment=compare_flops", f"trainer.max_flops={budget}",
-                    "trainer.max_steps=1000", "trainer.val_check_interval=1000", "eval.tasks={}", "logger=csv")
+    out = run_sweep(
+        cache_dir,
+        sweep_dir,
+        "experiment=compare_flops",
+        f"trainer.max_flops={budget}",
+        "trainer.max_steps=1000",
+        "trainer.val_check_interval=1000",
+        "eval.tasks={}",
+        "logger=csv",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads((sweep_dir / str(job) / "summary.json").read_text()) for job in range(3)]
     assert [r["objective"] for r in rows] == ["mlm", "clm", "span_corruption"]
@@ -242,8 +298,11 @@ def test_compare_flops_stops_every_objective_at_the_same_training_flops(cache_di
     for row in rows:
         per_step = row["flops_seen"] / row["steps"]
         assert budget <= row["flops_seen"] < budget + per_step  # stopped at the first step past the budget
-        lr = [float(r["train/lr"]) for r in csv.DictReader(open(Path(row["run_dir"]) / "csv" / "metrics.csv"))
-              if r.get("train/lr")]
+        lr = [
+            float(r["train/lr"])
+            for r in csv.DictReader(open(Path(row["run_dir"]) / "csv" / "metrics.csv"))
+            if r.get("train/lr")
+        ]
         assert lr[-1] == pytest.approx(3e-3 * 0.1, rel=0.05)  # the cosine reached its floor at the last step
     verdict = json.loads((sweep_dir / "verdict.json").read_text())["verdict"]
     assert verdict.startswith("Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: ")

@@ -14,8 +14,13 @@ from conftest import TINY, wandb_history, wandb_run_record, wandb_summary
 
 from selfsup.evaluation.fixed import panel
 
-OBJECTIVES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_decoder",
-              "prefix_lm": "decoder", "ul2": "encoder_decoder"}
+OBJECTIVES = {
+    "mlm": "encoder",
+    "clm": "decoder",
+    "span_corruption": "encoder_decoder",
+    "prefix_lm": "decoder",
+    "ul2": "encoder_decoder",
+}
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +28,22 @@ def sweep(cache_dir, tmp_path_factory):
     """One multirun over all objectives, each with its default architecture."""
     root = tmp_path_factory.mktemp("sweep")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # no key: auto -> offline
-    out = forked.run(["selfsup-train", "-m", *TINY, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={root}",
-                          "logger.log_model=true", "logger.log_export=true", "objective=" + ",".join(OBJECTIVES)],
-                         capture_output=True, text=True, env=env, timeout=600)
+    out = forked.run(
+        [
+            "selfsup-train",
+            "-m",
+            *TINY,
+            f"data.cache_dir={cache_dir}",
+            f"hydra.sweep.dir={root}",
+            "logger.log_model=true",
+            "logger.log_export=true",
+            "objective=" + ",".join(OBJECTIVES),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return root, out
 
@@ -38,7 +56,9 @@ def test_each_objective_trains_with_its_default_architecture(sweep, job, objecti
     assert summary["status"] == "finished"
     assert (summary["objective"], summary["architecture"]) == (objective, OBJECTIVES[objective])
     assert summary["steps"] == 6 and summary["parameters"] > 0
-    assert math.isfinite(summary["val_loss"]) and summary["val_perplexity"] == pytest.approx(math.exp(summary["val_loss"]), rel=1e-4)
+    assert math.isfinite(summary["val_loss"]) and summary["val_perplexity"] == pytest.approx(
+        math.exp(summary["val_loss"]), rel=1e-4
+    )
     assert (run / "checkpoints" / "last.ckpt").is_file()
     assert (run / ".hydra" / "config.yaml").is_file()
     rows = list(csv.DictReader(open(run / "csv" / "metrics.csv")))
@@ -56,30 +76,64 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     assert recorded["config"]["objective"]["name"] == objective  # the resolved Hydra config is the run config
     assert f"objective={objective}" in recorded["tags"]
     assert recorded["summary"]["val/loss"] == pytest.approx(summary["val_loss"], rel=1e-6)
-    for key in ("train/loss", "train/perplexity", "train/accuracy", "train/signal_per_token", "train/tokens_seen",
-                "train/targets_seen", "train/flops_seen", "val/perplexity", "val/accuracy", "val/signal_per_token",
-                "perf/tokens_per_sec"):
+    for key in (
+        "train/loss",
+        "train/perplexity",
+        "train/accuracy",
+        "train/signal_per_token",
+        "train/tokens_seen",
+        "train/targets_seen",
+        "train/flops_seen",
+        "val/perplexity",
+        "val/accuracy",
+        "val/signal_per_token",
+        "perf/tokens_per_sec",
+    ):
         assert key in recorded["summary"], key
     # the comparable evaluation: in the W&B run, the CSV and summary.json alike
     evaluated = summary["eval"]
     encoder_decoder = OBJECTIVES[objective] == "encoder_decoder"
-    pairs = {f"eval/pairs{scorer}{kind}/{what}accuracy" for scorer in ["", "/denoise"][:1 + encoder_decoder]
-             for kind in ["", "/swap_1", "/replaced_1", "/replaced_4"]
-             for what in ["", "random_init_"] + (["unigram_", "bigram_"] if not scorer else [])}
+    pairs = {
+        f"eval/pairs{scorer}{kind}/{what}accuracy"
+        for scorer in ["", "/denoise"][: 1 + encoder_decoder]
+        for kind in ["", "/swap_1", "/replaced_1", "/replaced_4"]
+        for what in ["", "random_init_"] + (["unigram_", "bigram_"] if not scorer else [])
+    }
     pairs |= {f"{key}_sd" for key in pairs if "random_init" in key}
-    pairs |= {key.replace("/accuracy", f"/{m}") for key in pairs if key.endswith("/accuracy")
-              for m in ("margin", "margin_low", "margin_high", "accuracy_se")}  # beside each accuracy: its margin,
+    pairs |= {
+        key.replace("/accuracy", f"/{m}")
+        for key in pairs
+        if key.endswith("/accuracy")
+        for m in ("margin", "margin_low", "margin_high", "accuracy_se")
+    }  # beside each accuracy: its margin,
     # its interval, its standard error
-    split = {"encoder": ["masked", "random", "unchanged"],
-             "encoder_decoder": ["first", "later", "sentinel"]}.get(OBJECTIVES[objective], [])
-    fixed = {f"eval/fixed/{kind}/{what}" for kind in split for what in ("loss", "fraction", "unigram_loss")
-             if kind != "sentinel" or what == "loss"} or {"eval/fixed/unigram_loss"}  # sentinels: out of the loss
+    split = {"encoder": ["masked", "random", "unchanged"], "encoder_decoder": ["first", "later", "sentinel"]}.get(
+        OBJECTIVES[objective], []
+    )
+    fixed = {
+        f"eval/fixed/{kind}/{what}"
+        for kind in split
+        for what in ("loss", "fraction", "unigram_loss")
+        if kind != "sentinel" or what == "loss"
+    } or {"eval/fixed/unigram_loss"}  # sentinels: out of the loss
     members = panel(OBJECTIVES[objective])  # the fixed exam's panel: each member's loss beside the mean
     fixed |= {f"eval/fixed/{m}/loss" for m in members} if len(members) > 1 else set()
-    assert set(evaluated) == {*fixed, "eval/fixed/loss", "eval/fixed/perplexity", "eval/probe/accuracy", "eval/probe/macro_f1",
-                              "eval/probe/random_init_accuracy", "eval/probe/random_init_accuracy_sd",
-                              "eval/probe/random_init_macro_f1", "eval/probe/majority_accuracy", "eval/probe/margin",
-                              "eval/probe/accuracy_se", "eval/probe/margin_low", "eval/probe/margin_high", *pairs}
+    assert set(evaluated) == {
+        *fixed,
+        "eval/fixed/loss",
+        "eval/fixed/perplexity",
+        "eval/probe/accuracy",
+        "eval/probe/macro_f1",
+        "eval/probe/random_init_accuracy",
+        "eval/probe/random_init_accuracy_sd",
+        "eval/probe/random_init_macro_f1",
+        "eval/probe/majority_accuracy",
+        "eval/probe/margin",
+        "eval/probe/accuracy_se",
+        "eval/probe/margin_low",
+        "eval/probe/margin_high",
+        *pairs,
+    }
     for key in [k for k in evaluated if k.endswith("/margin")]:
         low, high = evaluated[key + "_low"], evaluated[key + "_high"]
         assert low <= evaluated[key] <= high and high - low < 0.5, key
@@ -117,16 +171,18 @@ def test_sweep_jobs_share_one_wandb_group_and_print_a_table(sweep):
     # the sweep's verdict, as printed, is the one kept in verdict.json
     verdict = json.loads((root / "verdict.json").read_text())["verdict"]
     assert verdict.startswith("Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: 6 steps")
-    printed = out.stdout[out.stdout.index("Verdict (margin"):out.stdout.index("Sweep outputs:")]
+    printed = out.stdout[out.stdout.index("Verdict (margin") : out.stdout.index("Sweep outputs:")]
     assert " ".join(printed.split()) == " ".join(verdict.split())
 
 
 def test_signal_per_token_follows_the_objective(sweep):
     root, _ = sweep
-    signal = {o: json.loads((root / str(j) / "summary.json").read_text())["signal_per_token"]
-              for j, o in enumerate(OBJECTIVES)}
-    assert signal["clm"] == pytest.approx(32 / 33)          # every token but the first of the window
-    assert 0.05 < signal["mlm"] < 0.3                         # ~15% of tokens
+    signal = {
+        o: json.loads((root / str(j) / "summary.json").read_text())["signal_per_token"]
+        for j, o in enumerate(OBJECTIVES)
+    }
+    assert signal["clm"] == pytest.approx(32 / 33)  # every token but the first of the window
+    assert 0.05 < signal["mlm"] < 0.3  # ~15% of tokens
     assert signal["mlm"] < signal["span_corruption"] < signal["clm"]
 
 
@@ -154,15 +210,21 @@ def test_a_copied_run_dir_loads_in_a_fresh_process(sweep, tmp_path):
 
     import torch
     from tokenizers import Tokenizer
+
     root, _ = sweep
     copy = tmp_path / "elsewhere"
     shutil.copytree(root / "1", copy)
     record = torch.load(copy / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")["selfsup"]
-    assert Tokenizer.from_str(record["tokenizer"]).to_str() == Tokenizer.from_file(str(copy / "tokenizer.json")).to_str()
-    script = ("import sys, selfsup; p = selfsup.load(sys.argv[1]); "
-              "print(p.architecture, p.config['objective']['name'], p.encode('The module is here'), p.model.training)")
-    out = forked.run([sys.executable, "-c", script, str(copy)], capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path)
+    assert (
+        Tokenizer.from_str(record["tokenizer"]).to_str() == Tokenizer.from_file(str(copy / "tokenizer.json")).to_str()
+    )
+    script = (
+        "import sys, selfsup; p = selfsup.load(sys.argv[1]); "
+        "print(p.architecture, p.config['objective']['name'], p.encode('The module is here'), p.model.training)"
+    )
+    out = forked.run(
+        [sys.executable, "-c", script, str(copy)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     expected = Tokenizer.from_str(record["tokenizer"]).encode("The module is here").ids
     assert out.stdout.split(" ", 2)[:2] == ["decoder", "clm"] and str(expected) in out.stdout
@@ -172,6 +234,7 @@ def test_a_copied_run_dir_loads_in_a_fresh_process(sweep, tmp_path):
 def test_sample_shows_what_each_architecture_predicts(sweep, capsys):
     import selfsup
     from selfsup.sample import main as sample
+
     root, _ = sweep
     decoder = selfsup.load(root / "1")
     greedy = decoder.generate("The module", max_new_tokens=8)
@@ -194,6 +257,7 @@ def test_bad_input_to_load_is_one_line(sweep, tmp_path, capsys):
     import torch
 
     from selfsup.sample import main as sample
+
     root, _ = sweep
     empty = tmp_path / "run"
     (empty / ".hydra").mkdir(parents=True)
@@ -201,8 +265,12 @@ def test_bad_input_to_load_is_one_line(sweep, tmp_path, capsys):
     torch.save({"state_dict": {"w": torch.zeros(2)}}, other)
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"not a checkpoint")
-    cases = [(empty, "holds no weights"), (other, "is not a selfsup checkpoint"),
-             (junk, "is truncated or not a checkpoint"), (tmp_path / "nope", "does not exist")]
+    cases = [
+        (empty, "holds no weights"),
+        (other, "is not a selfsup checkpoint"),
+        (junk, "is truncated or not a checkpoint"),
+        (tmp_path / "nope", "does not exist"),
+    ]
     for path, words in cases:
         with pytest.raises(SystemExit) as done:
             sample([str(path)])
@@ -210,6 +278,7 @@ def test_bad_input_to_load_is_one_line(sweep, tmp_path, capsys):
         assert done.value.code == 2 and err.startswith("error: ") and words in err and len(err.splitlines()) == 1
     import selfsup
     from selfsup.errors import UserError
+
     with pytest.raises(UserError, match="fill_masks needs a model of architecture encoder; this one is decoder"):
         selfsup.load(root / "1").fill_masks("The <mask>")
 
@@ -218,10 +287,17 @@ def test_log_model_puts_the_checkpoints_and_tokenizer_in_a_wandb_model_artifact(
     root, _ = sweep
     run = root / "1"
     [offline] = list((run / "wandb").glob("offline-run-*"))
-    out = forked.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
-                         capture_output=True, text=True, timeout=120)
-    artifacts = [json.loads(line)["artifact"] for line in out.stdout.splitlines()
-                 if line.strip() and json.loads(line).get("type") == "artifact"]
+    out = forked.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    artifacts = [
+        json.loads(line)["artifact"]
+        for line in out.stdout.splitlines()
+        if line.strip() and json.loads(line).get("type") == "artifact"
+    ]
     artifact, hf = [a for a in artifacts if a["type"] == "model"]
     assert any(a["type"] == "run_table" for a in artifacts)  # the eval/predictions W&B Table
     record = wandb_run_record(run)
@@ -245,19 +321,24 @@ SENTENCE = "The module returns a dictionary of the files in the folder."
 
 def lab_logits(p, ids, decoder_ids=None):
     import torch
+
     with torch.no_grad():
         if p.architecture == "decoder":
             hidden = p.model(decoder_inputs=ids)
         else:
             hidden = p.model(encoder_inputs=ids, decoder_inputs=decoder_ids)
-        return hidden, p.model.head(hidden)[..., :p.vocab.size]
+        return hidden, p.model.head(hidden)[..., : p.vocab.size]
 
 
 def hf_logits(folder, p, ids, decoder_ids=None):
     import torch
     import transformers
-    auto = {"decoder": transformers.AutoModelForCausalLM, "encoder": transformers.AutoModelForMaskedLM,
-            "encoder_decoder": transformers.AutoModelForSeq2SeqLM}[p.architecture]
+
+    auto = {
+        "decoder": transformers.AutoModelForCausalLM,
+        "encoder": transformers.AutoModelForMaskedLM,
+        "encoder_decoder": transformers.AutoModelForSeq2SeqLM,
+    }[p.architecture]
     model = auto.from_pretrained(folder).eval()
     with torch.no_grad():
         if p.architecture == "encoder_decoder":
@@ -271,6 +352,7 @@ def test_exported_decoders_and_encoder_decoders_give_the_labs_logits(sweep, job)
     import torch
 
     import selfsup
+
     root, _ = sweep
     p = selfsup.load(root / str(job))
     ids = torch.tensor([p.encode(SENTENCE)])
@@ -288,6 +370,7 @@ def test_exported_encoder_gives_the_labs_features_and_masked_lm_logits(sweep):
     import transformers
 
     import selfsup
+
     root, _ = sweep
     p = selfsup.load(root / "0")
     ids = torch.tensor([p.encode(SENTENCE.replace("dictionary", "<mask>"))])
@@ -310,13 +393,18 @@ def test_exported_tokenizer_encodes_as_the_lab_and_keeps_the_special_ids(sweep):
     import transformers
 
     import selfsup
+
     root, _ = sweep
     p = selfsup.load(root / "2")
     tok = transformers.AutoTokenizer.from_pretrained(root / "2" / "hf")
     assert tok(SENTENCE)["input_ids"] == p.encode(SENTENCE)
     v = p.vocab
-    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.mask_token_id) == (v.pad_id, v.bos_id, v.eos_id,
-                                                                                         v.mask_id)
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.mask_token_id) == (
+        v.pad_id,
+        v.bos_id,
+        v.eos_id,
+        v.mask_id,
+    )
     assert tok.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(3)]) == [v.sentinel(i) for i in range(3)]
     assert tok("The <extra_id_0> of a <mask>")["input_ids"] == p.encode("The <extra_id_0> of a <mask>")
     assert tok.decode(p.encode(SENTENCE)) == SENTENCE
@@ -330,16 +418,23 @@ def test_export_maps_every_shape_option(sweep, tmp_path):
     import selfsup
     from selfsup.export import export
     from selfsup.models import TransformerConfig
+
     root, _ = sweep
     for job, name in ((2, "encoder_decoder"), (1, "decoder")):
         checkpoint = torch.load(root / str(job) / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
         record = checkpoint["selfsup"]
-        shape = {**record["config"]["architecture"], "bias": False, "activation": "relu", "tie_embeddings": False,
-                 "n_decoder_layers": 2}
+        shape = {
+            **record["config"]["architecture"],
+            "bias": False,
+            "activation": "relu",
+            "tie_embeddings": False,
+            "n_decoder_layers": 2,
+        }
         record["config"]["architecture"] = shape
         torch.manual_seed(job)
-        model = TransformerConfig(**{k: v for k, v in shape.items() if k in TransformerConfig.__dataclass_fields__}
-                                  ).build(record["vocab_size"], 40)
+        model = TransformerConfig(
+            **{k: v for k, v in shape.items() if k in TransformerConfig.__dataclass_fields__}
+        ).build(record["vocab_size"], 40)
         with torch.no_grad():
             for param in model.parameters():
                 param.add_(0.2 * torch.randn_like(param))
@@ -358,12 +453,15 @@ def test_export_maps_every_shape_option(sweep, tmp_path):
 
 def test_export_refuses_a_folder_that_holds_files_and_says_what_it_wrote(sweep, tmp_path, capsys):
     from selfsup.export import main as export
+
     root, _ = sweep
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "notes.txt").write_text("mine")
-    for args, words in (([str(root / "1"), str(taken)], "already exists and is not empty"),
-                        ([str(tmp_path / "nope"), str(tmp_path / "out")], "does not exist")):
+    for args, words in (
+        ([str(root / "1"), str(taken)], "already exists and is not empty"),
+        ([str(tmp_path / "nope"), str(tmp_path / "out")], "does not exist"),
+    ):
         with pytest.raises(SystemExit) as done:
             export(args)
         err = capsys.readouterr().err
@@ -383,6 +481,7 @@ def test_a_bit_flipped_checkpoint_is_refused_by_export_sample_and_load(sweep, tm
     import selfsup
     from selfsup.export import main as export
     from selfsup.sample import main as sample
+
     root, _ = sweep
     copy = tmp_path / "run"
     shutil.copytree(root / "1", copy, ignore=shutil.ignore_patterns("hf", "wandb"))
@@ -391,9 +490,12 @@ def test_a_bit_flipped_checkpoint_is_refused_by_export_sample_and_load(sweep, tm
         entry = max(archive.infolist(), key=lambda i: i.file_size)  # the largest tensor: the embedding
     data = bytearray(last.read_bytes())
     start = entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra) + entry.file_size // 2
-    data[start:start + 64] = bytes(b ^ 0x5A for b in data[start:start + 64])
+    data[start : start + 64] = bytes(b ^ 0x5A for b in data[start : start + 64])
     last.write_bytes(bytes(data))
-    for run in (lambda: export([str(last), str(tmp_path / "hf")]), lambda: sample([str(last), "--max-new-tokens", "2"])):
+    for run in (
+        lambda: export([str(last), str(tmp_path / "hf")]),
+        lambda: sample([str(last), "--max-new-tokens", "2"]),
+    ):
         with pytest.raises(SystemExit) as done:
             run()
         err = capsys.readouterr().err
@@ -412,20 +514,49 @@ def test_a_decoder_trained_a_few_hundred_steps_samples_the_corpus_words(train, t
 
     from selfsup.data.builtin import builtin_documents
     from selfsup.sample import main as sample
-    shape = ["debug=tiny", "objective=clm", "eval=none", "logger=none", "architecture.d_model=128", "architecture.n_layers=2",
-             "architecture.n_heads=4", "data.seq_len=64", "data.batch_size=16", "optim.lr=2e-3",
-             "optim.warmup_steps=30"]
+
+    shape = [
+        "debug=tiny",
+        "objective=clm",
+        "eval=none",
+        "logger=none",
+        "architecture.d_model=128",
+        "architecture.n_layers=2",
+        "architecture.n_heads=4",
+        "data.seq_len=64",
+        "data.batch_size=16",
+        "optim.lr=2e-3",
+        "optim.warmup_steps=30",
+    ]
     for steps in (600, 1):
-        out = train(*shape, f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
-                    run_dir=tmp_path / str(steps), tiny=False)
+        out = train(
+            *shape,
+            f"trainer.max_steps={steps}",
+            f"trainer.val_check_interval={steps}",
+            run_dir=tmp_path / str(steps),
+            tiny=False,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
     corpus = set(re.findall(r"[A-Za-z]+", " ".join(builtin_documents())))
 
     def corpus_word_rate(run):
         words = []
         for seed in range(10):
-            sample([str(run), "--prompt", "The", "--max-new-tokens", "40", "--temperature", "0.5", "--top-k", "10",
-                    "--seed", str(seed)])
+            sample(
+                [
+                    str(run),
+                    "--prompt",
+                    "The",
+                    "--max-new-tokens",
+                    "40",
+                    "--temperature",
+                    "0.5",
+                    "--top-k",
+                    "10",
+                    "--seed",
+                    str(seed),
+                ]
+            )
             text = capsys.readouterr().out.split("\n", 1)[1]
             words += [w for w in re.findall(r"[A-Za-z]+", text) if len(w) >= 3]
         return sum(w in corpus for w in words) / len(words)
@@ -440,22 +571,36 @@ def test_span_corruption_trains_with_a_pretrained_t5_style_tokenizer(train, tmp_
     from helpers import t5_like_tokenizer, write_corpus
 
     from selfsup.data import text_file_documents
+
     corpus = write_corpus(tmp_path / "corpus", n_files=3, docs_per_file=80)
     t5_like_tokenizer(tmp_path / "t5.json", text_file_documents([corpus]), n_extra=100)
-    out = train("data=text_files", f"data.paths=[{corpus}]", f"data.tokenizer={tmp_path / 't5.json'}",
-                "objective=span_corruption", "logger=csv", "eval=none", "trainer.max_steps=4", tiny=False,
-                *["debug=tiny"])
+    out = train(
+        "data=text_files",
+        f"data.paths=[{corpus}]",
+        f"data.tokenizer={tmp_path / 't5.json'}",
+        "objective=span_corruption",
+        "logger=csv",
+        "eval=none",
+        "trainer.max_steps=4",
+        tiny=False,
+        *["debug=tiny"],
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 4 and math.isfinite(summary["val_loss"])
     import selfsup
+
     p = selfsup.load(tmp_path / "run")
     assert p.tokenizer.token_to_id("<extra_id_0>") == p.vocab.sentinel(0) and p.tokenizer.id_to_token(2) == "</s>"
 
 
 # ---------------------------------------------------------------- the minimal pairs' scorers against minicons
-PAIR_SENTENCES = [s for line in (Path(__file__).parents[2] / "docs" / "examples" / "pairs.jsonl").read_text().splitlines()
-                  for s in json.loads(line).values() if s.endswith(".")]
+PAIR_SENTENCES = [
+    s
+    for line in (Path(__file__).parents[2] / "docs" / "examples" / "pairs.jsonl").read_text().splitlines()
+    for s in json.loads(line).values()
+    if s.endswith(".")
+]
 
 
 @pytest.mark.parametrize("job", [0, 1])  # the mlm encoder (pseudo-log-likelihood), the clm decoder (log-prob)
@@ -469,6 +614,7 @@ def test_minicons_scores_the_exported_model_as_the_lab_scores_pairs(sweep, job):
 
     import selfsup
     from selfsup.evaluation import scoring as S
+
     root, _ = sweep
     p = selfsup.load(root / str(job))
     ids = [p.encode(s) for s in PAIR_SENTENCES]
@@ -477,8 +623,9 @@ def test_minicons_scores_the_exported_model_as_the_lab_scores_pairs(sweep, job):
     total = lambda x: x.sum(0).item()  # noqa: E731 - minicons' reduction: the summed log-probability
     if job == 1:
         tok = transformers.AutoTokenizer.from_pretrained(root / "1" / "hf")
-        lm = scorer.IncrementalLMScorer(transformers.AutoModelForCausalLM.from_pretrained(root / "1" / "hf"),
-                                        tokenizer=tok)
+        lm = scorer.IncrementalLMScorer(
+            transformers.AutoModelForCausalLM.from_pretrained(root / "1" / "hf"), tokenizer=tok
+        )
         theirs = lm.conditional_score(["</s>"] * len(ids), PAIR_SENTENCES, separator="", reduction=total)
         tolerance = 1e-3
     else:
@@ -499,9 +646,11 @@ def test_the_report_of_an_objective_sweep_shows_the_objective_swept_and_the_cons
     table has no per-objective setting columns, and its verdict is the console's, word for word."""
     import html
     import re
+
     root, out = sweep
-    done = forked.run(["selfsup-report", str(root), "--out", str(tmp_path / "r.html")], capture_output=True,
-                          text=True, timeout=300)
+    done = forked.run(
+        ["selfsup-report", str(root), "--out", str(tmp_path / "r.html")], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     text = (tmp_path / "r.html").read_text()
     assert f"{len(OBJECTIVES)} runs; swept: <code>objective</code>." in text
@@ -509,5 +658,5 @@ def test_the_report_of_an_objective_sweep_shows_the_objective_swept_and_the_cons
     assert header[:4] == ["run", "objective", "architecture", "val loss"] and "n/a" not in text.split("</table>")[0]
     block = re.search(r'<div id="verdict"><p><b>(.*?)</b></p><ul>(.*?)</ul></div>', text, re.S)
     shown = " ".join(html.unescape(" ".join([block.group(1), *re.findall(r"<li>(.*?)</li>", block.group(2))])).split())
-    printed = out.stdout[out.stdout.index("Verdict (margin"):out.stdout.index("Sweep outputs:")]
+    printed = out.stdout[out.stdout.index("Verdict (margin") : out.stdout.index("Sweep outputs:")]
     assert shown == " ".join(printed.split())

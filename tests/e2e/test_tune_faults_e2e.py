@@ -15,19 +15,35 @@ import forked
 import pytest
 
 # a trial in seconds: the tiny model, no evaluation and no logger; the study minimizes val/loss
-FAST = ["debug=tiny", "eval=none", "logger=none", "optimized_metric=val/loss", "hydra.sweeper.direction=minimize",
-        "hydra.sweeper.pruner=none", "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2"]
+FAST = [
+    "debug=tiny",
+    "eval=none",
+    "logger=none",
+    "optimized_metric=val/loss",
+    "hydra.sweeper.direction=minimize",
+    "hydra.sweeper.pruner=none",
+    "hydra.sweeper.heartbeat_interval=1",
+    "hydra.sweeper.grace_period=2",
+]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
 
 
 def tune(cache_dir, sweep_dir, *overrides) -> list[str]:
-    return ["selfsup-train", "-m", "sweeps=tune", *FAST, f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep_dir}",
-            *overrides]
+    return [
+        "selfsup-train",
+        "-m",
+        "sweeps=tune",
+        *FAST,
+        f"data.cache_dir={cache_dir}",
+        f"hydra.sweep.dir={sweep_dir}",
+        *overrides,
+    ]
 
 
 def run(cache_dir, sweep_dir, *overrides) -> subprocess.CompletedProcess:
-    return forked.run(tune(cache_dir, sweep_dir, *overrides), capture_output=True, text=True, env=ENV, timeout=600,
-                          check=False)
+    return forked.run(
+        tune(cache_dir, sweep_dir, *overrides), capture_output=True, text=True, env=ENV, timeout=600, check=False
+    )
 
 
 def refused_in_one_line(out: subprocess.CompletedProcess, starts: str) -> None:
@@ -40,8 +56,14 @@ def nothing_blocks(sweep_dir: Path) -> None:
     assert not (sweep_dir.is_dir() and [p for p in sweep_dir.iterdir() if p.is_dir() or p.name == "optuna.db"])
 
 
-@pytest.mark.parametrize("key,expression", [("objective.mask_rate", "interval(0.5, 0.1)"),
-                                            ("optim.lr", "tag(log, interval(0, 1))"), ("objective.mask_rate", "0.3")])
+@pytest.mark.parametrize(
+    "key,expression",
+    [
+        ("objective.mask_rate", "interval(0.5, 0.1)"),
+        ("optim.lr", "tag(log, interval(0, 1))"),
+        ("objective.mask_rate", "0.3"),
+    ],
+)
 def test_a_bad_search_space_is_refused_in_one_line_leaving_no_study(cache_dir, tmp_path, key, expression):
     pytest.importorskip("optuna")
     out = run(cache_dir, tmp_path / "sweep", f"hydra.sweeper.params={{{key}: '{expression}'}}")
@@ -61,8 +83,9 @@ def test_a_corrupt_study_database_is_refused_in_one_line(cache_dir, tmp_path):
     db = tmp_path / "optuna.db"
     db.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
     out = run(cache_dir, tmp_path / "more", f"hydra.sweeper.storage=sqlite:///{db}")
-    refused_in_one_line(out, f"error: hydra.sweeper.storage=sqlite:///{db}: cannot read the study database "
-                             f"(file is not a database)")
+    refused_in_one_line(
+        out, f"error: hydra.sweeper.storage=sqlite:///{db}: cannot read the study database (file is not a database)"
+    )
     assert db.read_bytes()[:16] == b"SQLite format 3\x00" and db.stat().st_size == 16 + 256 * 8
     nothing_blocks(tmp_path / "more")
 
@@ -77,15 +100,22 @@ def trial_states(db: Path) -> list[str]:
 
 
 @pytest.mark.slow  # two sweeps (~40 s); tests/test_tune_faults.py kills a sweep's own code in a few seconds
-def test_a_sweep_killed_during_a_trial_is_rerun_with_the_same_params_when_the_study_continues(cache_dir, tmp_path,
-                                                                                              capsys):
+def test_a_sweep_killed_during_a_trial_is_rerun_with_the_same_params_when_the_study_continues(
+    cache_dir, tmp_path, capsys
+):
     optuna = pytest.importorskip("optuna")
     from optuna.trial import TrialState
 
     from selfsup.report import main as report
+
     first = tmp_path / "first"
-    sweep = subprocess.Popen(tune(cache_dir, first, "hydra.sweeper.n_trials=2", "trainer.max_steps=100000"),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    sweep = subprocess.Popen(
+        tune(cache_dir, first, "hydra.sweeper.n_trials=2", "trainer.max_steps=100000"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=ENV,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 300
         while not (trial_states(first / "optuna.db") == ["RUNNING"] and (first / "0" / ".hydra").is_dir()):
@@ -101,8 +131,11 @@ def test_a_sweep_killed_during_a_trial_is_rerun_with_the_same_params_when_the_st
     with pytest.raises(SystemExit):
         report([str(first), "--format", "md"])
     out = capsys.readouterr().out
-    assert "Optuna study tune (minimize the jobs' optimized_metric): 1 trials, 0 complete, 0 pruned, 0 failed, " \
-           "1 running." in out and "Running: trial 0: still running, or its sweep was killed" in out
+    assert (
+        "Optuna study tune (minimize the jobs' optimized_metric): 1 trials, 0 complete, 0 pruned, 0 failed, 1 running."
+        in out
+        and "Running: trial 0: still running, or its sweep was killed" in out
+    )
     time.sleep(2.5)  # hydra.sweeper.grace_period=2 passes with no heartbeat
     more = run(cache_dir, tmp_path / "more", "hydra.sweeper.n_trials=1", f"hydra.sweeper.storage={storage}")
     assert more.returncode == 0, more.stderr[-3000:]
@@ -123,9 +156,16 @@ def test_two_continuations_at_once_run_distinct_points(cache_dir, tmp_path):
     first = run(cache_dir, tmp_path / "first", "hydra.sweeper.n_trials=1")
     assert first.returncode == 0, first.stderr[-3000:]
     storage = f"sqlite:///{tmp_path / 'first' / 'optuna.db'}"
-    both = [subprocess.Popen(tune(cache_dir, tmp_path / name, "hydra.sweeper.n_trials=1",
-                                  f"hydra.sweeper.storage={storage}"),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for name in "ab"]
+    both = [
+        subprocess.Popen(
+            tune(cache_dir, tmp_path / name, "hydra.sweeper.n_trials=1", f"hydra.sweeper.storage={storage}"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        for name in "ab"
+    ]
     for sweep in both:
         _, err = sweep.communicate(timeout=600)
         assert sweep.returncode == 0, err[-3000:]

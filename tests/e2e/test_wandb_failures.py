@@ -37,21 +37,40 @@ def wait_for(condition, proc, timeout=120.0):
 
 
 # the stuck service's timeout is also tested in-process below
-@pytest.mark.parametrize("fault", [pytest.param("killed", marks=pytest.mark.slow),  # in-process: the tests below
-                                   pytest.param("frozen", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param("killed", marks=pytest.mark.slow),  # in-process: the tests below
+        pytest.param("frozen", marks=pytest.mark.slow),
+    ],
+)
 def test_wandb_service_killed_or_frozen_mid_run_training_goes_on(fault, cache_dir, tmp_path):
     """killed: every W&B call then fails at once. frozen (SIGSTOP): calls are taken until the socket's
     buffer fills, and finishing the run waits for an answer that never comes, until logger.timeout."""
     run, steps = tmp_path / "run", 60 if fault == "killed" else 20  # frozen: W&B stops at the end anyway
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    proc = subprocess.Popen(["selfsup-train", *TINY, "objective=clm", f"trainer.max_steps={steps}",
-                             f"trainer.val_check_interval={steps // 2}", "trainer.checkpoint_every_n_steps=5",
-                             "logger.timeout=5", f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            "selfsup-train",
+            *TINY,
+            "objective=clm",
+            f"trainer.max_steps={steps}",
+            f"trainer.val_check_interval={steps // 2}",
+            "trainer.checkpoint_every_n_steps=5",
+            "logger.timeout=5",
+            f"data.cache_dir={cache_dir}",
+            f"hydra.run.dir={run}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         # the W&B run has started (its files exist) and training is past step 5 (last.ckpt)
-        wait_for(lambda: list(run.glob("wandb/offline-run-*/run-*.wandb")) and (run / "checkpoints/last.ckpt").exists(),
-                 proc)
+        wait_for(
+            lambda: list(run.glob("wandb/offline-run-*/run-*.wandb")) and (run / "checkpoints/last.ckpt").exists(), proc
+        )
         core = wandb_core_of(proc.pid)
         assert core is not None, "no wandb-core child process"
         os.kill(core, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
@@ -85,13 +104,15 @@ def test_wandb_service_killed_or_frozen_mid_run_training_goes_on(fault, cache_di
     assert list(folder.glob("run-*.wandb")) and (folder / "files").is_dir()
 
 
-def test_a_dead_service_stops_the_logger_once_and_the_next_run_in_the_process_starts_afresh(tmp_path, monkeypatch,
-                                                                                           caplog):
+def test_a_dead_service_stops_the_logger_once_and_the_next_run_in_the_process_starts_afresh(
+    tmp_path, monkeypatch, caplog
+):
     """As in a sweep, whose jobs run one after another in one process: real wandb, offline, in this process."""
     import wandb
     from lightning.pytorch.loggers.logger import DummyExperiment
 
     from selfsup.loggers import SafeWandbLogger
+
     monkeypatch.setenv("WANDB_SILENT", "true")
     first = SafeWandbLogger(save_dir=str(tmp_path / "first"), project="p", mode="offline", csv_dir="runs/csv")
     first.log_metrics({"loss": 3.0}, step=1)
@@ -109,10 +130,12 @@ def test_a_dead_service_stops_the_logger_once_and_the_next_run_in_the_process_st
         first.experiment.mark_preempting()  # as fit() calls it: a no-op now
         assert first.finish(0) == folder  # for `wandb sync`
     [warning] = [r.getMessage() for r in caplog.records if r.name == "selfsup"]  # once (wandb logs its own errors)
-    assert warning.startswith(f"W&B stopped at step {step}: its service process is gone (ConnectionResetError: "), \
+    assert warning.startswith(f"W&B stopped at step {step}: its service process is gone (ConnectionResetError: "), (
         warning
-    assert warning.endswith(f"); training goes on, metrics go to the CSV log in runs/csv; sync what was written "
-                            f"with `wandb sync {folder}`"), warning
+    )
+    assert warning.endswith(
+        f"); training goes on, metrics go to the CSV log in runs/csv; sync what was written with `wandb sync {folder}`"
+    ), warning
     assert isinstance(first.experiment, DummyExperiment) and wandb.run is None
     second = SafeWandbLogger(save_dir=str(tmp_path / "second"), project="p", mode="offline")
     second.log_metrics({"loss": 3.0}, step=1)
@@ -127,6 +150,7 @@ def test_a_stuck_service_times_out_a_log_call_once_and_the_next_run_starts_afres
     from lightning.pytorch.loggers.logger import DummyExperiment
 
     from selfsup.loggers import SafeWandbLogger
+
     monkeypatch.setenv("WANDB_SILENT", "true")
     first = SafeWandbLogger(save_dir=str(tmp_path / "first"), project="p", mode="offline", timeout=2)
     first.log_metrics({"loss": 3.0}, step=1)
@@ -150,9 +174,11 @@ def test_a_stuck_service_times_out_a_log_call_once_and_the_next_run_starts_afres
         with contextlib.suppress(ProcessLookupError):
             os.kill(core, signal.SIGKILL)
     [warning] = [r.getMessage() for r in caplog.records if r.name == "selfsup"]  # once (wandb logs its own errors)
-    assert warning.startswith(f"W&B stopped at step {step}: TimeoutError: its service did not answer in 2 s and "
-                              f"was stopped; training goes on, metrics are not recorded; sync what was written "
-                              f"with `wandb sync {folder}`"), warning
+    assert warning.startswith(
+        f"W&B stopped at step {step}: TimeoutError: its service did not answer in 2 s and "
+        f"was stopped; training goes on, metrics are not recorded; sync what was written "
+        f"with `wandb sync {folder}`"
+    ), warning
     assert isinstance(first.experiment, DummyExperiment) and wandb.run is None
     second = SafeWandbLogger(save_dir=str(tmp_path / "second"), project="p", mode="offline", timeout=2)
     second.log_metrics({"loss": 3.0}, step=1)

@@ -32,12 +32,23 @@ def cache_dir(tmp_path_factory):
 
 
 # ---------------------------------------------------------------------------------------- fixed exam
-@pytest.mark.parametrize("family,runs", [
-    ("mlm", [["objective.mask_rate=0.1"], ["objective.mask_rate=0.4", "seed=3", "data.batch_size=4"],
-             ["objective.mask_token_prob=0.5", "objective.random_token_prob=0.5"]]),
-    ("span_corruption", [["objective.mean_span_length=2"], ["objective.mean_span_length=8", "objective.mask_rate=0.5",
-                                                            "seed=1"]]),
-])
+@pytest.mark.parametrize(
+    "family,runs",
+    [
+        (
+            "mlm",
+            [
+                ["objective.mask_rate=0.1"],
+                ["objective.mask_rate=0.4", "seed=3", "data.batch_size=4"],
+                ["objective.mask_token_prob=0.5", "objective.random_token_prob=0.5"],
+            ],
+        ),
+        (
+            "span_corruption",
+            [["objective.mean_span_length=2"], ["objective.mean_span_length=8", "objective.mask_rate=0.5", "seed=1"]],
+        ),
+    ],
+)
 def test_fixed_exam_masks_are_the_same_whatever_the_run_trained_with(cache_dir, family, runs):
     exams = []
     for overrides in runs:
@@ -63,22 +74,36 @@ def test_fixed_exam_is_mlm_at_each_panel_rate_and_its_loss_is_the_mean_of_token_
     run = build(cfg)
     model, module = run.model, run.module
     exam = module.evaluation.exam
-    assert (exam.objective.name, exam.objective.mask_rate, exam.objective.mask_token_prob,
-            exam.objective.random_token_prob) == ("mlm", 0.15, 0.8, 0.1)  # the canonical member (the predictions')
+    assert (
+        exam.objective.name,
+        exam.objective.mask_rate,
+        exam.objective.mask_token_prob,
+        exam.objective.random_token_prob,
+    ) == ("mlm", 0.15, 0.8, 0.1)  # the canonical member (the predictions')
     assert list(exam.members) == ["rate_10", "rate_15", "rate_25", "rate_40"]
     model.eval()
     losses = []
     for member, (objective, windows) in exam.members.items():
         rate = float(member.removeprefix("rate_")) / 100
         assert (objective.name, objective.mask_rate, objective.mask_token_prob, objective.random_token_prob) == (
-            "mlm", rate, 0.8, 0.1)
+            "mlm",
+            rate,
+            0.8,
+            0.1,
+        )
         batches = list(exam.batches(member=member))
         scored = sum(int(b.n_scored) for b in batches)
         ordinary = int((~objective.is_special(windows)).sum())
         assert abs(scored / ordinary - rate) < 4 * math.sqrt(rate * (1 - rate) / ordinary)  # +-4 sigma
         with torch.no_grad():  # sum of -log p over every scored position of every batch / their number
-            nll = sum(F.cross_entropy(model.head(model(encoder_inputs=b.encoder_inputs))[b.scored].float(),
-                                      b.targets[b.scored], reduction="sum") for b in batches)
+            nll = sum(
+                F.cross_entropy(
+                    model.head(model(encoder_inputs=b.encoder_inputs))[b.scored].float(),
+                    b.targets[b.scored],
+                    reduction="sum",
+                )
+                for b in batches
+            )
         losses.append(float(nll) / scored)
     assert exam.loss(model) == pytest.approx(sum(losses) / len(losses), rel=1e-5)  # each rate counts equally
 
@@ -93,6 +118,7 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
     on the same targets, weighed alike."""
     from selfsup.evaluation.fixed import KINDS, UNSCORED
     from selfsup.evaluation.scoring import unigram_logprobs
+
     cfg = config(cache_dir, f"objective={family}", "eval.tasks={}", "eval.fixed.max_tokens=null")
     run = build(cfg)
     model, exam = run.model, run.module.evaluation.exam
@@ -112,10 +138,22 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
     for member, (objective, _) in exam.members.items():
         batches = list(exam.batches(member=member))
         with torch.no_grad():
-            nll = torch.cat([F.cross_entropy(model.head(model(encoder_inputs=b.encoder_inputs,
-                                                              decoder_inputs=b.decoder_inputs,
-                                                              encoder_mask=b.encoder_mask))[b.scored].float(),
-                                             b.targets[b.scored], reduction="none") for b in batches])
+            nll = torch.cat(
+                [
+                    F.cross_entropy(
+                        model.head(
+                            model(
+                                encoder_inputs=b.encoder_inputs,
+                                decoder_inputs=b.decoder_inputs,
+                                encoder_mask=b.encoder_mask,
+                            )
+                        )[b.scored].float(),
+                        b.targets[b.scored],
+                        reduction="none",
+                    )
+                    for b in batches
+                ]
+            )
         codes = torch.cat([exam.kinds(b) for b in batches])
         targets = torch.cat([b.targets[b.scored] for b in batches])
         out = torch.tensor([kinds[int(c)] in UNSCORED for c in codes], dtype=torch.bool)
@@ -131,14 +169,18 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
                 share = shares[kind][-1]
                 assert abs(share - p) < 4 * math.sqrt(p * (1 - p) / scored) + 1 / vocab.size, member
             read = torch.cat([b.encoder_inputs[b.scored] for b in batches])
-            assert bool((read[codes == 0] == vocab.mask_id).all()) and bool((read[codes == 2] == targets[codes == 2]).all())
+            assert bool((read[codes == 0] == vocab.mask_id).all()) and bool(
+                (read[codes == 2] == targets[codes == 2]).all()
+            )
             assert not bool((read[codes == 1] == targets[codes == 1]).any())
         if family == "span_corruption":  # every row: spans sentinels and one eos; one first token per span
             text = objective.targets_length - objective.spans - 1  # a row's scored targets: the spans' text
             assert shares["sentinel"][-1] == pytest.approx((objective.spans + 1) / text, abs=1e-12)
             assert shares["first"][-1] == pytest.approx(objective.spans / text, abs=1e-12)
             after = torch.cat([torch.roll(b.targets, 1, dims=1)[b.scored] for b in batches])
-            assert bool(((after[codes == 0] >= vocab.sentinel_start) & (after[codes == 0] < vocab.first_ordinary)).all())
+            assert bool(
+                ((after[codes == 0] >= vocab.sentinel_start) & (after[codes == 0] < vocab.first_ordinary)).all()
+            )
     assert found["eval/fixed/loss"] == pytest.approx(sum(losses) / len(losses), rel=1e-5)  # the dense head's loss
     for kind in kinds:  # the members' shares, each member counting equally
         key = f"eval/fixed/{kind}/unigram_loss" if len(kinds) > 1 else "eval/fixed/unigram_loss"
@@ -183,6 +225,7 @@ def test_linear_probe_learns_a_linear_rule_and_only_from_training_examples():
 
 def test_features_do_not_depend_on_padding_or_batching():
     from selfsup.models import build_model
+
     torch.manual_seed(0)
     for arch in ("encoder", "decoder", "encoder_decoder"):
         model = build_model(arch, 300, 16, d_model=16, n_layers=1, n_heads=2)
@@ -190,8 +233,12 @@ def test_features_do_not_depend_on_padding_or_batching():
         mask = torch.arange(16)[None] < torch.tensor([3, 16, 7, 1, 9])[:, None]
         ids = ids.masked_fill(~mask, 0)
         together = features(model, ids, mask, batch_size=5)
-        alone = torch.cat([features(model, ids[i:i + 1, :int(mask[i].sum())], mask[i:i + 1, :int(mask[i].sum())])
-                           for i in range(5)])
+        alone = torch.cat(
+            [
+                features(model, ids[i : i + 1, : int(mask[i].sum())], mask[i : i + 1, : int(mask[i].sum())])
+                for i in range(5)
+            ]
+        )
         assert torch.allclose(together, alone, atol=1e-5), arch
 
 
@@ -222,8 +269,10 @@ def write_examples(path, rows, fmt):
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
 def test_user_task_from_files(tmp_path, fmt):
-    rows = [{"sentence": f"example number {i} is {'good' if i % 3 else 'bad'}", "label": "pos" if i % 3 else "neg"}
-            for i in range(200)]
+    rows = [
+        {"sentence": f"example number {i} is {'good' if i % 3 else 'bad'}", "label": "pos" if i % 3 else "neg"}
+        for i in range(200)
+    ]
     write_examples(tmp_path / f"t.{fmt}", rows, fmt)
     task = Task(source="text_files", paths=[str(tmp_path / f"t.{fmt}")], text_field="sentence", name="mine")
     train, test = task.load()
@@ -235,31 +284,45 @@ def test_user_task_from_files(tmp_path, fmt):
 def test_user_task_from_a_local_hf_dataset(tmp_path):
     pytest.importorskip("datasets")
     for split in ("train", "validation"):
-        write_examples(tmp_path / f"{split}.jsonl", [{"sentence": f"{split} text {i}", "label": i % 2}
-                                                      for i in range(20)], "jsonl")
-    task = Task(source="hf_dataset", hf_name="json", text_field="sentence", name="sst2",
-                data_files={"train": str(tmp_path / "train.jsonl"), "validation": str(tmp_path / "validation.jsonl")})
+        write_examples(
+            tmp_path / f"{split}.jsonl", [{"sentence": f"{split} text {i}", "label": i % 2} for i in range(20)], "jsonl"
+        )
+    task = Task(
+        source="hf_dataset",
+        hf_name="json",
+        text_field="sentence",
+        name="sst2",
+        data_files={"train": str(tmp_path / "train.jsonl"), "validation": str(tmp_path / "validation.jsonl")},
+    )
     train, test = task.load()
     assert (len(train), len(test), task.classes) == (20, 20, ["0", "1"])
     assert test.texts[0] == "validation text 0"
 
 
-@pytest.mark.parametrize("task,message", [
-    ({"source": "builtin", "task": "nope"}, "eval.tasks.t.task=nope is not a built-in task"),
-    ({"source": "nowhere"}, "eval.tasks.t.source=nowhere is unknown"),
-    ({"source": "text_files", "paths": ["{d}/t.jsonl"], "text_field": "body"}, "no field 'body'"),
-    ({"source": "text_files", "paths": ["{d}/t.jsonl"], "label_field": "y"}, "no field 'y'"),
-    ({"source": "text_files", "paths": ["{d}/one.jsonl"]}, "needs at least 2 classes"),
-    ({"source": "text_files", "paths": ["{d}/few.jsonl"], "test_paths": ["{d}/few.jsonl"]},
-     "3 training examples for 4 classes"),
-    ({"source": "text_files", "paths": ["{d}/missing.jsonl"]}, "does not exist"),
-    ({"sourc": "builtin"}, "eval.tasks.t.sourc is not a task setting"),
-])
+@pytest.mark.parametrize(
+    "task,message",
+    [
+        ({"source": "builtin", "task": "nope"}, "eval.tasks.t.task=nope is not a built-in task"),
+        ({"source": "nowhere"}, "eval.tasks.t.source=nowhere is unknown"),
+        ({"source": "text_files", "paths": ["{d}/t.jsonl"], "text_field": "body"}, "no field 'body'"),
+        ({"source": "text_files", "paths": ["{d}/t.jsonl"], "label_field": "y"}, "no field 'y'"),
+        ({"source": "text_files", "paths": ["{d}/one.jsonl"]}, "needs at least 2 classes"),
+        (
+            {"source": "text_files", "paths": ["{d}/few.jsonl"], "test_paths": ["{d}/few.jsonl"]},
+            "3 training examples for 4 classes",
+        ),
+        ({"source": "text_files", "paths": ["{d}/missing.jsonl"]}, "does not exist"),
+        ({"sourc": "builtin"}, "eval.tasks.t.sourc is not a task setting"),
+    ],
+)
 def test_bad_tasks_are_refused_in_one_line_before_training(cache_dir, tmp_path, task, message):
     write_examples(tmp_path / "t.jsonl", [{"text": f"text {i}", "label": i % 2} for i in range(30)], "jsonl")
     write_examples(tmp_path / "one.jsonl", [{"text": f"text {i}", "label": 1} for i in range(30)], "jsonl")
-    write_examples(tmp_path / "few.jsonl", [{"text": f"text {i}", "label": i} for i in range(3)] +
-                   [{"text": "text 3", "label": 3}], "jsonl")
+    write_examples(
+        tmp_path / "few.jsonl",
+        [{"text": f"text {i}", "label": i} for i in range(3)] + [{"text": "text 3", "label": 3}],
+        "jsonl",
+    )
     task = {k: ([p.format(d=tmp_path) for p in v] if isinstance(v, list) else v) for k, v in task.items()}
     if "few" in str(task.get("paths")):
         task["max_train_examples"] = 3
@@ -273,36 +336,68 @@ def test_bad_tasks_are_refused_in_one_line_before_training(cache_dir, tmp_path, 
 def test_a_probe_task_that_holds_pretraining_documents_is_refused(cache_dir, tmp_path):
     docs = [{"text": f"document {i} has several words of text about topic {i % 5}", "label": i % 2} for i in range(400)]
     write_examples(tmp_path / "corpus.jsonl", docs, "jsonl")
-    cfg = config(cache_dir, "data=text_files", f"data.paths=[{tmp_path / 'corpus.jsonl'}]", "data.batch_size=2",
-                 "data.seq_len=16", "eval.tasks={}", f"+eval.tasks.t={{source: text_files, paths: [{tmp_path / 'corpus.jsonl'}]}}")
+    cfg = config(
+        cache_dir,
+        "data=text_files",
+        f"data.paths=[{tmp_path / 'corpus.jsonl'}]",
+        "data.batch_size=2",
+        "data.seq_len=16",
+        "eval.tasks={}",
+        f"+eval.tasks.t={{source: text_files, paths: [{tmp_path / 'corpus.jsonl'}]}}",
+    )
     with pytest.raises(EvalError, match="documents of the pretraining data"):
         prepare(cfg)
 
 
 def test_evaluation_settings_are_checked():
-    for probe, message in [({"protocol": "knn"}, "eval.probe.protocol=knn is unknown"),
-                           ({"finetune_lr": float("nan")}, "eval.probe.finetune_lr=nan"),
-                           ({"l2": -1.0}, "eval.probe.l2=-1.0"), ({"max_length": 0}, "eval.probe.max_length=0")]:
+    for probe, message in [
+        ({"protocol": "knn"}, "eval.probe.protocol=knn is unknown"),
+        ({"finetune_lr": float("nan")}, "eval.probe.finetune_lr=nan"),
+        ({"l2": -1.0}, "eval.probe.l2=-1.0"),
+        ({"max_length": 0}, "eval.probe.max_length=0"),
+    ]:
         with pytest.raises(EvalError, match=message):
             Evaluation(probe=probe).check()
 
 
 def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
     import lightning as L
+
     cfg = config(cache_dir, "trainer.max_steps=5", "eval=none")
     run = build(cfg)
     dm, module = run.data, run.module
-    trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path))
+    trainer = L.Trainer(
+        max_steps=5,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(module, datamodule=dm)
     per_step = module.flops_seen / trainer.global_step
     assert per_step == module.flops_per_batch > 0  # the first step's measured count, every step
-    cfg = config(cache_dir, "trainer.max_steps=50", f"trainer.max_flops={3.5 * per_step}", "eval.fixed=null",
-                 "eval.tasks={}", "optim.warmup_steps=1", "optim.lr=1e-3")
+    cfg = config(
+        cache_dir,
+        "trainer.max_steps=50",
+        f"trainer.max_flops={3.5 * per_step}",
+        "eval.fixed=null",
+        "eval.tasks={}",
+        "optim.warmup_steps=1",
+        "optim.lr=1e-3",
+    )
     run = build(cfg)
     dm, module = run.data, run.module
-    trainer = L.Trainer(max_steps=50, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path))
+    trainer = L.Trainer(
+        max_steps=50,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(module, datamodule=dm)
     assert trainer.global_step == 4 and module.flops_seen == pytest.approx(4 * per_step)
     # its cosine ends where the budget does (step 4 of 50): the run's whole schedule, as at equal steps
@@ -311,8 +406,13 @@ def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
 
 
 def test_the_finetune_protocol_trains_a_copy(cache_dir):
-    cfg = config(cache_dir, "eval.probe.protocol=finetune", "eval.probe.finetune_steps=5",
-                 "eval.tasks.probe.max_train_examples=64", "eval.tasks.probe.max_test_examples=32")
+    cfg = config(
+        cache_dir,
+        "eval.probe.protocol=finetune",
+        "eval.probe.finetune_steps=5",
+        "eval.tasks.probe.max_train_examples=64",
+        "eval.tasks.probe.max_test_examples=32",
+    )
     run = build(cfg)
     model, module = run.model, run.module
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -327,6 +427,7 @@ def test_an_exam_without_windows_shows_no_examples():
     from selfsup.data.vocab import Vocab
     from selfsup.evaluation.fixed import FixedExam
     from selfsup.models import build_model
+
     model = build_model("decoder", 300, 64, d_model=16, n_layers=1, n_heads=2)
     exam = FixedExam("decoder", Vocab(300, n_sentinels=8), 32, np.arange(200) % 300, max_tokens=32)
     assert exam.examples(model, None) == []
@@ -337,14 +438,15 @@ def test_the_fixed_exam_reads_at_most_max_tokens_of_the_validation_split():
 
     from selfsup.data.vocab import Vocab
     from selfsup.evaluation.fixed import FixedExam
+
     val = (np.arange(100_000) % 280 + 20).astype(np.uint16)
     exam = FixedExam("decoder", Vocab(300, n_sentinels=8), 32, val, max_tokens=1000)
     assert tuple(exam.windows.shape) == (1000 // 33, 33)  # a decoder's window: seq_len + 1
-    assert exam.windows.flatten().tolist() == val[:30 * 33].tolist()  # the split's start
+    assert exam.windows.flatten().tolist() == val[: 30 * 33].tolist()  # the split's start
     assert len(FixedExam("decoder", Vocab(300, n_sentinels=8), 32, val, max_tokens=None).windows) == 100_000 // 33
     panel = FixedExam("encoder", Vocab(300, n_sentinels=8), 32, val, max_tokens=1000)  # 4 members share 1000 tokens
     assert {m: tuple(w.shape) for m, (_, w) in panel.members.items()} == {m: (250 // 32, 32) for m in panel.members}
-    assert all(w.flatten().tolist() == val[:7 * 32].tolist() for _, w in panel.members.values())
+    assert all(w.flatten().tolist() == val[: 7 * 32].tolist() for _, w in panel.members.values())
 
 
 def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
@@ -353,6 +455,7 @@ def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
     from pathlib import Path
 
     from selfsup.evaluation.stats import margin
+
     small = ["eval.fixed=null", "eval.tasks.probe.max_train_examples=200", "eval.tasks.probe.max_test_examples=100"]
     folder = Path(cache_dir) / "probe-random-init"
 
@@ -371,8 +474,13 @@ def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
     assert evaluation.random_init["probe"].shape == (3, 100)
     m = margin(evaluation.last["probe"], evaluation.random_init["probe"])
     assert (first["eval/probe/margin"], first["eval/probe/margin_low"], first["eval/probe/margin_high"]) == (
-        m.value, m.low, m.high)
-    assert first["eval/probe/margin"] == pytest.approx(first["eval/probe/accuracy"] - first["eval/probe/random_init_accuracy"])
+        m.value,
+        m.low,
+        m.high,
+    )
+    assert first["eval/probe/margin"] == pytest.approx(
+        first["eval/probe/accuracy"] - first["eval/probe/random_init_accuracy"]
+    )
     p = first["eval/probe/accuracy"]  # the test set's binomial error, 100 test examples
     assert first["eval/probe/accuracy_se"] == pytest.approx((p * (1 - p) / 99) ** 0.5)
     evaluate("architecture.d_model=16")  # another shape: its own entries

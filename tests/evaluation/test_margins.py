@@ -18,8 +18,9 @@ def make(vocab):
 def test_pair_margins_are_accuracy_minus_random_init_with_their_interval(tmp_path):
     tok, vocab = word_tokenizer(WORDS), Vocab(size=len(WORDS), n_sentinels=4)
     path = blimp_file(tmp_path / "p.jsonl", BLIMP * 20)  # 100 pairs in two groups
-    pairs = MinimalPairs(builtin=False, sets={"b": PairSource(paths=[str(path)], group_field="UID")},
-                         random_init_seeds=3)
+    pairs = MinimalPairs(
+        builtin=False, sets={"b": PairSource(paths=[str(path)], group_field="UID")}, random_init_seeds=3
+    )
     pairs.setup("decoder", vocab, tok, 24, make_model=make(vocab))
     torch.manual_seed(5)
     out = pairs(make(vocab)())

@@ -25,8 +25,10 @@ V = Vocab(size=120, n_sentinels=4)
 
 def sentences(n=12, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(V.first_ordinary, V.size, (int(torch.randint(1, 9, (1,), generator=g)),),
-                          generator=g).tolist() for _ in range(n)]
+    return [
+        torch.randint(V.first_ordinary, V.size, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(n)
+    ]
 
 
 def trained_like(arch, seed=0):
@@ -40,7 +42,7 @@ def trained_like(arch, seed=0):
 
 
 def logp(model, hidden, target):
-    return model.head(hidden[None])[0, :V.size].float().log_softmax(-1)[target].item()
+    return model.head(hidden[None])[0, : V.size].float().log_softmax(-1)[target].item()
 
 
 # ---------------------------------------------------------------------------------------- each family's scorer
@@ -84,7 +86,7 @@ def test_denoise_score_scores_each_token_inside_its_span_given_the_span_so_far(s
         total = 0.0
         for i, t in enumerate(ids):
             start = i - i % span
-            encoder = [V.eos_id, *ids[:start], s0, *ids[start + span:], V.eos_id]
+            encoder = [V.eos_id, *ids[:start], s0, *ids[start + span :], V.eos_id]
             decoder = [V.bos_id, s0, *ids[start:i]]
             hidden = model(encoder_inputs=torch.tensor([encoder]), decoder_inputs=torch.tensor([decoder]))[0]
             total += logp(model, hidden[-1], t)
@@ -163,8 +165,8 @@ def test_ngram_references_are_counts_of_the_training_tokens():
     unigram = lambda t: (np.sum(tokens == t) + 1) / (n + v)  # noqa: E731
     assert counts.score([[10, 11]], eos_id=2, order=1)[0] == pytest.approx(math.log(unigram(10) * unigram(11)))
     # bigram: 0.8 * c(prev, t) / c(prev) + 0.2 * unigram(t), the first token after </s>
-    after_eos = 0.8 * 2 / 3 + 0.2 * unigram(10)       # (2, 10) twice, </s> 3 times as a context
-    after_10 = 0.8 * 2 / 2 + 0.2 * unigram(11)        # (10, 11) twice, 10 twice as a context (the last token is none)
+    after_eos = 0.8 * 2 / 3 + 0.2 * unigram(10)  # (2, 10) twice, </s> 3 times as a context
+    after_10 = 0.8 * 2 / 2 + 0.2 * unigram(11)  # (10, 11) twice, 10 twice as a context (the last token is none)
     assert counts.score([[10, 11]], eos_id=2, order=2)[0] == pytest.approx(math.log(after_eos * after_10))
     never = 0.8 * 0 / 3 + 0.2 * unigram(13)  # a pair never seen after a seen context: the unigram share
     assert counts.score([[13]], eos_id=2, order=2)[0] == pytest.approx(math.log(never))
@@ -176,24 +178,35 @@ def blimp_file(path, rows):
     return path
 
 
-BLIMP = [{"sentence_good": "the cat sat on a mat", "sentence_bad": "the cat sat a on mat", "UID": "order"},
-         {"sentence_good": "a dog ran far away", "sentence_bad": "a dog far ran away", "UID": "order"},
-         {"sentence_good": "the dog ran quickly", "sentence_bad": "the mat ran quickly", "UID": "agent"},
-         {"sentence_good": "a cat sat slowly", "sentence_bad": "a cat mat slowly", "UID": "agent"},
-         {"sentence_good": "the cat ran away", "sentence_bad": "the away ran cat", "UID": "agent"}]
+BLIMP = [
+    {"sentence_good": "the cat sat on a mat", "sentence_bad": "the cat sat a on mat", "UID": "order"},
+    {"sentence_good": "a dog ran far away", "sentence_bad": "a dog far ran away", "UID": "order"},
+    {"sentence_good": "the dog ran quickly", "sentence_bad": "the mat ran quickly", "UID": "agent"},
+    {"sentence_good": "a cat sat slowly", "sentence_bad": "a cat mat slowly", "UID": "agent"},
+    {"sentence_good": "the cat ran away", "sentence_bad": "the away ran cat", "UID": "agent"},
+]
 
 
 @pytest.mark.parametrize("how", ["text_files", "hf_dataset"])
 def test_a_user_set_in_blimp_layout_with_groups(tmp_path, how):
     path = blimp_file(tmp_path / "blimp.jsonl", BLIMP)
-    source = (PairSource(paths=[str(path)], group_field="UID") if how == "text_files" else
-              PairSource(source="hf_dataset", hf_name="json", data_files={"train": [str(path)]}, group_field="UID"))
+    source = (
+        PairSource(paths=[str(path)], group_field="UID")
+        if how == "text_files"
+        else PairSource(source="hf_dataset", hf_name="json", data_files={"train": [str(path)]}, group_field="UID")
+    )
     tok = word_tokenizer(WORDS)
     vocab = Vocab(size=len(WORDS), n_sentinels=4)
     pairs = MinimalPairs(builtin=False, sets={"blimp": source}, random_init_seeds=2)
     pairs.check()
-    pairs.setup("decoder", vocab, tok, 24, train_tokens=np.arange(7, len(WORDS)).repeat(3),
-                make_model=lambda: build_model("decoder", vocab.size, 24, d_model=32, n_layers=1, n_heads=2))
+    pairs.setup(
+        "decoder",
+        vocab,
+        tok,
+        24,
+        train_tokens=np.arange(7, len(WORDS)).repeat(3),
+        make_model=lambda: build_model("decoder", vocab.size, 24, d_model=32, n_layers=1, n_heads=2),
+    )
     torch.manual_seed(0)
     model = build_model("decoder", vocab.size, 24, d_model=32, n_layers=1, n_heads=2)
     out = pairs(model)
@@ -203,20 +216,32 @@ def test_a_user_set_in_blimp_layout_with_groups(tmp_path, how):
     assert out["eval/pairs/blimp/accuracy"] == pytest.approx(np.mean(won))
     assert out["eval/pairs/blimp/order/accuracy"] == pytest.approx(np.mean(won[:2]))
     assert out["eval/pairs/blimp/agent/accuracy"] == pytest.approx(np.mean(won[2:]))
-    for key in ("random_init_accuracy", "random_init_accuracy_sd", "unigram_accuracy", "bigram_accuracy",
-                "order/random_init_accuracy", "agent/bigram_accuracy"):
+    for key in (
+        "random_init_accuracy",
+        "random_init_accuracy_sd",
+        "unigram_accuracy",
+        "bigram_accuracy",
+        "order/random_init_accuracy",
+        "agent/bigram_accuracy",
+    ):
         assert 0 <= out[f"eval/pairs/blimp/{key}"] <= 1
     assert "eval/pairs/accuracy" not in out  # the built-in set is off
 
 
-@pytest.mark.parametrize("rows,setup,words", [
-    ([{"sentence_good": "a b"}], {}, ["no field 'sentence_bad' in record 1", "bad_field"]),
-    ([{"sentence_good": "the cat", "sentence_bad": "the  cat"}], {}, ["pair 1 has the same good and bad sentence"]),
-    ([{"sentence_good": "", "sentence_bad": "the cat"}], {}, ["pair 1 has an empty"]),
-    ([], {}, ["no field 'sentence_good'"]),
-    ([{"good": "a b", "bad": "b a"}], {"good_field": "good", "bad_field": "bad", "group_field": "UID"},
-     ["no field 'UID' in record 1", "group_field"]),
-])
+@pytest.mark.parametrize(
+    "rows,setup,words",
+    [
+        ([{"sentence_good": "a b"}], {}, ["no field 'sentence_bad' in record 1", "bad_field"]),
+        ([{"sentence_good": "the cat", "sentence_bad": "the  cat"}], {}, ["pair 1 has the same good and bad sentence"]),
+        ([{"sentence_good": "", "sentence_bad": "the cat"}], {}, ["pair 1 has an empty"]),
+        ([], {}, ["no field 'sentence_good'"]),
+        (
+            [{"good": "a b", "bad": "b a"}],
+            {"good_field": "good", "bad_field": "bad", "group_field": "UID"},
+            ["no field 'UID' in record 1", "group_field"],
+        ),
+    ],
+)
 def test_bad_user_sets_are_one_line(tmp_path, rows, setup, words):
     path = blimp_file(tmp_path / "p.jsonl", rows)
     with pytest.raises(EvalError) as err:
@@ -242,9 +267,14 @@ def test_random_init_baselines_are_cached_per_shape_and_seed(tmp_path):
 
     def run(d_model):
         pairs = MinimalPairs(builtin=False, sets={"b": PairSource(paths=[str(path)])}, random_init_seeds=3)
-        pairs.setup("encoder", vocab, tok, 24, make_model=lambda: build_model("encoder", vocab.size, 24,
-                                                                                 d_model=d_model, n_layers=1, n_heads=2),
-                    cache_dir=tmp_path / "cache")
+        pairs.setup(
+            "encoder",
+            vocab,
+            tok,
+            24,
+            make_model=lambda: build_model("encoder", vocab.size, 24, d_model=d_model, n_layers=1, n_heads=2),
+            cache_dir=tmp_path / "cache",
+        )
         torch.manual_seed(0)
         return pairs(build_model("encoder", vocab.size, 24, d_model=d_model, n_layers=1, n_heads=2))
 
@@ -267,9 +297,18 @@ EXAMPLE_SET = Path(__file__).parents[2] / "docs" / "examples" / "pairs.jsonl"
 def test_a_run_scores_a_user_set_by_group_and_refuses_a_bad_one_before_writing(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline"}
     common = ["selfsup-train", "debug=tiny", "logger=csv", "eval.tasks={}", f"data.cache_dir={tmp_path / 'cache'}"]
-    out = forked.run([*common, f"hydra.run.dir={tmp_path / 'run'}", "trainer.progress_bar=true",
-                          f"+eval.pairs.sets.mine={{paths: [{EXAMPLE_SET}], group_field: UID}}"],
-                         capture_output=True, text=True, env=env, timeout=600)
+    out = forked.run(
+        [
+            *common,
+            f"hydra.run.dir={tmp_path / 'run'}",
+            "trainer.progress_bar=true",
+            f"+eval.pairs.sets.mine={{paths: [{EXAMPLE_SET}], group_field: UID}}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     groups = {json.loads(line)["UID"] for line in EXAMPLE_SET.read_text().splitlines()}
@@ -280,13 +319,22 @@ def test_a_run_scores_a_user_set_by_group_and_refuses_a_bad_one_before_writing(t
     with open(tmp_path / "run" / "csv" / "metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("eval/pairs/mine/accuracy")]
     assert len(rows) == 1 and float(rows[0]["eval/pairs/mine/accuracy"]) == pytest.approx(
-        summary["eval"]["eval/pairs/mine/accuracy"])
+        summary["eval"]["eval/pairs/mine/accuracy"]
+    )
     shown = f"pairs mine {summary['eval']['eval/pairs/mine/accuracy']:.3f} (pseudo-log-likelihood)"
     assert shown in out.stdout and shown in out.stderr  # the run's last lines and the evaluation's line
 
-    bad = forked.run([*common, f"hydra.run.dir={tmp_path / 'refused'}",
-                          f"+eval.pairs.sets.mine={{paths: [{tmp_path / 'nope.jsonl'}]}}"],
-                         capture_output=True, text=True, env=env, timeout=600)
+    bad = forked.run(
+        [
+            *common,
+            f"hydra.run.dir={tmp_path / 'refused'}",
+            f"+eval.pairs.sets.mine={{paths: [{tmp_path / 'nope.jsonl'}]}}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1].startswith("error: eval.pairs.sets.mine.paths: ")
     assert "does not exist" in bad.stderr and not (tmp_path / "refused").exists()

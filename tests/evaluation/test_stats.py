@@ -37,7 +37,9 @@ def test_seeds_that_disagree_widen_the_interval():
     base = (rng.random(2000) < 0.5).astype(float)
     agree = np.stack([base, base, base])
     # the same examples, but seeds whose accuracies differ by 0.1: a bootstrap over examples alone misses it
-    disagree = np.stack([np.where(rng.random(2000) < 0.2, 0.0, base), base, np.where(rng.random(2000) < 0.2, 1.0, base)])
+    disagree = np.stack(
+        [np.where(rng.random(2000) < 0.2, 0.0, base), base, np.where(rng.random(2000) < 0.2, 1.0, base)]
+    )
     narrow, wide = margin(trained, agree), margin(trained, disagree)
     assert (wide.high - wide.low) > 1.5 * (narrow.high - narrow.low)
 
@@ -76,6 +78,7 @@ def test_outcomes_of_different_examples_are_refused():
 
 def test_standard_error_of_an_accuracy_is_its_binomial_error_over_the_test_examples():
     from selfsup.evaluation.stats import standard_error
+
     outcomes = np.array([1.0] * 60 + [0.0] * 40)
     assert standard_error(outcomes) == pytest.approx(np.sqrt(0.6 * 0.4 / 99))
     assert standard_error([1.0, 0.0, 1.0, 0.0]) == pytest.approx(np.sqrt(1 / 3) / 2)

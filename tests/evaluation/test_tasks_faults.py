@@ -26,8 +26,9 @@ def test_a_test_label_that_never_occurs_in_training_is_refused(tmp_path):
     test = write(tmp_path / "test.jsonl", [{"text": f"test {i}", "label": "abc"[i % 3]} for i in range(9)])
     with pytest.raises(EvalError) as err:
         task([train], test_paths=[test]).load()
-    assert str(err.value) == ("task t: test labels ['c'] never occur in training: the probe cannot predict them; "
-                              "fix the labels or the split")
+    assert str(err.value) == (
+        "task t: test labels ['c'] never occur in training: the probe cannot predict them; fix the labels or the split"
+    )
 
 
 def test_a_task_whose_training_labels_are_one_class_names_the_test_labels(tmp_path):
@@ -61,11 +62,18 @@ def test_the_cap_keeps_a_uniform_sample_of_a_file_sorted_by_label(tmp_path, fmt)
 
 
 def test_the_cap_on_test_paths_and_uneven_classes(tmp_path):
-    rows = [{"text": f"train {label} {i}", "label": label} for label, n in (("x", 600), ("y", 300), ("z", 100))
-            for i in range(n)]
+    rows = [
+        {"text": f"train {label} {i}", "label": label}
+        for label, n in (("x", 600), ("y", 300), ("z", 100))
+        for i in range(n)
+    ]
     test_rows = [{"text": f"test {label} {i}", "label": label} for label in "xyz" for i in range(200)]
-    train, test = task([write(tmp_path / "train.jsonl", rows)], test_paths=[write(tmp_path / "test.jsonl", test_rows)],
-                       max_train_examples=200, max_test_examples=90).load()
+    train, test = task(
+        [write(tmp_path / "train.jsonl", rows)],
+        test_paths=[write(tmp_path / "test.jsonl", test_rows)],
+        max_train_examples=200,
+        max_test_examples=90,
+    ).load()
     assert (len(train), len(test)) == (200, 90)
     within_4_sigma(Counter(train.labels), [0, 1, 2], 200, [0.6, 0.3, 0.1])
     within_4_sigma(Counter(test.labels), [0, 1, 2], 90, [1 / 3] * 3)
@@ -95,8 +103,9 @@ def test_a_task_file_of_20_mb_of_text_is_read_without_holding_it(tmp_path, fmt):
 
 
 # ---------------------------------------------------------------------------------------- labels that are not classes
-@pytest.mark.parametrize("label,kind", [([1, 2], "a list"), ({"a": 1}, "a dict"), (0.5, "the number 0.5"),
-                                        (float("nan"), "the number nan")])
+@pytest.mark.parametrize(
+    "label,kind", [([1, 2], "a list"), ({"a": 1}, "a dict"), (0.5, "the number 0.5"), (float("nan"), "the number nan")]
+)
 def test_a_label_that_is_not_a_class_is_one_line(tmp_path, label, kind):
     rows = [{"text": f"text {i}", "label": i % 2} for i in range(20)] + [{"text": "odd one", "label": label}]
     path = write(tmp_path / "t.jsonl", rows)
@@ -126,7 +135,7 @@ def test_null_labels_are_left_out_and_whole_number_floats_are_classes(tmp_path):
 # ---------------------------------------------------------------------------------------- CSV quoting
 def test_quoted_newlines_in_a_csv_task_stay_in_the_text(tmp_path):
     rows = [{"text": f"first line {i}\nsecond line", "label": i % 2} for i in range(30)]
-    rows += [{"text": f"windows {i}\r\nline, with \"quotes\"", "label": i % 2} for i in range(30)]
+    rows += [{"text": f'windows {i}\r\nline, with "quotes"', "label": i % 2} for i in range(30)]
     path = write(tmp_path / "t.csv", rows)
     t = task([path], test_paths=[path])
     train, test = t.load()

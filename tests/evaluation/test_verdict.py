@@ -14,21 +14,45 @@ def outcomes(rng, accuracy: float, n: int = N) -> np.ndarray:
     return (rng.random(n) < accuracy).astype(float)
 
 
-def run(tmp_path, name: str, trained: np.ndarray, random_init: np.ndarray, objective: str, seed: int = 0,
-        keep: bool = True, steps: int = 300, flops: float = 1.7e12, examples: str = "pairs-v1") -> dict:
+def run(
+    tmp_path,
+    name: str,
+    trained: np.ndarray,
+    random_init: np.ndarray,
+    objective: str,
+    seed: int = 0,
+    keep: bool = True,
+    steps: int = 300,
+    flops: float = 1.7e12,
+    examples: str = "pairs-v1",
+) -> dict:
     """A finished run's summary row whose eval/pairs margin is computed from the arrays (as Evaluation does), its
     outcomes kept in its run dir."""
     run_dir = tmp_path / name
     run_dir.mkdir()
     m = margin(trained, random_init)
     if keep:
-        np.savez(run_dir / OUTCOMES, **{"eval/pairs": trained, "eval/pairs|random_init": random_init,
-                                        "eval/pairs|examples": np.array(examples)})
-    return {"status": "finished", "objective": objective, "swept": {"seed": seed}, "run_dir": str(run_dir),
-            "steps": steps, "tokens_seen": steps * 2048, "flops_seen": flops, "targets_seen": steps * 300,
-            "pairs_scorers": {"eval/pairs": "summed log-prob"},
-            "eval": {"eval/pairs/accuracy": float(trained.mean()), "eval/pairs/margin": m.value,
-                     "eval/pairs/margin_low": m.low, "eval/pairs/margin_high": m.high}}
+        np.savez(
+            run_dir / OUTCOMES,
+            **{"eval/pairs": trained, "eval/pairs|random_init": random_init, "eval/pairs|examples": np.array(examples)},
+        )
+    return {
+        "status": "finished",
+        "objective": objective,
+        "swept": {"seed": seed},
+        "run_dir": str(run_dir),
+        "steps": steps,
+        "tokens_seen": steps * 2048,
+        "flops_seen": flops,
+        "targets_seen": steps * 300,
+        "pairs_scorers": {"eval/pairs": "summed log-prob"},
+        "eval": {
+            "eval/pairs/accuracy": float(trained.mean()),
+            "eval/pairs/margin": m.value,
+            "eval/pairs/margin_low": m.low,
+            "eval/pairs/margin_high": m.high,
+        },
+    }
 
 
 def test_identical_models_show_no_difference_at_this_scale(tmp_path):
@@ -38,8 +62,10 @@ def test_identical_models_show_no_difference_at_this_scale(tmp_path):
     d = difference(trained, base, trained, base)
     assert d.value == d.low == d.high == 0  # the same outcomes and the same random-init models: exactly 0
     lines = verdict_lines(rows, width=10_000)
-    assert lines[0] == ("Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: 300 steps, "
-                        "614k tokens, 1.7e+12 FLOPs, 90k scored targets):")
+    assert lines[0] == (
+        "Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: 300 steps, "
+        "614k tokens, 1.7e+12 FLOPs, 90k scored targets):"
+    )
     text = verdict_text(rows)
     assert f"mlm - clm {d}: {NO_LEAD}" in text and " leads " not in text
     m = rows[0]["eval"]
@@ -59,25 +85,35 @@ def test_null_results_say_no_pretraining_shown_yet(tmp_path):
 def test_a_clear_lead_over_seeds_is_called_with_its_interval_and_spread(tmp_path):
     rng = np.random.default_rng(2)
     base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
-    rows = [run(tmp_path, f"{o}{s}", outcomes(rng, acc), base, o, seed=s)
-            for o, acc in (("clm", 0.8), ("mlm", 0.6)) for s in (0, 1, 2)]
+    rows = [
+        run(tmp_path, f"{o}{s}", outcomes(rng, acc), base, o, seed=s)
+        for o, acc in (("clm", 0.8), ("mlm", 0.6))
+        for s in (0, 1, 2)
+    ]
     text = verdict_text(rows)
     clm = [r["eval"]["eval/pairs/margin"] for r in rows[:3]]
     mlm = [r["eval"]["eval/pairs/margin"] for r in rows[3:]]
     spread = max(max(clm) - min(clm), max(mlm) - min(mlm))
-    d = difference(np.mean([np.load(f"{r['run_dir']}/{OUTCOMES}")["eval/pairs"] for r in rows[:3]], axis=0), base,
-                   np.mean([np.load(f"{r['run_dir']}/{OUTCOMES}")["eval/pairs"] for r in rows[3:]], axis=0), base)
+    d = difference(
+        np.mean([np.load(f"{r['run_dir']}/{OUTCOMES}")["eval/pairs"] for r in rows[:3]], axis=0),
+        base,
+        np.mean([np.load(f"{r['run_dir']}/{OUTCOMES}")["eval/pairs"] for r in rows[3:]], axis=0),
+        base,
+    )
     assert d.low > spread  # constructed: the lead is far outside both
     assert f"clm leads mlm by {d.value:.3f} (clm - mlm {d}; seed spread {spread:.3f})" in text
-    assert f"clm mean {np.mean(clm):+.3f} ({min(clm):+.3f} to {max(clm):+.3f} over 3 seeds, interval above 0 at 3)" in text
+    assert (
+        f"clm mean {np.mean(clm):+.3f} ({min(clm):+.3f} to {max(clm):+.3f} over 3 seeds, interval above 0 at 3)" in text
+    )
 
 
 def test_a_lead_inside_the_seed_spread_is_no_difference(tmp_path):
     rng = np.random.default_rng(3)
     base = np.stack([outcomes(rng, 0.5, 4000) for _ in range(3)])
     # mlm's seeds scatter by 0.2; clm sits 0.06 above mlm's mean: beyond the pooled interval, inside the spread
-    rows = [run(tmp_path, f"mlm{s}", outcomes(rng, acc, 4000), base, "mlm", seed=s)
-            for s, acc in enumerate((0.5, 0.6, 0.7))]
+    rows = [
+        run(tmp_path, f"mlm{s}", outcomes(rng, acc, 4000), base, "mlm", seed=s) for s, acc in enumerate((0.5, 0.6, 0.7))
+    ]
     rows += [run(tmp_path, f"clm{s}", outcomes(rng, 0.66, 4000), base, "clm", seed=s) for s in range(3)]
     text = verdict_text(rows)
     mlm = [r["eval"]["eval/pairs/margin"] for r in rows[:3]]
@@ -91,28 +127,42 @@ def test_one_seed_each_calls_no_lead_and_says_how_to_measure_it(tmp_path):
     rows = [run(tmp_path, "a", outcomes(rng, 0.8), base, "clm"), run(tmp_path, "b", outcomes(rng, 0.6), base, "mlm")]
     rows.append(run(tmp_path, "c", outcomes(rng, 0.7), base, "ul2"))
     text = verdict_text(rows)
-    d = [difference(np.load(f"{rows[0]['run_dir']}/{OUTCOMES}")["eval/pairs"], base,
-                    np.load(f"{r['run_dir']}/{OUTCOMES}")["eval/pairs"], base) for r in rows[1:]]
-    assert text.endswith(f"clm - mlm {d[0]}; clm - ul2 {d[1]}: one seed each: the seed spread is not measured, so no "
-                         f"lead is called (add seed=0,1,2)")  # said once for both
+    d = [
+        difference(
+            np.load(f"{rows[0]['run_dir']}/{OUTCOMES}")["eval/pairs"],
+            base,
+            np.load(f"{r['run_dir']}/{OUTCOMES}")["eval/pairs"],
+            base,
+        )
+        for r in rows[1:]
+    ]
+    assert text.endswith(
+        f"clm - mlm {d[0]}; clm - ul2 {d[1]}: one seed each: the seed spread is not measured, so no "
+        f"lead is called (add seed=0,1,2)"
+    )  # said once for both
     assert " leads " not in text
 
 
 def test_runs_without_outcomes_or_on_other_examples_are_not_bounded(tmp_path):
     rng = np.random.default_rng(5)
     base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
-    rows = [run(tmp_path, "a", outcomes(rng, 0.8), base, "clm"), run(tmp_path, "b", outcomes(rng, 0.6), base, "mlm",
-                                                                         keep=False)]
+    rows = [
+        run(tmp_path, "a", outcomes(rng, 0.8), base, "clm"),
+        run(tmp_path, "b", outcomes(rng, 0.6), base, "mlm", keep=False),
+    ]
     assert "not bounded (no per-example outcomes kept): no lead called" in verdict_text(rows)
     rows[1] = run(tmp_path, "c", outcomes(rng, 0.6), base, "mlm", examples="pairs-v2")
     assert "not bounded (scored on other examples): no lead called" in verdict_text(rows)
 
 
 def test_held_equal_names_what_differs():
-    rows = [{"steps": 300, "tokens_seen": 614400, "flops_seen": f, "targets_seen": t}
-            for f, t in ((1.7e12, 95_000), (3.4e12, 600_000))]
-    assert held_equal(rows) == ("held equal: 300 steps, 614k tokens; not equal: FLOPs 1.7e+12 to 3.4e+12, "
-                                "scored targets 95k to 600k")
+    rows = [
+        {"steps": 300, "tokens_seen": 614400, "flops_seen": f, "targets_seen": t}
+        for f, t in ((1.7e12, 95_000), (3.4e12, 600_000))
+    ]
+    assert held_equal(rows) == (
+        "held equal: 300 steps, 614k tokens; not equal: FLOPs 1.7e+12 to 3.4e+12, scored targets 95k to 600k"
+    )
     rows = [{"steps": s, "flops_seen": f} for s, f in ((410, 2.500e12), (290, 2.512e12))]  # trainer.max_flops
     assert held_equal(rows) == "held equal: 2.5e+12 FLOPs (within 1%); not equal: steps 290 to 410"
     assert held_equal(rows[:1]) == "410 steps, 2.5e+12 FLOPs"

@@ -32,6 +32,7 @@ def differs(a, b):
 
 # --- causal / bidirectional ----------------------------------------------------------------
 
+
 @torch.no_grad()
 def test_decoder_is_causal_encoder_is_not():
     x = ids()
@@ -60,8 +61,9 @@ def test_decoder_prefix_lm():
         d = differs(out, dec(decoder_inputs=changed_at(x, t), prefix_length=prefix))
         assert not d[:t].any() and d[t:].all(), t
     # prefix_length 0 is plain causal; the prefix mask differs per row
-    assert torch.allclose(dec(decoder_inputs=x, prefix_length=torch.zeros(B, dtype=torch.long)),
-                          dec(decoder_inputs=x), atol=ATOL)
+    assert torch.allclose(
+        dec(decoder_inputs=x, prefix_length=torch.zeros(B, dtype=torch.long)), dec(decoder_inputs=x), atol=ATOL
+    )
     per_row = torch.tensor([0, 3, L])
     y = changed_at(x, 2)
     a, b = dec(decoder_inputs=x, prefix_length=per_row), dec(decoder_inputs=y, prefix_length=per_row)
@@ -70,6 +72,7 @@ def test_decoder_prefix_lm():
 
 
 # --- encoder padding ----------------------------------------------------------------------
+
 
 @torch.no_grad()
 def test_encoder_padding_is_invisible():
@@ -89,8 +92,9 @@ def test_encoder_padding_is_invisible():
     b = ed(encoder_inputs=garbled, decoder_inputs=d, encoder_mask=mask)
     assert torch.allclose(a, b, atol=ATOL)
     # without the mask the garbled tokens are seen
-    assert not torch.allclose(ed(encoder_inputs=x, decoder_inputs=d),
-                              ed(encoder_inputs=garbled, decoder_inputs=d), atol=ATOL)
+    assert not torch.allclose(
+        ed(encoder_inputs=x, decoder_inputs=d), ed(encoder_inputs=garbled, decoder_inputs=d), atol=ATOL
+    )
 
 
 @torch.no_grad()
@@ -110,6 +114,7 @@ def test_all_padding_row_is_finite_and_reads_nothing():
 
 # --- encoder-decoder ------------------------------------------------------------------------
 
+
 @torch.no_grad()
 def test_encoder_decoder_causal_in_decoder_and_reads_encoder():
     m = make("encoder_decoder", n_decoder_layers=3)
@@ -126,11 +131,16 @@ def test_encoder_decoder_causal_in_decoder_and_reads_encoder():
 
 # --- common signature -----------------------------------------------------------------------
 
+
 @torch.no_grad()
 def test_common_keyword_signature_and_missing_inputs():
     x, d = ids(), ids(length=6, seed=2)
-    full = dict(encoder_inputs=x, decoder_inputs=d, encoder_mask=torch.ones(B, L, dtype=torch.bool),
-                prefix_length=torch.full((B,), 2))
+    full = dict(
+        encoder_inputs=x,
+        decoder_inputs=d,
+        encoder_mask=torch.ones(B, L, dtype=torch.bool),
+        prefix_length=torch.full((B,), 2),
+    )
     assert make("encoder")(**full).shape == (B, L, 32)
     assert make("decoder")(**full).shape == (B, 6, 32)
     assert make("encoder_decoder")(**full).shape == (B, 6, 32)
@@ -147,6 +157,7 @@ def test_common_keyword_signature_and_missing_inputs():
 
 
 # --- head, vocab padding, tying ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_head_is_padded_and_padding_gets_no_probability(name):
@@ -169,8 +180,7 @@ def test_head_is_padded_and_padding_gets_no_probability(name):
 def test_vocab_already_a_multiple_of_64_is_not_padded():
     m = build_model("decoder", vocab_size=128, max_len=8, d_model=32, n_layers=1, n_heads=4)
     assert m.padded_vocab_size == 128 and m.tok_emb.weight.shape[0] == 128
-    assert build_model("decoder", vocab_size=129, max_len=8, d_model=32, n_layers=1,
-                       n_heads=4).padded_vocab_size == 192
+    assert build_model("decoder", vocab_size=129, max_len=8, d_model=32, n_layers=1, n_heads=4).padded_vocab_size == 192
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -195,8 +205,11 @@ def test_init_scales_residual_projections():
 
 # --- errors -------------------------------------------------------------------------------
 
+
 def test_bad_arguments_raise_helpful_errors():
-    with pytest.raises(ValueError, match="architecture.name=gpt is unknown: use one of encoder, decoder, encoder_decoder"):
+    with pytest.raises(
+        ValueError, match="architecture.name=gpt is unknown: use one of encoder, decoder, encoder_decoder"
+    ):
         build_model("gpt", vocab_size=V, max_len=16)
     with pytest.raises(ValueError, match="architecture.activation=swish is unknown: use one of gelu, relu"):
         build_model("encoder", vocab_size=V, max_len=16, activation="swish")
@@ -214,11 +227,15 @@ def test_bad_arguments_raise_helpful_errors():
 
 # --- activation checkpointing ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_activation_checkpointing_matches(name):
-    kw = dict(encoder_inputs=ids(), decoder_inputs=ids(length=7, seed=2),
-              encoder_mask=torch.arange(L)[None, :].expand(B, L) < torch.tensor([[L], [5], [9]]),
-              prefix_length=torch.tensor([0, 3, 6]))
+    kw = dict(
+        encoder_inputs=ids(),
+        decoder_inputs=ids(length=7, seed=2),
+        encoder_mask=torch.arange(L)[None, :].expand(B, L) < torch.tensor([[L], [5], [9]]),
+        prefix_length=torch.tensor([0, 3, 6]),
+    )
     results = []
     for ckpt in (False, True):
         m = make(name, activation_checkpointing=ckpt, dropout=0.1).train()
@@ -237,7 +254,7 @@ def reference_attention(attn, x, context, causal):
     """Multi-head attention written out from the query/key/value rows of attn.qkv."""
     D, H = x.shape[-1], attn.n_heads
     w, b = attn.qkv.weight, attn.qkv.bias
-    q, k, v = x @ w[:D].t() + b[:D], context @ w[D:2 * D].t() + b[D:2 * D], context @ w[2 * D:].t() + b[2 * D:]
+    q, k, v = x @ w[:D].t() + b[:D], context @ w[D : 2 * D].t() + b[D : 2 * D], context @ w[2 * D :].t() + b[2 * D :]
     split = lambda t: t.view(t.shape[0], t.shape[1], H, D // H).transpose(1, 2)  # noqa: E731
     scores = split(q) @ split(k).transpose(-1, -2) / (D // H) ** 0.5
     if causal:

@@ -122,7 +122,7 @@ def test_mlm_never_chooses_special_tokens_and_never_inserts_them():
 def test_mlm_whole_word_masks_all_pieces_together():
     word_start = torch.zeros(V.size, dtype=torch.bool)
     word_start[:ORD] = True
-    word_start[ORD:ORD + 100] = True  # ids ORD..ORD+99 begin a word, the rest continue one
+    word_start[ORD : ORD + 100] = True  # ids ORD..ORD+99 begin a word, the rest continue one
     vocab = Vocab(size=V.size, word_start=word_start)
     starts = torch.randint(ORD, ORD + 100, (128, 64), generator=gen(1))
     pieces = torch.randint(ORD + 100, V.size, (128, 64), generator=gen(2))
@@ -187,8 +187,13 @@ def test_span_corruption_exact_counts_order_and_reconstruction(rate, mean):
 def test_span_corruption_static_shapes_across_batches():
     sc = SpanCorruption(V, seq_len=64, mask_rate=0.2, mean_span_length=2)
     g = gen(0)
-    shapes = {(sc(ordinary(8, sc.raw_length, seed=s), g).encoder_inputs.shape,
-               sc(ordinary(8, sc.raw_length, seed=s), g).targets.shape) for s in range(5)}
+    shapes = {
+        (
+            sc(ordinary(8, sc.raw_length, seed=s), g).encoder_inputs.shape,
+            sc(ordinary(8, sc.raw_length, seed=s), g).targets.shape,
+        )
+        for s in range(5)
+    }
     assert len(shapes) == 1
 
 
@@ -199,8 +204,9 @@ def test_span_lengths_average_the_mean():
     assert starts.item() == 64 * sc.spans and sc.noise / sc.spans == pytest.approx(85 / 28)
 
 
-@pytest.mark.parametrize("inputs,rate,mean,raw,targets",
-                         [(512, 0.15, 3, 568, 114), (64, 0.2, 2, 70, 22), (64, 0.2, 1, 63, 27)])
+@pytest.mark.parametrize(
+    "inputs,rate,mean,raw,targets", [(512, 0.15, 3, 568, 114), (64, 0.2, 2, 70, 22), (64, 0.2, 1, 63, 27)]
+)
 def test_t5_length_pairs(inputs, rate, mean, raw, targets):
     assert raw_length_for(inputs, rate, mean) == (raw, targets)
     assert span_lengths(raw, rate, mean) == (inputs, targets)
@@ -228,9 +234,9 @@ def test_prefix_lm_decoder_scores_only_after_the_prefix():
         s = split[row].item()
         scored = (b.targets[row] != IGNORE).nonzero().flatten().tolist()
         assert scored == list(range(s - 1, 32))  # target j is token j+1, scored iff j+1 >= split
-        assert b.targets[row, s - 1:].tolist() == tokens[row, s:].tolist()
+        assert b.targets[row, s - 1 :].tolist() == tokens[row, s:].tolist()
     # split uniform on [1, 32]: mean 16.5, variance (32^2-1)/12
-    sd = math.sqrt((32 ** 2 - 1) / 12 / 512)
+    sd = math.sqrt((32**2 - 1) / 12 / 512)
     assert abs(split.float().mean().item() - 16.5) < 4 * sd
 
 
@@ -246,7 +252,7 @@ def test_prefix_lm_encoder_decoder_prefix_is_the_encoder_input():
         assert (b.encoder_inputs[row, n_prefix:] == V.pad_id).all()
         assert prefix + rest == tokens[row].tolist()
         assert b.decoder_inputs[row, 0] == V.bos_id
-        assert b.decoder_inputs[row, 1:len(rest)].tolist() == rest[:-1]
+        assert b.decoder_inputs[row, 1 : len(rest)].tolist() == rest[:-1]
 
 
 # ---------------------------------------------------------------- UL2 mixture
@@ -281,31 +287,36 @@ def test_same_generator_state_gives_same_masks(name):
         x, y = getattr(a, field), getattr(b, field)
         assert (x is None and y is None) or torch.equal(x, y)
     if name != "clm":  # CLM involves no randomness
-        assert any(getattr(a, f) is not None and (getattr(a, f).shape != getattr(c, f).shape
-                                                  or not torch.equal(getattr(a, f), getattr(c, f)))
-                   for f in ("encoder_inputs", "decoder_inputs", "targets", "prefix_length"))
+        assert any(
+            getattr(a, f) is not None
+            and (getattr(a, f).shape != getattr(c, f).shape or not torch.equal(getattr(a, f), getattr(c, f)))
+            for f in ("encoder_inputs", "decoder_inputs", "targets", "prefix_length")
+        )
 
 
 # ---------------------------------------------------------------- bad parameters fail at construction
-@pytest.mark.parametrize("make,words", [
-    (lambda: MaskedLM(V, 64, mask_rate=0.0), ["objective.mask_rate", "hides nothing"]),
-    (lambda: MaskedLM(V, 64, mask_rate=1.0), ["objective.mask_rate", "no context"]),
-    (lambda: MaskedLM(V, 64, mask_rate=-0.1), ["objective.mask_rate"]),
-    (lambda: MaskedLM(V, 64, mask_token_prob=1.2), ["objective.mask_token_prob", "[0, 1]"]),
-    (lambda: MaskedLM(V, 64, random_token_prob=-0.1), ["objective.random_token_prob"]),
-    (lambda: MaskedLM(V, 64, mask_token_prob=0.8, random_token_prob=0.3), ["sum to at most 1"]),
-    (lambda: MaskedLM(V, 64, whole_word=True), ["whole_word"]),
-    (lambda: SpanCorruption(V, 64, mask_rate=0.0), ["objective.mask_rate"]),
-    (lambda: SpanCorruption(V, 64, mask_rate=1.0), ["objective.mask_rate"]),
-    (lambda: SpanCorruption(V, 64, mean_span_length=0.5), ["objective.mean_span_length", ">= 1"]),
-    (lambda: SpanCorruption(Vocab(size=1000, n_sentinels=10), 512), ["sentinels", "data.n_sentinels"]),
-    (lambda: CausalLM(V, 1), ["data.seq_len", "too short"]),
-    (lambda: SpanCorruption(V, 2), ["data.seq_len=2", "too short", "data.seq_len >= 3"]),
-    (lambda: MaskedLM(V, 64, architecture="decoder"), ["decoder"]),
-    (lambda: Mixture(V, 64, denoisers=[]), ["denoisers"]),
-    (lambda: Mixture(V, 64, denoisers=[Denoiser("Q")]), ["family"]),
-    (lambda: Mixture(V, 64, denoisers=[Denoiser("R", weight=0)]), ["weights"]),
-])
+@pytest.mark.parametrize(
+    "make,words",
+    [
+        (lambda: MaskedLM(V, 64, mask_rate=0.0), ["objective.mask_rate", "hides nothing"]),
+        (lambda: MaskedLM(V, 64, mask_rate=1.0), ["objective.mask_rate", "no context"]),
+        (lambda: MaskedLM(V, 64, mask_rate=-0.1), ["objective.mask_rate"]),
+        (lambda: MaskedLM(V, 64, mask_token_prob=1.2), ["objective.mask_token_prob", "[0, 1]"]),
+        (lambda: MaskedLM(V, 64, random_token_prob=-0.1), ["objective.random_token_prob"]),
+        (lambda: MaskedLM(V, 64, mask_token_prob=0.8, random_token_prob=0.3), ["sum to at most 1"]),
+        (lambda: MaskedLM(V, 64, whole_word=True), ["whole_word"]),
+        (lambda: SpanCorruption(V, 64, mask_rate=0.0), ["objective.mask_rate"]),
+        (lambda: SpanCorruption(V, 64, mask_rate=1.0), ["objective.mask_rate"]),
+        (lambda: SpanCorruption(V, 64, mean_span_length=0.5), ["objective.mean_span_length", ">= 1"]),
+        (lambda: SpanCorruption(Vocab(size=1000, n_sentinels=10), 512), ["sentinels", "data.n_sentinels"]),
+        (lambda: CausalLM(V, 1), ["data.seq_len", "too short"]),
+        (lambda: SpanCorruption(V, 2), ["data.seq_len=2", "too short", "data.seq_len >= 3"]),
+        (lambda: MaskedLM(V, 64, architecture="decoder"), ["decoder"]),
+        (lambda: Mixture(V, 64, denoisers=[]), ["denoisers"]),
+        (lambda: Mixture(V, 64, denoisers=[Denoiser("Q")]), ["family"]),
+        (lambda: Mixture(V, 64, denoisers=[Denoiser("R", weight=0)]), ["weights"]),
+    ],
+)
 def test_bad_parameters_fail_at_construction(make, words):
     with pytest.raises(ObjectiveError) as err:
         make()
@@ -315,11 +326,14 @@ def test_bad_parameters_fail_at_construction(make, words):
         assert w in message
 
 
-@pytest.mark.parametrize("objective,architecture,reason", [
-    ("clm", "encoder", "see its own answer"),
-    ("mlm", "decoder", "right context"),
-    ("span_corruption", "decoder", "encoder_decoder"),
-])
+@pytest.mark.parametrize(
+    "objective,architecture,reason",
+    [
+        ("clm", "encoder", "see its own answer"),
+        ("mlm", "decoder", "right context"),
+        ("span_corruption", "decoder", "encoder_decoder"),
+    ],
+)
 def test_incompatible_pairs_are_refused_with_the_reason(objective, architecture, reason):
     assert reason in OBJECTIVES[objective].incompatibility(architecture)
     assert OBJECTIVES[objective].incompatibility(OBJECTIVES[objective].architectures[0]) is None
@@ -333,19 +347,28 @@ def test_vocabulary_without_ordinary_tokens_is_refused():
 
 
 # ---------------------------------------------------------------- settings no layout can honour
-@pytest.mark.parametrize("make,message", [
-    (lambda: MaskedLM(V, 64, mask_rate=float("nan")), "objective.mask_rate=nan is not a finite number"),
-    (lambda: MaskedLM(V, 64, mask_token_prob=float("nan")), "objective.mask_token_prob=nan"),
-    (lambda: MaskedLM(V, 64, random_token_prob=float("inf")), "objective.random_token_prob=inf"),
-    (lambda: SpanCorruption(V, 64, mask_rate=float("nan")), "objective.mask_rate=nan"),
-    (lambda: SpanCorruption(V, 64, mean_span_length=float("nan")), "objective.mean_span_length=nan"),
-    # 0.6 at mean 1: 38 spans over 64 tokens need 38 kept tokens between them, 25 are left
-    (lambda: SpanCorruption(V, 64, mask_rate=0.6, mean_span_length=1), "into 38 noise spans but keeps only 25"),
-    (lambda: Mixture(V, 64, denoisers=[{"family": "R"}, {"family": "X", "mask_rate": 0.6, "mean_span_length": 1}]),
-     r"objective.denoisers\[1\].mask_rate=0.6"),
-    (lambda: Mixture(V, 512, denoisers=[{"family": "X", "mask_rate": 0.5, "mean_span_length": 2}]),
-     r"lower data.seq_len / objective.denoisers\[0\].mask_rate"),  # more sentinels than the vocabulary has
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: MaskedLM(V, 64, mask_rate=float("nan")), "objective.mask_rate=nan is not a finite number"),
+        (lambda: MaskedLM(V, 64, mask_token_prob=float("nan")), "objective.mask_token_prob=nan"),
+        (lambda: MaskedLM(V, 64, random_token_prob=float("inf")), "objective.random_token_prob=inf"),
+        (lambda: SpanCorruption(V, 64, mask_rate=float("nan")), "objective.mask_rate=nan"),
+        (lambda: SpanCorruption(V, 64, mean_span_length=float("nan")), "objective.mean_span_length=nan"),
+        # 0.6 at mean 1: 38 spans over 64 tokens need 38 kept tokens between them, 25 are left
+        (lambda: SpanCorruption(V, 64, mask_rate=0.6, mean_span_length=1), "into 38 noise spans but keeps only 25"),
+        (
+            lambda: Mixture(
+                V, 64, denoisers=[{"family": "R"}, {"family": "X", "mask_rate": 0.6, "mean_span_length": 1}]
+            ),
+            r"objective.denoisers\[1\].mask_rate=0.6",
+        ),
+        (
+            lambda: Mixture(V, 512, denoisers=[{"family": "X", "mask_rate": 0.5, "mean_span_length": 2}]),
+            r"lower data.seq_len / objective.denoisers\[0\].mask_rate",
+        ),  # more sentinels than the vocabulary has
+    ],
+)
 def test_settings_no_layout_can_honour_are_refused_at_construction(make, message):
     with pytest.raises(ObjectiveError, match=message):
         make()

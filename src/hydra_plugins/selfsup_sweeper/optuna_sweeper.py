@@ -59,27 +59,28 @@ log = logging.getLogger("selfsup")
 @dataclass
 class SelfSupOptunaSweeperConfig:
     _target_: str = "hydra_plugins.selfsup_sweeper.optuna_sweeper.SelfSupOptunaSweeper"
-    direction: str = "maximize"            # of the jobs' optimized_metric
+    direction: str = "maximize"  # of the jobs' optimized_metric
     study_name: str = "selfsup"
-    storage: Optional[str] = None          # an RDB URL; default sqlite:///<sweep dir>/optuna.db
-    n_trials: int = 20                     # trials this command adds to the study
-    n_jobs: int = 1                        # trials launched together (a batch)
-    max_failure_rate: float = 0.0          # stop the study once more than this share of its trials failed
-    sampler: str = "tpe"                   # tpe | random
-    seed: Optional[int] = 0                # the sampler's (each trial's sampling: seed + the trial's number)
-    seeds: int = 1                         # runs per trial (seed=0..seeds-1): its value is their mean
-    pruner: str = "median"                 # median | hyperband | none (selfsup.tune: only beyond the metric's SE)
-    pruner_startup_trials: int = 3         # median: trials that run to the end before any is pruned
-    pruner_warmup_steps: int = 0           # median: steps of a trial before it can be pruned
-    pruner_reduction_factor: int = 3       # hyperband: 1 in this many trials goes on at each rung
-    heartbeat_interval: int = 60           # seconds between the heartbeats of a running trial
-    grace_period: int = 120                # a RUNNING trial without a heartbeat this long is failed, and retried
-    max_retry: int = 3                     # times a trial failed for want of a heartbeat is retried
+    storage: Optional[str] = None  # an RDB URL; default sqlite:///<sweep dir>/optuna.db
+    n_trials: int = 20  # trials this command adds to the study
+    n_jobs: int = 1  # trials launched together (a batch)
+    max_failure_rate: float = 0.0  # stop the study once more than this share of its trials failed
+    sampler: str = "tpe"  # tpe | random
+    seed: Optional[int] = 0  # the sampler's (each trial's sampling: seed + the trial's number)
+    seeds: int = 1  # runs per trial (seed=0..seeds-1): its value is their mean
+    pruner: str = "median"  # median | hyperband | none (selfsup.tune: only beyond the metric's SE)
+    pruner_startup_trials: int = 3  # median: trials that run to the end before any is pruned
+    pruner_warmup_steps: int = 0  # median: steps of a trial before it can be pruned
+    pruner_reduction_factor: int = 3  # hyperband: 1 in this many trials goes on at each rung
+    heartbeat_interval: int = 60  # seconds between the heartbeats of a running trial
+    grace_period: int = 120  # a RUNNING trial without a heartbeat this long is failed, and retried
+    max_retry: int = 3  # times a trial failed for want of a heartbeat is retried
     params: Dict[str, str] = field(default_factory=dict)
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="selfsup_optuna", node=SelfSupOptunaSweeperConfig,
-                             provider="selfsup")
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="selfsup_optuna", node=SelfSupOptunaSweeperConfig, provider="selfsup"
+)
 
 
 def distributions(params: Dict[str, str]) -> Dict[str, Any]:
@@ -88,6 +89,7 @@ def distributions(params: Dict[str, str]) -> Dict[str, Any]:
     import optuna.distributions as od
     from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
     from hydra.errors import HydraException
+
     out = {}
     for key, expression in params.items():
         where = f"hydra.sweeper.params.{key}={expression}"
@@ -119,8 +121,10 @@ def distributions(params: Dict[str, str]) -> Dict[str, Any]:
 def corners(fixed: List[str], space: Dict[str, Any]) -> List[List[str]]:
     """Jobs at the edges of the search space: each parameter at each end (each choice), the others at their
     low end: what the sweep checks before its first trial."""
+
     def ends(distribution) -> list:
         return list(distribution.choices) if hasattr(distribution, "choices") else [distribution.low, distribution.high]
+
     low = {k: ends(d)[0] for k, d in space.items()}
     jobs = []
     for key, distribution in space.items():
@@ -148,6 +152,7 @@ def quiet():
     """Without Optuna's warnings that heartbeats are experimental and meant for Study.optimize (the
     sweeper records them itself, around its jobs)."""
     from optuna.exceptions import ExperimentalWarning
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
@@ -187,27 +192,48 @@ def per_trial_seeded(make, seed: Optional[int]):
 
 
 class SelfSupOptunaSweeper(Sweeper):
-    def __init__(self, direction: str, study_name: str, storage: Optional[str], n_trials: int, n_jobs: int,
-                 max_failure_rate: float, sampler: str, seed: Optional[int], pruner: str,
-                 pruner_startup_trials: int, pruner_warmup_steps: int, params: Dict[str, str],
-                 heartbeat_interval: int = 60, grace_period: int = 120, max_retry: int = 3, seeds: int = 1,
-                 pruner_reduction_factor: int = 3):
+    def __init__(
+        self,
+        direction: str,
+        study_name: str,
+        storage: Optional[str],
+        n_trials: int,
+        n_jobs: int,
+        max_failure_rate: float,
+        sampler: str,
+        seed: Optional[int],
+        pruner: str,
+        pruner_startup_trials: int,
+        pruner_warmup_steps: int,
+        params: Dict[str, str],
+        heartbeat_interval: int = 60,
+        grace_period: int = 120,
+        max_retry: int = 3,
+        seeds: int = 1,
+        pruner_reduction_factor: int = 3,
+    ):
         from selfsup.tune import PRUNERS
+
         for name, value, sound, says in [
-                ("sampler", sampler, sampler in ("tpe", "random"), "tpe or random"),
-                ("pruner", pruner, pruner in PRUNERS, f"{', '.join(PRUNERS[:-1])} or {PRUNERS[-1]}"),
-                ("direction", direction, direction in ("maximize", "minimize"), "maximize or minimize"),
-                ("n_trials", n_trials, n_trials >= 1, "at least 1 trial"),
-                ("n_jobs", n_jobs, n_jobs >= 1, "at least 1 trial at a time"),
-                ("seeds", seeds, isinstance(seeds, int) and seeds >= 1, "at least 1 run (seed) per trial"),
-                ("max_failure_rate", max_failure_rate, 0 <= max_failure_rate <= 1, "a share between 0 and 1"),
-                ("pruner_startup_trials", pruner_startup_trials, pruner_startup_trials >= 0, "0 or more"),
-                ("pruner_warmup_steps", pruner_warmup_steps, pruner_warmup_steps >= 0, "0 or more"),
-                ("pruner_reduction_factor", pruner_reduction_factor, pruner_reduction_factor >= 2, "2 or more"),
-                ("heartbeat_interval", heartbeat_interval, heartbeat_interval >= 1, "at least 1 (seconds)"),
-                ("grace_period", grace_period, grace_period > heartbeat_interval,
-                 f"seconds, more than heartbeat_interval={heartbeat_interval}, or live trials are failed"),
-                ("max_retry", max_retry, max_retry >= 0, "0 or more")]:
+            ("sampler", sampler, sampler in ("tpe", "random"), "tpe or random"),
+            ("pruner", pruner, pruner in PRUNERS, f"{', '.join(PRUNERS[:-1])} or {PRUNERS[-1]}"),
+            ("direction", direction, direction in ("maximize", "minimize"), "maximize or minimize"),
+            ("n_trials", n_trials, n_trials >= 1, "at least 1 trial"),
+            ("n_jobs", n_jobs, n_jobs >= 1, "at least 1 trial at a time"),
+            ("seeds", seeds, isinstance(seeds, int) and seeds >= 1, "at least 1 run (seed) per trial"),
+            ("max_failure_rate", max_failure_rate, 0 <= max_failure_rate <= 1, "a share between 0 and 1"),
+            ("pruner_startup_trials", pruner_startup_trials, pruner_startup_trials >= 0, "0 or more"),
+            ("pruner_warmup_steps", pruner_warmup_steps, pruner_warmup_steps >= 0, "0 or more"),
+            ("pruner_reduction_factor", pruner_reduction_factor, pruner_reduction_factor >= 2, "2 or more"),
+            ("heartbeat_interval", heartbeat_interval, heartbeat_interval >= 1, "at least 1 (seconds)"),
+            (
+                "grace_period",
+                grace_period,
+                grace_period > heartbeat_interval,
+                f"seconds, more than heartbeat_interval={heartbeat_interval}, or live trials are failed",
+            ),
+            ("max_retry", max_retry, max_retry >= 0, "0 or more"),
+        ]:
             if not sound:
                 refuse(f"hydra.sweeper.{name}={value}: use {says}")
         try:
@@ -225,8 +251,9 @@ class SelfSupOptunaSweeper(Sweeper):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
-                                                                task_function=task_function, config=config)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
         self.sweep_dir = Path(config.hydra.sweep.dir)
         self.metric = str(config.get("optimized_metric") or "optimized_metric")
 
@@ -236,10 +263,14 @@ class SelfSupOptunaSweeper(Sweeper):
         (trainer.val_check_interval) to the last (trainer.max_steps), else 1 and Optuna's `auto`."""
         trainer = (self.config.get("trainer") if self.config is not None else None) or {}
         first, last = trainer.get("val_check_interval"), trainer.get("max_steps")
-        return {"pruner": self.pruner, "startup": self.pruner_startup_trials, "warmup": self.pruner_warmup_steps,
-                "min_resource": first if isinstance(first, int) and first >= 1 else 1,
-                "max_resource": last if isinstance(last, int) and last >= 1 else None,
-                "reduction_factor": self.pruner_reduction_factor}
+        return {
+            "pruner": self.pruner,
+            "startup": self.pruner_startup_trials,
+            "warmup": self.pruner_warmup_steps,
+            "min_resource": first if isinstance(first, int) and first >= 1 else 1,
+            "max_resource": last if isinstance(last, int) and last >= 1 else None,
+            "reduction_factor": self.pruner_reduction_factor,
+        }
 
     def study(self):
         """The study (created in <sweep dir>/optuna.db, or loaded from hydra.sweeper.storage), its stale
@@ -248,31 +279,46 @@ class SelfSupOptunaSweeper(Sweeper):
         import sqlalchemy.exc
 
         from selfsup.tune import make_pruner
+
         url = self.storage or f"sqlite:///{self.sweep_dir / 'optuna.db'}"
         if self.storage is None:
             self.sweep_dir.mkdir(parents=True, exist_ok=True)
         elif url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
-            refuse(f"hydra.sweeper.storage={url}: no such study database; to continue a study, pass the "
-                   f"optuna.db of its sweep dir; to start one, leave hydra.sweeper.storage unset")
+            refuse(
+                f"hydra.sweeper.storage={url}: no such study database; to continue a study, pass the "
+                f"optuna.db of its sweep dir; to start one, leave hydra.sweeper.storage unset"
+            )
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweeper says what happens, in its own lines
         logging.getLogger("alembic").setLevel(logging.WARNING)  # (SQLite schema set-up, one line per plugin)
         retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)  # Optuna >= 4.9
         with quiet():
-            retry = ({"heartbeat_stale_trial_callback": retry(max_retry=self.max_retry)} if retry else
-                     {"failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=self.max_retry)})
-        sampler = per_trial_seeded(optuna.samplers.TPESampler if self.sampler == "tpe"
-                                   else optuna.samplers.RandomSampler, self.seed)
+            retry = (
+                {"heartbeat_stale_trial_callback": retry(max_retry=self.max_retry)}
+                if retry
+                else {"failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=self.max_retry)}
+            )
+        sampler = per_trial_seeded(
+            optuna.samplers.TPESampler if self.sampler == "tpe" else optuna.samplers.RandomSampler, self.seed
+        )
         try:
             with quiet():
-                self.rdb = optuna.storages.RDBStorage(url, heartbeat_interval=self.heartbeat_interval,
-                                                      grace_period=self.grace_period, **retry)
-                study = optuna.create_study(study_name=self.study_name, storage=self.rdb, sampler=sampler,
-                                            pruner=make_pruner(self.pruner_settings()), direction=self.direction,
-                                            load_if_exists=True)
+                self.rdb = optuna.storages.RDBStorage(
+                    url, heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period, **retry
+                )
+                study = optuna.create_study(
+                    study_name=self.study_name,
+                    storage=self.rdb,
+                    sampler=sampler,
+                    pruner=make_pruner(self.pruner_settings()),
+                    direction=self.direction,
+                    load_if_exists=True,
+                )
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as err:
             reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
-            refuse(f"hydra.sweeper.storage={url}: cannot read the study database ({reason}): pass the optuna.db "
-                   f"of a study's sweep dir, or leave hydra.sweeper.storage unset for a new study")
+            refuse(
+                f"hydra.sweeper.storage={url}: cannot read the study database ({reason}): pass the optuna.db "
+                f"of a study's sweep dir, or leave hydra.sweeper.storage unset for a new study"
+            )
         self.fail_stale(study)
         return study, url
 
@@ -288,9 +334,11 @@ class SelfSupOptunaSweeper(Sweeper):
             return None
         if self.config is not None:
             from omegaconf import open_dict, read_write
+
             with read_write(self.config), open_dict(self.config):
                 self.config.hydra.sweep.dir = str(study_dir)
         from selfsup.run_dir import LOCK
+
         with contextlib.suppress(OSError):
             if own.is_dir() and {p.name for p in own.iterdir()} <= {LOCK}:
                 (own / LOCK).unlink(missing_ok=True)
@@ -304,14 +352,17 @@ class SelfSupOptunaSweeper(Sweeper):
         sweep was killed); Optuna's retry callback queues each again with its parameters."""
         import optuna
         from optuna.trial import TrialState
+
         running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
         with quiet():
             optuna.storages.fail_stale_trials(study)
         for trial in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
             if trial.number in running and "status" not in trial.user_attrs:  # (a job's end sets a status)
-                log.warning(f"trial {trial.number} had no heartbeat for {self.grace_period} s (its sweep was killed): "
-                            f"failed, and queued again with its parameters (up to hydra.sweeper.max_retry="
-                            f"{self.max_retry} times)")
+                log.warning(
+                    f"trial {trial.number} had no heartbeat for {self.grace_period} s (its sweep was killed): "
+                    f"failed, and queued again with its parameters (up to hydra.sweeper.max_retry="
+                    f"{self.max_retry} times)"
+                )
 
     def ask(self, study, n: int) -> list:
         """n trials: the queued ones first (a stale trial's retry), then new points."""
@@ -324,6 +375,7 @@ class SelfSupOptunaSweeper(Sweeper):
         """Record the trials' heartbeats every heartbeat_interval seconds while the block runs (Optuna does
         it only inside Study.optimize)."""
         from selfsup.upstream import optuna_trial_id
+
         ids = [optuna_trial_id(trial) for trial in trials]
         stop = threading.Event()
 
@@ -334,6 +386,7 @@ class SelfSupOptunaSweeper(Sweeper):
                         self.rdb.record_heartbeat(trial_id)
                     except Exception as err:  # noqa: BLE001 - a locked database: the next beat tries again
                         log.warning(f"Optuna heartbeat not recorded ({type(err).__name__}: {err})")
+
         for trial_id in ids:  # before the jobs start
             self.rdb.record_heartbeat(trial_id)
         thread = threading.Thread(target=beat, name="optuna-heartbeat", daemon=True)
@@ -349,6 +402,7 @@ class SelfSupOptunaSweeper(Sweeper):
         first when the sweep starts, so that a killed sweep names its study too), its best trial so far, and
         each command that added trials to it (its overrides and trial numbers; a continuation appends)."""
         from optuna.trial import TrialState
+
         path = self.sweep_dir / "optimization_results.yaml"
         commands = []
         with contextlib.suppress(Exception):
@@ -356,25 +410,41 @@ class SelfSupOptunaSweeper(Sweeper):
         if command is not None:
             commands = [c for c in commands if c.get("id") != command["id"]] + [command]
         complete = any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
-        path.write_text(OmegaConf.to_yaml({
-            "study": self.study_name, "storage": storage, "trials": len(study.trials),
-            "best_value": study.best_value if complete else None,
-            "best_params": study.best_params if complete else None, "commands": commands}))
+        path.write_text(
+            OmegaConf.to_yaml(
+                {
+                    "study": self.study_name,
+                    "storage": storage,
+                    "trials": len(study.trials),
+                    "best_value": study.best_value if complete else None,
+                    "best_params": study.best_params if complete else None,
+                    "commands": commands,
+                }
+            )
+        )
 
-    def overrides(self, fixed: List[str], trial, seed: int, group: str, storage: str,
-                  study_dir: Optional[Path]) -> tuple:
+    def overrides(
+        self, fixed: List[str], trial, seed: int, group: str, storage: str, study_dir: Optional[Path]
+    ) -> tuple:
         """One job of a trial: its parameters, its seed (seeds > 1), the `trial=` override of the job that
         reports (seed 0), and its folder: <number>, or <number>-seed<k> with seeds > 1."""
         import json as _json
+
         pruning = ", ".join(f"{k}: {'null' if v is None else v}" for k, v in self.pruner_settings().items())
         name = str(trial.number) if self.seeds == 1 else f"{trial.number}-seed{seed}"
-        return tuple(fixed + [f"{k}={v}" for k, v in trial.params.items()]
-                     + [f"logger.group={group}"]
-                     + ([f"seed={seed}"] if self.seeds > 1 else [])
-                     + ([f"trial={{storage: '{storage}', study: {self.study_name}, number: {trial.number}, {pruning}}}"]
-                        if seed == 0 else [])
-                     + [f"hydra.sweep.subdir={name}"]
-                     + ([f"hydra.sweep.dir={_json.dumps(str(study_dir))}"] if study_dir else []))
+        return tuple(
+            fixed
+            + [f"{k}={v}" for k, v in trial.params.items()]
+            + [f"logger.group={group}"]
+            + ([f"seed={seed}"] if self.seeds > 1 else [])
+            + (
+                [f"trial={{storage: '{storage}', study: {self.study_name}, number: {trial.number}, {pruning}}}"]
+                if seed == 0
+                else []
+            )
+            + [f"hydra.sweep.subdir={name}"]
+            + ([f"hydra.sweep.dir={_json.dumps(str(study_dir))}"] if study_dir else [])
+        )
 
     def launch(self, jobs: list, **how) -> dict:
         """Run jobs [(trial, seed)] through the launcher, Hydra's job number = the trial's number (trials of
@@ -383,8 +453,9 @@ class SelfSupOptunaSweeper(Sweeper):
         for i, (trial, seed) in enumerate(jobs):
             run.append((trial, seed))
             if i + 1 == len(jobs) or jobs[i + 1][0].number != trial.number + 1:
-                returns = self.launcher.launch([self.overrides(trial=t, seed=k, **how) for t, k in run],
-                                               initial_job_idx=run[0][0].number)
+                returns = self.launcher.launch(
+                    [self.overrides(trial=t, seed=k, **how) for t, k in run], initial_job_idx=run[0][0].number
+                )
                 out.update({(t.number, k): ret for (t, k), ret in zip(run, returns)})
                 run = []
         return out
@@ -394,6 +465,7 @@ class SelfSupOptunaSweeper(Sweeper):
         import math
 
         from optuna.trial import TrialState
+
         run_dirs = [_run_dir(r) for r in returns]
         summaries = [RunSummary.read(d).values for d in run_dirs]
         trial.set_user_attr("run_dir", str(run_dirs[0]) if run_dirs[0] else None)
@@ -424,11 +496,14 @@ class SelfSupOptunaSweeper(Sweeper):
 
         from selfsup.report.runs import study_best_lines
         from selfsup.sweep import check_jobs
+
         space = self.space
         fixed = [a for a in arguments if a.split("=", 1)[0] not in space]
         if self.seeds > 1 and any(override_key(a) == "seed" for a in fixed):
-            refuse(f"hydra.sweeper.seeds={self.seeds} sets each trial's run seeds (0..{self.seeds - 1}): drop "
-                   f"the seed= override")
+            refuse(
+                f"hydra.sweeper.seeds={self.seeds} sets each trial's run seeds (0..{self.seeds - 1}): drop "
+                f"the seed= override"
+            )
         check_jobs(corners(fixed, space), label="corner of the search space")  # before the first trial, and the storage
         study, storage = self.study()
         study_dir = self.into_study_dir(storage)
@@ -436,10 +511,16 @@ class SelfSupOptunaSweeper(Sweeper):
         states = Counter(t.state.name.lower() for t in study.trials)
         so_far = f" ({', '.join(f'{n} {state}' for state, n in states.items())})" if states else ""
         runs = f", {self.seeds} runs (seeds 0..{self.seeds - 1}) each" if self.seeds > 1 else ""
-        log.info(f"Optuna study {self.study_name} in {storage}: {len(study.trials)} trials so far{so_far}, "
-                 f"{self.n_trials} more{runs}")
-        command = {"id": f"{time.time():.0f}-{id(self)}", "overrides": list(arguments), "seeds": self.seeds,
-                   "trials": []}
+        log.info(
+            f"Optuna study {self.study_name} in {storage}: {len(study.trials)} trials so far{so_far}, "
+            f"{self.n_trials} more{runs}"
+        )
+        command = {
+            "id": f"{time.time():.0f}-{id(self)}",
+            "overrides": list(arguments),
+            "seeds": self.seeds,
+            "trials": [],
+        }
         self.results(study, storage, command)
         how = {"fixed": fixed, "group": group, "storage": storage, "study_dir": study_dir}
         done, failed = 0, 0
@@ -448,8 +529,12 @@ class SelfSupOptunaSweeper(Sweeper):
             command["trials"] += [t.number for t in batch]
             with self.heartbeats(batch):
                 returns = self.launch([(t, 0) for t in batch], **how)  # seed 0 reports, and may be pruned
-                going = [t for t in batch if returns[(t.number, 0)].status.name == "COMPLETED"
-                         and RunSummary.read(_run_dir(returns[(t.number, 0)])).values.get("status") == "finished"]
+                going = [
+                    t
+                    for t in batch
+                    if returns[(t.number, 0)].status.name == "COMPLETED"
+                    and RunSummary.read(_run_dir(returns[(t.number, 0)])).values.get("status") == "finished"
+                ]
                 for seed in range(1, self.seeds):  # the other seeds of the trials seed 0 finished
                     returns.update(self.launch([(t, seed) for t in going], **how))
             for trial in batch:
@@ -458,8 +543,10 @@ class SelfSupOptunaSweeper(Sweeper):
             done += len(batch)
             self.results(study, storage, command)
             if failed / done > self.max_failure_rate:
-                log.error(f"{failed} of {done} trials failed, more than hydra.sweeper.max_failure_rate="
-                          f"{self.max_failure_rate}: the study stops here")
+                log.error(
+                    f"{failed} of {done} trials failed, more than hydra.sweeper.max_failure_rate="
+                    f"{self.max_failure_rate}: the study stops here"
+                )
                 break
         for line in study_best_lines(study):
             log.info(line)
@@ -480,6 +567,7 @@ def seed_record(metric: str, values: List[float], summaries: List[dict]) -> Dict
     over seeds) and `margin_se` (sd over seeds / sqrt(n))."""
     import math
     import statistics
+
     n = len(values)
     evals = [s.get("eval") if isinstance(s.get("eval"), dict) else {} for s in summaries]
 

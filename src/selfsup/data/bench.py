@@ -48,7 +48,6 @@ def generate(folder: Path, megabytes: int) -> Path:
     return folder
 
 
-
 def child(mode: str, corpus: str, cache: str, started: float) -> None:
     """One measurement in this (fresh) process; prints one JSON line."""
     c = Corpus(source="text_files", paths=[corpus], cache_dir=cache, vocab_size=4096, quiet=True)
@@ -68,13 +67,27 @@ def child(mode: str, corpus: str, cache: str, started: float) -> None:
         chars = sum(c.meta["characters"].values())
         tokens = sum(c.meta["tokens"].values())
     rss, workers = peak_rss_mb(), peak_rss_mb(children=True)
-    print(json.dumps({"seconds": seconds, "process_seconds": time.time() - started, "chars": chars,
-                      "tokens": tokens, "rss_mb": rss, "workers_rss_mb": workers}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "process_seconds": time.time() - started,
+                "chars": chars,
+                "tokens": tokens,
+                "rss_mb": rss,
+                "workers_rss_mb": workers,
+            }
+        )
+    )
 
 
 def measure(mode: str, corpus: Path, cache: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", CHILD, mode, str(corpus), str(cache), repr(time.time())],
-                         capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "true"})
+    out = subprocess.run(
+        [sys.executable, "-m", CHILD, mode, str(corpus), str(cache), repr(time.time())],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "true"},
+    )
     if out.returncode != 0:
         raise SystemExit(f"selfsup-bench data: the {mode} run failed: {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -90,12 +103,20 @@ def bench_data(sizes: list[int], folder: str | None = None) -> list[dict]:
         warm = measure("warm", corpus, cache)
         base = measure("baseline", corpus, cache)
         mb = cold["chars"] / 1e6
-        rows.append({"corpus": f"{megabytes} MB", "documents MB": f"{mb:,.0f}", "tokens": f"{cold['tokens']:,}",
-                     "cold s": f"{cold['seconds']:.1f}", "cold MB/s": f"{mb / cold['seconds']:.1f}",
-                     "cold peak RSS MB": f"{cold['rss_mb']:,.0f} (workers {cold['workers_rss_mb']:,.0f})",
-                     "warm prepare s": f"{warm['seconds']:.3f}", "warm process s": f"{warm['process_seconds']:.1f}",
-                     "warm peak RSS MB": f"{warm['rss_mb']:,.0f}",
-                     "baseline MB/s": f"{base['chars'] / 1e6 / base['seconds']:.1f}"})
+        rows.append(
+            {
+                "corpus": f"{megabytes} MB",
+                "documents MB": f"{mb:,.0f}",
+                "tokens": f"{cold['tokens']:,}",
+                "cold s": f"{cold['seconds']:.1f}",
+                "cold MB/s": f"{mb / cold['seconds']:.1f}",
+                "cold peak RSS MB": f"{cold['rss_mb']:,.0f} (workers {cold['workers_rss_mb']:,.0f})",
+                "warm prepare s": f"{warm['seconds']:.3f}",
+                "warm process s": f"{warm['process_seconds']:.1f}",
+                "warm peak RSS MB": f"{warm['rss_mb']:,.0f}",
+                "baseline MB/s": f"{base['chars'] / 1e6 / base['seconds']:.1f}",
+            }
+        )
     return rows
 
 

@@ -50,6 +50,7 @@ def _stdlib_docstrings() -> dict:
     built-in pretraining corpus never contains. Meant to run in a fresh interpreter
     (`python -I -S builtin.py --stdlib-docstrings`), so imports cannot disturb the caller.
     """
+
     def modules() -> Iterable:
         pending = sorted(n for n in sys.stdlib_module_names if not _skip_module(n))
         while pending:
@@ -119,7 +120,10 @@ def stdlib_docstrings(cache_dir: str | os.PathLike | None = None) -> dict:
     kept = None
     if cache_dir is not None:
         identity = f"{sys.version}|{sys.executable}|{Path(os.__file__).resolve()}"
-        kept = Path(cache_dir).expanduser() / f"stdlib-docstrings-{hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()}.json"
+        kept = (
+            Path(cache_dir).expanduser()
+            / f"stdlib-docstrings-{hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()}.json"
+        )
         if kept.is_file():
             try:
                 _GATHERED.update(json.loads(kept.read_text()))

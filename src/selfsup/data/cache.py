@@ -51,8 +51,9 @@ STALE_SECONDS = 24 * 3600  # a scratch folder untouched this long is a killed bu
 
 def cache_key(identity: dict) -> str:
     """sha256 of the corpus identity and settings (JSON, sorted keys)."""
-    return hashlib.sha256(json.dumps({"format": FORMAT_VERSION, **identity}, sort_keys=True,
-                                     default=str).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps({"format": FORMAT_VERSION, **identity}, sort_keys=True, default=str).encode()
+    ).hexdigest()
 
 
 class ShardedTokens:
@@ -73,8 +74,10 @@ class ShardedTokens:
     @property
     def maps(self) -> list[np.ndarray]:
         if self._maps is None:
-            self._maps = [np.memmap(p, dtype=self.dtype, mode="r") if os.path.getsize(p) else
-                          np.zeros(0, self.dtype) for p in self.paths]
+            self._maps = [
+                np.memmap(p, dtype=self.dtype, mode="r") if os.path.getsize(p) else np.zeros(0, self.dtype)
+                for p in self.paths
+            ]
         return self._maps
 
     def __len__(self) -> int:
@@ -89,7 +92,7 @@ class ShardedTokens:
             index = int(key) + len(self) if key < 0 else int(key)
             if not 0 <= index < len(self):
                 raise IndexError(f"token {key} out of range for {len(self)} tokens")
-            return self[index:index + 1][0]
+            return self[index : index + 1][0]
         if not isinstance(key, slice) or key.step not in (None, 1):
             raise TypeError("ShardedTokens takes an index or a contiguous slice [a:b]")
         start, stop, _ = key.indices(len(self))
@@ -111,23 +114,27 @@ class ShardedTokens:
         """Hash the chunks of file i that tokens [a, b) lie in and were not checked yet, against meta.json."""
         size = self.dtype.itemsize
         first, last = a * size // CHUNK_BYTES, ((b * size) - 1) // CHUNK_BYTES
-        if self.verified[i][first:last + 1].all():
+        if self.verified[i][first : last + 1].all():
             return
         data = self.maps[i].view(np.uint8)
         for c in range(first, last + 1):
             if self.verified[i][c]:
                 continue
-            if chunk_digest(data[c * CHUNK_BYTES:(c + 1) * CHUNK_BYTES]) != self.chunks[i][c]:
+            if chunk_digest(data[c * CHUNK_BYTES : (c + 1) * CHUNK_BYTES]) != self.chunks[i][c]:
                 path = Path(self.paths[i])
-                damage = (f"{path.name} bytes {c * CHUNK_BYTES:,} to {min((c + 1) * CHUNK_BYTES, data.size):,} "
-                          f"do not match their checksum (they were changed after the cache was built)")
+                damage = (
+                    f"{path.name} bytes {c * CHUNK_BYTES:,} to {min((c + 1) * CHUNK_BYTES, data.size):,} "
+                    f"do not match their checksum (they were changed after the cache was built)"
+                )
                 try:
                     (path.parent / DAMAGED).write_text(damage + "\n")
                     fix = "the next start rebuilds the cache: run the command again"
                 except OSError:  # a read-only cache
                     fix = f"delete {path.parent} (or have its owner do so), then run the command again"
-                raise DataError(f"token cache {path.parent} is damaged: {damage}; nothing was read from them, and "
-                                f"{fix} (selfsup-train resume=RUN for a run this stopped)")
+                raise DataError(
+                    f"token cache {path.parent} is damaged: {damage}; nothing was read from them, and "
+                    f"{fix} (selfsup-train resume=RUN for a run this stopped)"
+                )
             self.verified[i][c] = True
 
     def __array__(self, dtype=None, copy=None):
@@ -215,21 +222,32 @@ def load_cache(folder: Path, built: bool = False) -> TokenCache:
     shards = {split: [s["name"] for s in meta["shards"][split]] for split in ("train", "val")}
 
     def tokens(split: str) -> ShardedTokens:
-        return ShardedTokens([folder / name for name in shards[split]], meta["dtype"],
-                             [meta["files"][name]["chunks"] for name in shards[split]])
-    return TokenCache(path=folder, tokenizer=load_tokenizer(folder / "tokenizer.json"),
-                      train_tokens=tokens("train"), val_tokens=tokens("val"),
-                      train_keys=DocumentKeys(np.load(folder / "train_keys.npy", mmap_mode="r")),
-                      meta=meta, built=built)
+        return ShardedTokens(
+            [folder / name for name in shards[split]],
+            meta["dtype"],
+            [meta["files"][name]["chunks"] for name in shards[split]],
+        )
+
+    return TokenCache(
+        path=folder,
+        tokenizer=load_tokenizer(folder / "tokenizer.json"),
+        train_tokens=tokens("train"),
+        val_tokens=tokens("val"),
+        train_keys=DocumentKeys(np.load(folder / "train_keys.npy", mmap_mode="r")),
+        meta=meta,
+        built=built,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- building
 
 
 def _no_space(cache_dir: Path, e: BaseException) -> DataError:
-    return DataError(f"data.cache_dir={cache_dir} ran out of space while building the token cache "
-                     f"({out_of_space(e)}); nothing of it was kept: free space there or point data.cache_dir at a "
-                     f"folder with more room")
+    return DataError(
+        f"data.cache_dir={cache_dir} ran out of space while building the token cache "
+        f"({out_of_space(e)}); nothing of it was kept: free space there or point data.cache_dir at a "
+        f"folder with more room"
+    )
 
 
 def build_or_load(key: str, cache_dir: str | os.PathLike, build_into: Callable[[Path], None]) -> TokenCache:
@@ -249,8 +267,10 @@ def build_or_load(key: str, cache_dir: str | os.PathLike, build_into: Callable[[
         except FileNotFoundError:
             pass  # another process moved it aside first
         except OSError as e:
-            raise DataError(f"token cache {target} is damaged ({damage}) and cannot be moved aside "
-                            f"({e.strerror}): delete that folder, then run again") from None
+            raise DataError(
+                f"token cache {target} is damaged ({damage}) and cannot be moved aside "
+                f"({e.strerror}): delete that folder, then run again"
+            ) from None
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -266,8 +286,10 @@ def build_or_load(key: str, cache_dir: str | os.PathLike, build_into: Callable[[
     except OSError as e:
         if out_of_space(e):
             raise _no_space(cache_dir, e) from None
-        raise DataError(f"data.cache_dir={cache_dir} cannot be written ({e.strerror}), and it holds no token cache "
-                        f"for these settings: pass a writable folder (data.cache_dir=<folder>)") from None
+        raise DataError(
+            f"data.cache_dir={cache_dir} cannot be written ({e.strerror}), and it holds no token cache "
+            f"for these settings: pass a writable folder (data.cache_dir=<folder>)"
+        ) from None
     try:
         scratch.chmod(0o755)  # mkdtemp makes it private; a cache may be shared
         try:

@@ -11,27 +11,29 @@ SAME_TOKENS = {"fingerprint": False}
 
 @dataclass
 class DataConfig:
-    source: str = "builtin"             # builtin | text_files | hf_dataset
-    paths: List[str] = field(default_factory=list)     # text_files: files or folders
-    text_field: str = "text"            # .jsonl / .parquet / hf_dataset column
-    hf_name: Optional[str] = None       # hf_dataset: hub name or a builder such as json / parquet
+    source: str = "builtin"  # builtin | text_files | hf_dataset
+    paths: List[str] = field(default_factory=list)  # text_files: files or folders
+    text_field: str = "text"  # .jsonl / .parquet / hf_dataset column
+    hf_name: Optional[str] = None  # hf_dataset: hub name or a builder such as json / parquet
     hf_config: Optional[str] = None
     hf_split: str = "train"
-    val_split: Optional[str] = None     # hf_dataset: the data set's own validation split (else val_fraction held out)
-    revision: Optional[str] = None      # hf_dataset: a hub revision (branch, tag or commit)
+    val_split: Optional[str] = None  # hf_dataset: the data set's own validation split (else val_fraction held out)
+    revision: Optional[str] = None  # hf_dataset: a hub revision (branch, tag or commit)
     data_files: Optional[List[str]] = None
     streaming: bool = False
     max_documents: Optional[int] = None
-    vocab_size: int = 4096              # byte-level BPE trained on (a sample of) the training split
-    tokenizer: Optional[str] = None     # a pretrained tokenizer.json or hub name instead of BPE (vocab_size: its own)
-    n_sentinels: int = 100              # <extra_id_N> tokens for span corruption
-    val_fraction: float = 0.05          # documents held out for validation
-    seq_len: int = 128                  # model input length
-    batch_size: int = field(default=16, metadata=SAME_TOKENS)    # per device, per micro-batch
+    vocab_size: int = 4096  # byte-level BPE trained on (a sample of) the training split
+    tokenizer: Optional[str] = None  # a pretrained tokenizer.json or hub name instead of BPE (vocab_size: its own)
+    n_sentinels: int = 100  # <extra_id_N> tokens for span corruption
+    val_fraction: float = 0.05  # documents held out for validation
+    seq_len: int = 128  # model input length
+    batch_size: int = field(default=16, metadata=SAME_TOKENS)  # per device, per micro-batch
     num_workers: int = field(default=0, metadata=SAME_TOKENS)
     cache_dir: str = field(default=".cache/selfsup", metadata=SAME_TOKENS)
     tokenizer_sample_chars: Optional[int] = 100_000_000  # BPE trains on this many characters of training text
-    num_proc: Optional[int] = field(default=None, metadata=SAME_TOKENS)  # tokenizing processes (null: one per core, up to 8)
+    num_proc: Optional[int] = field(
+        default=None, metadata=SAME_TOKENS
+    )  # tokenizing processes (null: one per core, up to 8)
     shard_chars: int = field(default=64_000_000, metadata=SAME_TOKENS)  # characters of text per token shard
     # the cache key of local data files: stat (paths, sizes, modification times: an edit that keeps both reuses a
     # stale cache) | full (hash every file's bytes: a full read each start)

@@ -109,18 +109,24 @@ class Corpus:
         if self.max_documents is not None and self.max_documents < 2:
             raise DataError(f"data.max_documents={self.max_documents} must be at least 2 (or null for all)")
         if self.tokenizer_sample_chars is not None and self.tokenizer_sample_chars < 1:
-            raise DataError(f"data.tokenizer_sample_chars={self.tokenizer_sample_chars} must be at least 1 (or null: "
-                            f"train the tokenizer on the whole training split)")
+            raise DataError(
+                f"data.tokenizer_sample_chars={self.tokenizer_sample_chars} must be at least 1 (or null: "
+                f"train the tokenizer on the whole training split)"
+            )
         if self.shard_chars < 1:
             raise DataError(f"data.shard_chars={self.shard_chars} must be at least 1 (characters of text per shard)")
         if self.num_proc < 1:
             raise DataError(f"data.num_proc={self.num_proc} must be at least 1 (or null: one per core, up to 8)")
         if self.verify not in VERIFY:
-            raise DataError(f"data.verify={self.verify!r} is unknown: use stat (file paths, sizes and modification "
-                            f"times) or full (hash the files' contents)")
+            raise DataError(
+                f"data.verify={self.verify!r} is unknown: use stat (file paths, sizes and modification "
+                f"times) or full (hash the files' contents)"
+            )
         if self.val_split is not None and self.source != "hf_dataset":
-            raise DataError(f"data.val_split={self.val_split} names a split of a data set: it needs data=hf_dataset "
-                            f"(other sources hold out data.val_fraction of the documents)")
+            raise DataError(
+                f"data.val_split={self.val_split} names a split of a data set: it needs data=hf_dataset "
+                f"(other sources hold out data.val_fraction of the documents)"
+            )
         if self.pretrained_tokenizer is None:
             check_vocab_size(self.vocab_size, self.n_sentinels)
 
@@ -142,9 +148,16 @@ class Corpus:
         elif self.source == "text_files":
             docs = iter_text_file_documents(self._paths(), self.text_field)
         else:
-            docs = iter_hf_documents(self.hf_name, self.hf_config, split=split or self.hf_split,
-                                     text_field=self.text_field, data_files=self.data_files, streaming=self.streaming,
-                                     max_documents=None if split else self.max_documents, revision=self.revision)
+            docs = iter_hf_documents(
+                self.hf_name,
+                self.hf_config,
+                split=split or self.hf_split,
+                text_field=self.text_field,
+                data_files=self.data_files,
+                streaming=self.streaming,
+                max_documents=None if split else self.max_documents,
+                revision=self.revision,
+            )
         docs = (d for d in docs if d is not None and d.strip())
         return itertools.islice(docs, self.max_documents) if self.max_documents is not None and not split else docs
 
@@ -164,24 +177,48 @@ class Corpus:
             path = Path(spec).expanduser()
             path = path / "tokenizer.json" if path.is_dir() else path
             spec = local_stats(str(path)) if path.is_file() else spec
-        settings = {"vocab_size": None if spec else self.vocab_size, "tokenizer": spec, "n_sentinels": self.n_sentinels,
-                    "tokenizer_sample_chars": None if spec else self.tokenizer_sample_chars,
-                    "max_documents": self.max_documents, "shard_chars": self.shard_chars}
+        settings = {
+            "vocab_size": None if spec else self.vocab_size,
+            "tokenizer": spec,
+            "n_sentinels": self.n_sentinels,
+            "tokenizer_sample_chars": None if spec else self.tokenizer_sample_chars,
+            "max_documents": self.max_documents,
+            "shard_chars": self.shard_chars,
+        }
         if self.source == "builtin":
-            return {"source": "builtin", "python": sys.version, "max_chars": BUILTIN_MAX_CHARS,
-                    "val_fraction": self.val_fraction, **settings}
+            return {
+                "source": "builtin",
+                "python": sys.version,
+                "max_chars": BUILTIN_MAX_CHARS,
+                "val_fraction": self.val_fraction,
+                **settings,
+            }
         if self.source == "text_files":
-            return {"source": "text_files", "files": file_stats(self._paths(), content), "text_field": self.text_field,
-                    "val_fraction": self.val_fraction, **settings}
+            return {
+                "source": "text_files",
+                "files": file_stats(self._paths(), content),
+                "text_field": self.text_field,
+                "val_fraction": self.val_fraction,
+                **settings,
+            }
         files = self.data_files
         if isinstance(files, dict):
             stats = {str(k): local_stats(v, content) for k, v in sorted(files.items(), key=lambda kv: str(kv[0]))}
         else:
             stats = local_stats(files, content)
-        return {"source": "hf_dataset", "name": local_stats(self.hf_name, content), "config": self.hf_config,
-                "split": self.hf_split, "val_split": self.val_split, "revision": self.revision, "data_files": stats,
-                "streaming": self.streaming, "text_field": self.text_field,
-                "val_fraction": None if self.val_split else self.val_fraction, **settings}
+        return {
+            "source": "hf_dataset",
+            "name": local_stats(self.hf_name, content),
+            "config": self.hf_config,
+            "split": self.hf_split,
+            "val_split": self.val_split,
+            "revision": self.revision,
+            "data_files": stats,
+            "streaming": self.streaming,
+            "text_field": self.text_field,
+            "val_fraction": None if self.val_split else self.val_fraction,
+            **settings,
+        }
 
     def make_tokenizer(self, sample):
         """The tokenizer: BPE trained on an iterator over (a sample of) the training documents, or the pretrained
@@ -208,9 +245,19 @@ class Corpus:
             if self.pretrained_tokenizer:  # checked before any document is read
                 tokenizer = self.make_tokenizer(iter(()))
                 make = lambda sample: tokenizer  # noqa: E731
-            build(folder, self.iter_documents, val_documents=val, val_fraction=self.val_fraction, make_tokenizer=make,
-                  n_sentinels=self.n_sentinels, num_proc=self.num_proc, source=self.where(), identity=identity,
-                  quiet=self.quiet, shard_chars=self.shard_chars)
+            build(
+                folder,
+                self.iter_documents,
+                val_documents=val,
+                val_fraction=self.val_fraction,
+                make_tokenizer=make,
+                n_sentinels=self.n_sentinels,
+                num_proc=self.num_proc,
+                source=self.where(),
+                identity=identity,
+                quiet=self.quiet,
+                shard_chars=self.shard_chars,
+            )
 
         cache = build_or_load(cache_key(identity), self.cache_dir, build_into)
         if not cache.built:
@@ -228,15 +275,23 @@ class Corpus:
         """What the key of a reused cache covers, where an edit could slip past it: one info line for local data
         files (short: it follows Hydra's time stamp within 100 columns), a warning for a hub data set keyed by a
         branch (or its default one), which moves while its name stays the same."""
-        if identity["source"] == "text_files" or _holds_stats(identity.get("name")) or _holds_stats(
-                identity.get("data_files")):
-            log.info("reused token cache by file hashes (data.verify=full)" if self.verify == "full" else
-                     "reused token cache by file sizes+mtimes; data.verify=full hashes")
+        if (
+            identity["source"] == "text_files"
+            or _holds_stats(identity.get("name"))
+            or _holds_stats(identity.get("data_files"))
+        ):
+            log.info(
+                "reused token cache by file hashes (data.verify=full)"
+                if self.verify == "full"
+                else "reused token cache by file sizes+mtimes; data.verify=full hashes"
+            )
         hub = identity["source"] == "hf_dataset" and not _holds_stats(identity["name"]) and not _builder(self.hf_name)
         if hub and not re.fullmatch(r"[0-9a-f]{40}", str(self.revision or "")):
-            log.warning(f"data.hf_name={self.hf_name} is not pinned to a commit (data.revision="
-                        f"{self.revision or 'null, its default branch'}): its token cache is reused after the branch "
-                        f"moves; set data.revision=<commit> (a 40-hex sha) to key the cache to one version")
+            log.warning(
+                f"data.hf_name={self.hf_name} is not pinned to a commit (data.revision="
+                f"{self.revision or 'null, its default branch'}): its token cache is reused after the branch "
+                f"moves; set data.revision=<commit> (a 40-hex sha) to key the cache to one version"
+            )
 
     def set_window(self, raw_length: int, batches_per_step: int = 1) -> None:
         """Cut both splits into windows of raw_length tokens; a train batch holds batch_size * batches_per_step."""

@@ -1,9 +1,9 @@
 """The LightningDataModule: a prepared Corpus (selfsup.data.corpus) with Lightning's hooks and data loaders.
 
-    corpus = Corpus(source="builtin", vocab_size=8192)
-    vocab = corpus.prepare()          # build or reuse the cache; the model needs vocab.size
-    corpus.set_window(raw_length=568, batches_per_step=accumulate)
-    trainer.fit(module, datamodule=SelfSupDataModule(corpus))
+corpus = Corpus(source="builtin", vocab_size=8192)
+vocab = corpus.prepare()          # build or reuse the cache; the model needs vocab.size
+corpus.set_window(raw_length=568, batches_per_step=accumulate)
+trainer.fit(module, datamodule=SelfSupDataModule(corpus))
 """
 
 from __future__ import annotations
@@ -82,8 +82,9 @@ class ShardedSampler(torch.utils.data.Sampler):
     not to replace it (use_distributed_sampler=False); it calls set_epoch at each epoch.
     """
 
-    def __init__(self, length: int, rank: int = 0, world: int = 1, seed: int = 0, shuffle: bool = True,
-                 even: bool = True):
+    def __init__(
+        self, length: int, rank: int = 0, world: int = 1, seed: int = 0, shuffle: bool = True, even: bool = True
+    ):
         self.length, self.rank, self.world, self.seed = length, rank, world, seed
         self.shuffle, self.even, self.epoch = shuffle, even, 0
         self.skip = 0  # indices to skip once, at the next iteration (resuming mid-epoch)
@@ -93,7 +94,9 @@ class ShardedSampler(torch.utils.data.Sampler):
 
     def indices(self) -> list[int]:
         if self.shuffle:
-            order = torch.randperm(self.length, generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch))
+            order = torch.randperm(
+                self.length, generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+            )
         else:
             order = torch.arange(self.length)
         if self.even:

@@ -51,9 +51,13 @@ class Progress:
         seconds = max(now - self.started, 1e-9)
         rate = self.chars / seconds
         left = (self.total_chars - self.chars) / rate if rate else 0
-        print(f"tokenizing: {self.chars / 1e6:,.1f}/{self.total_chars / 1e6:,.1f} MB "
-              f"({100 * self.chars / max(self.total_chars, 1):.0f}%)  {rate / 1e6:.1f} MB/s  "
-              f"{self.docs / seconds:,.0f} documents/s  {left:.0f} s left", file=sys.stderr, flush=True)
+        print(
+            f"tokenizing: {self.chars / 1e6:,.1f}/{self.total_chars / 1e6:,.1f} MB "
+            f"({100 * self.chars / max(self.total_chars, 1):.0f}%)  {rate / 1e6:.1f} MB/s  "
+            f"{self.docs / seconds:,.0f} documents/s  {left:.0f} s left",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 class Encoder:
@@ -77,6 +81,7 @@ class Encoder:
 def _arrow_documents(documents: Callable[[], Iterable[str]], scratch: Path, source: str):
     """The documents as an Arrow table on disk, with each one's key and length: (Dataset, keys, chars)."""
     import datasets  # here, not at the top: it and pyarrow take ~1 s, kept out of `import selfsup.data`
+
     count = [0]
 
     def rows(make=documents):
@@ -85,11 +90,13 @@ def _arrow_documents(documents: Callable[[], Iterable[str]], scratch: Path, sour
             key = document_key(text)
             yield {"text": text, "key": key - (1 << 64) if key >= 1 << 63 else key, "chars": len(text)}  # int64 bits
 
-    features = datasets.Features({"text": datasets.Value("string"), "key": datasets.Value("int64"),
-                                  "chars": datasets.Value("int64")})
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "key": datasets.Value("int64"), "chars": datasets.Value("int64")}
+    )
     try:
-        dataset = datasets.Dataset.from_generator(rows, features=features, cache_dir=str(scratch),
-                                                  fingerprint=f"selfsup-{os.getpid()}-{time.time_ns()}")
+        dataset = datasets.Dataset.from_generator(
+            rows, features=features, cache_dir=str(scratch), fingerprint=f"selfsup-{os.getpid()}-{time.time_ns()}"
+        )
     except datasets.exceptions.DatasetGenerationError as err:
         cause = err
         while cause is not None and not isinstance(cause, DataError):
@@ -100,7 +107,9 @@ def _arrow_documents(documents: Callable[[], Iterable[str]], scratch: Path, sour
     except ValueError as err:
         if count[0] or "corresponds to no data" not in str(err):
             raise
-        raise DataError(f"{source} gave no documents with text: check its settings (paths, split, text field)") from None
+        raise DataError(
+            f"{source} gave no documents with text: check its settings (paths, split, text field)"
+        ) from None
     table = dataset.data  # the Arrow table: whole columns at once
     keys = table.column("key").to_numpy().astype(np.int64, copy=False).view(np.uint64)
     return dataset, keys, table.column("chars").to_numpy().astype(np.int64, copy=False)
@@ -112,14 +121,26 @@ def _sample(dataset, indices: np.ndarray, chars: np.ndarray, limit: int) -> Iter
     n = max(1, int(np.searchsorted(taken, limit, side="right")))
     part = dataset.select(indices[:n])
     for start in range(0, n, 1000):
-        yield from part[start:start + 1000]["text"]
+        yield from part[start : start + 1000]["text"]
 
 
-def _write_split(dataset, indices: np.ndarray, chars: np.ndarray, split: str, folder: Path, tokenizer_json: str,
-                 eos_id: int, dtype, num_proc: int, progress: Progress, shard_chars: int) -> tuple[list[dict], int, int]:
+def _write_split(
+    dataset,
+    indices: np.ndarray,
+    chars: np.ndarray,
+    split: str,
+    folder: Path,
+    tokenizer_json: str,
+    eos_id: int,
+    dtype,
+    num_proc: int,
+    progress: Progress,
+    shard_chars: int,
+) -> tuple[list[dict], int, int]:
     """Tokenize dataset[indices] slice by slice into <split>-NNNNN.bin shards: (shard records, tokens, longest
     document in tokens)."""
     import datasets  # here, not at the top: it and pyarrow take ~1 s, kept out of `import selfsup.data`
+
     features = datasets.Features({"ids": datasets.Sequence(datasets.Value(np.dtype(dtype).name))})
     cumulative = np.cumsum(chars[indices])
     bounds = [0]
@@ -130,9 +151,16 @@ def _write_split(dataset, indices: np.ndarray, chars: np.ndarray, split: str, fo
     for start, end in zip(bounds, bounds[1:]):
         part, part_chars = dataset.select(indices[start:end]), int(chars[indices[start:end]].sum())
         workers = num_proc if num_proc > 1 and part_chars > PARALLEL_CHARS else None
-        encoded = part.map(Encoder(tokenizer_json, eos_id), batched=True, batch_size=256, num_proc=workers,
-                           remove_columns=part.column_names, features=features, load_from_cache_file=False,
-                           new_fingerprint=f"{split}-{start}-{time.time_ns()}")
+        encoded = part.map(
+            Encoder(tokenizer_json, eos_id),
+            batched=True,
+            batch_size=256,
+            num_proc=workers,
+            remove_columns=part.column_names,
+            features=features,
+            load_from_cache_file=False,
+            new_fingerprint=f"{split}-{start}-{time.time_ns()}",
+        )
         name = f"{split}-{len(shards):05d}.bin"
         count = 0
         with open(folder / name, "wb") as f:
@@ -151,9 +179,20 @@ def _write_split(dataset, indices: np.ndarray, chars: np.ndarray, split: str, fo
     return shards, total, longest
 
 
-def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents: Callable[[], Iterable[str]] | None,
-          val_fraction: float, make_tokenizer: Callable[[Iterator[str]], Tokenizer], n_sentinels: int,
-          num_proc: int, source: str, identity: dict, quiet: bool = False, shard_chars: int = SHARD_CHARS) -> None:
+def build(
+    folder: Path,
+    documents: Callable[[], Iterable[str]],
+    *,
+    val_documents: Callable[[], Iterable[str]] | None,
+    val_fraction: float,
+    make_tokenizer: Callable[[Iterator[str]], Tokenizer],
+    n_sentinels: int,
+    num_proc: int,
+    source: str,
+    identity: dict,
+    quiet: bool = False,
+    shard_chars: int = SHARD_CHARS,
+) -> None:
     """Stream, split, train/prepare the tokenizer, tokenize into shards, write meta.json last."""
     import datasets  # here, not at the top: it and pyarrow take ~1 s, kept out of `import selfsup.data`
 
@@ -177,12 +216,15 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
             val_set, val_keys, val_chars = _arrow_documents(val_documents, scratch / "val", f"{source} (validation)")
             val_idx = np.arange(len(val_keys))
             if not len(val_idx):
-                raise DataError(f"{source}: the validation split has no documents with text: set data.val_split to "
-                                f"a split that has some, or null to hold out data.val_fraction of the training split")
+                raise DataError(
+                    f"{source}: the validation split has no documents with text: set data.val_split to "
+                    f"a split that has some, or null to hold out data.val_fraction of the training split"
+                )
         np.save(folder / "train_keys.npy", np.sort(keys[train_idx]))
         phases["read"] = time.perf_counter() - started
-        tokenizer = make_tokenizer(_sample(dataset, train_idx, chars, identity.get("tokenizer_sample_chars")
-                                           or int(chars.sum()) + 1))
+        tokenizer = make_tokenizer(
+            _sample(dataset, train_idx, chars, identity.get("tokenizer_sample_chars") or int(chars.sum()) + 1)
+        )
         tokenizer.save(str(folder / "tokenizer.json"))
         phases["tokenizer"] = time.perf_counter() - started - phases["read"]
         vocab_size = tokenizer.get_vocab_size()
@@ -192,9 +234,9 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
         progress = Progress(int(chars[train_idx].sum() + val_chars[val_idx].sum()), quiet)
         shards, tokens, longest = {}, {}, 0
         for split, data, idx, lengths in (("train", dataset, train_idx, chars), ("val", val_set, val_idx, val_chars)):
-            shards[split], tokens[split], longest_here = _write_split(data, idx, lengths, split, folder,
-                                                                      tokenizer_json, eos_id, dtype, num_proc, progress,
-                                                                      shard_chars)
+            shards[split], tokens[split], longest_here = _write_split(
+                data, idx, lengths, split, folder, tokenizer_json, eos_id, dtype, num_proc, progress, shard_chars
+            )
             if split == "train":
                 longest = longest_here
         if longest < 2:
@@ -223,23 +265,43 @@ def build(folder: Path, documents: Callable[[], Iterable[str]], *, val_documents
         "n_sentinels": n_sentinels,
         "dtype": np.dtype(dtype).name,
         "build_seconds": round(seconds, 3),
-        "phase_seconds": {"read and split": round(phases["read"], 3), "tokenizer": round(phases["tokenizer"], 3),
-                          "tokenize and write": round(seconds - phases["read"] - phases["tokenizer"], 3)},
-        "files": {name: {"bytes": (folder / name).stat().st_size, "ends": end_checksum(folder / name),
-                         **({"chunks": chunk_checksums(folder / name)} if name.endswith(".bin") else {})}
-                  for name in names},
+        "phase_seconds": {
+            "read and split": round(phases["read"], 3),
+            "tokenizer": round(phases["tokenizer"], 3),
+            "tokenize and write": round(seconds - phases["read"] - phases["tokenizer"], 3),
+        },
+        "files": {
+            name: {
+                "bytes": (folder / name).stat().st_size,
+                "ends": end_checksum(folder / name),
+                **({"chunks": chunk_checksums(folder / name)} if name.endswith(".bin") else {}),
+            }
+            for name in names
+        },
     }
     (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     if not quiet:
         mb = (meta["characters"]["train"] + meta["characters"]["val"]) / 1e6
-        print(f"prepared {mb:,.1f} MB, {len(train_idx) + len(val_idx):,} documents -> "
-              f"{tokens['train'] + tokens['val']:,} tokens ({len(shards['train']) + len(shards['val'])} shards) in "
-              f"{seconds:.1f} s, {mb / max(seconds, 1e-9):.1f} MB/s",
-              file=sys.stderr, flush=True)
+        print(
+            f"prepared {mb:,.1f} MB, {len(train_idx) + len(val_idx):,} documents -> "
+            f"{tokens['train'] + tokens['val']:,} tokens ({len(shards['train']) + len(shards['val'])} shards) in "
+            f"{seconds:.1f} s, {mb / max(seconds, 1e-9):.1f} MB/s",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
-def build_or_load_cache(documents: list[str], *, cache_dir: str | os.PathLike, val_fraction: float, vocab_size: int,
-                        n_sentinels: int, source: str = "", num_proc: int = 1, quiet: bool = True) -> TokenCache:
+def build_or_load_cache(
+    documents: list[str],
+    *,
+    cache_dir: str | os.PathLike,
+    val_fraction: float,
+    vocab_size: int,
+    n_sentinels: int,
+    source: str = "",
+    num_proc: int = 1,
+    quiet: bool = True,
+) -> TokenCache:
     """The cache of documents held in memory (keyed by their text): a BPE tokenizer trained on the training
     split, the tokens in shards. Corpus keys files by their stats instead, so it never reads them to find one."""
     check_vocab_size(vocab_size, n_sentinels)
@@ -248,9 +310,26 @@ def build_or_load_cache(documents: list[str], *, cache_dir: str | os.PathLike, v
         data = doc.encode("utf-8")
         digest.update(len(data).to_bytes(8, "little"))  # length prefix: document boundaries count
         digest.update(data)
-    identity = {"source": "documents", "content": digest.hexdigest(), "val_fraction": val_fraction,
-                "vocab_size": vocab_size, "n_sentinels": n_sentinels}
-    return build_or_load(cache_key(identity), cache_dir, lambda folder: build(
-        folder, lambda: documents, val_documents=None, val_fraction=val_fraction,
-        make_tokenizer=lambda sample: train_tokenizer(sample, vocab_size, n_sentinels), n_sentinels=n_sentinels,
-        num_proc=num_proc, source=source or "documents", identity=identity, quiet=quiet))
+    identity = {
+        "source": "documents",
+        "content": digest.hexdigest(),
+        "val_fraction": val_fraction,
+        "vocab_size": vocab_size,
+        "n_sentinels": n_sentinels,
+    }
+    return build_or_load(
+        cache_key(identity),
+        cache_dir,
+        lambda folder: build(
+            folder,
+            lambda: documents,
+            val_documents=None,
+            val_fraction=val_fraction,
+            make_tokenizer=lambda sample: train_tokenizer(sample, vocab_size, n_sentinels),
+            n_sentinels=n_sentinels,
+            num_proc=num_proc,
+            source=source or "documents",
+            identity=identity,
+            quiet=quiet,
+        ),
+    )

@@ -19,10 +19,12 @@ from selfsup.data.sources import DataError
 from selfsup.data.vocab import BASE_SPECIALS, special_tokens
 
 # the tokenizer's own token for a role, in order of preference
-OWN_NAMES = {"<pad>": ("<pad>", "[PAD]", "<|pad|>", "<|padding|>"),
-             "<s>": ("<s>", "[CLS]", "<|startoftext|>", "<|begin_of_text|>"),
-             "</s>": ("</s>", "[SEP]", "<|endoftext|>", "<|end_of_text|>"),
-             "<mask>": ("<mask>", "[MASK]")}
+OWN_NAMES = {
+    "<pad>": ("<pad>", "[PAD]", "<|pad|>", "<|padding|>"),
+    "<s>": ("<s>", "[CLS]", "<|startoftext|>", "<|begin_of_text|>"),
+    "</s>": ("</s>", "[SEP]", "<|endoftext|>", "<|end_of_text|>"),
+    "<mask>": ("<mask>", "[MASK]"),
+}
 MODELS = ("BPE", "WordPiece", "WordLevel", "Unigram")
 
 
@@ -36,24 +38,33 @@ def load_pretrained(spec: str, hub_cache: str | None = None) -> Tokenizer:
         try:
             return Tokenizer.from_file(str(path))
         except Exception as err:  # noqa: BLE001 - tokenizers raises its own Exception type
-            raise DataError(f"data.tokenizer={spec} is not a tokenizers tokenizer.json ({str(err)[:120]}): pass the "
-                            f"tokenizer.json of a fast tokenizer") from None
+            raise DataError(
+                f"data.tokenizer={spec} is not a tokenizers tokenizer.json ({str(err)[:120]}): pass the "
+                f"tokenizer.json of a fast tokenizer"
+            ) from None
     if path.suffix == ".json" or spec.startswith(("/", ".", "~")) or spec.count("/") > 1:
-        raise DataError(f"data.tokenizer={spec} does not exist: pass a tokenizer.json file (or a hub name such as gpt2)")
+        raise DataError(
+            f"data.tokenizer={spec} does not exist: pass a tokenizer.json file (or a hub name such as gpt2)"
+        )
     # huggingface_hub is imported here, not at the top: ~0.15 s, kept out of `import selfsup.data`
     from huggingface_hub import constants, hf_hub_download
+
     try:
         return Tokenizer.from_file(hf_hub_download(spec, "tokenizer.json", cache_dir=hub_cache, local_files_only=True))
     except Exception:  # noqa: BLE001 - not in the local cache: download it below
         pass
     if constants.HF_HUB_OFFLINE:
-        raise DataError(f"data.tokenizer={spec}: not in the local hub cache, and HF_HUB_OFFLINE is set: download it "
-                        f"once with network, or pass the path of a tokenizer.json")
+        raise DataError(
+            f"data.tokenizer={spec}: not in the local hub cache, and HF_HUB_OFFLINE is set: download it "
+            f"once with network, or pass the path of a tokenizer.json"
+        )
     try:
         return Tokenizer.from_file(hf_hub_download(spec, "tokenizer.json", cache_dir=hub_cache))
     except Exception as err:  # noqa: BLE001 - network, unknown repository, no tokenizer.json
-        raise DataError(f"data.tokenizer={spec}: no such file, and the hub has no tokenizer.json for it or cannot be "
-                        f"reached ({type(err).__name__}): pass the path of a tokenizer.json") from None
+        raise DataError(
+            f"data.tokenizer={spec}: no such file, and the hub has no tokenizer.json for it or cannot be "
+            f"reached ({type(err).__name__}): pass the path of a tokenizer.json"
+        ) from None
 
 
 def lab_layout(tokenizer: Tokenizer, n_sentinels: int, spec: str = "") -> Tokenizer:
@@ -61,18 +72,25 @@ def lab_layout(tokenizer: Tokenizer, n_sentinels: int, spec: str = "") -> Tokeni
     data = json.loads(tokenizer.to_str())
     model = data["model"]
     if model.get("type") not in MODELS:
-        raise DataError(f"data.tokenizer={spec}: a {model.get('type')} model, which the lab cannot renumber: use a "
-                        f"{', '.join(MODELS)} tokenizer")
+        raise DataError(
+            f"data.tokenizer={spec}: a {model.get('type')} model, which the lab cannot renumber: use a "
+            f"{', '.join(MODELS)} tokenizer"
+        )
     unigram = model["type"] == "Unigram"
-    pieces = {i: piece for i, (piece, _) in enumerate(model["vocab"])} if unigram else \
-        {i: token for token, i in model["vocab"].items()}
+    pieces = (
+        {i: piece for i, (piece, _) in enumerate(model["vocab"])}
+        if unigram
+        else {i: token for token, i in model["vocab"].items()}
+    )
     added = {t["id"]: t for t in data.get("added_tokens", [])}
     names = {**pieces, **{i: t["content"] for i, t in added.items()}}
     by_name = {name: i for i, name in sorted(names.items(), reverse=True)}  # the lowest id of a name
     own_sentinels = sum(1 for name in by_name if name.startswith("<extra_id_") and name[10:-1].isdigit())
     if 0 < own_sentinels < n_sentinels:
-        raise DataError(f"data.tokenizer={spec} has {own_sentinels} sentinels (<extra_id_0> ...), data.n_sentinels="
-                        f"{n_sentinels} needs more than it has room for: set data.n_sentinels={own_sentinels} or fewer")
+        raise DataError(
+            f"data.tokenizer={spec} has {own_sentinels} sentinels (<extra_id_0> ...), data.n_sentinels="
+            f"{n_sentinels} needs more than it has room for: set data.n_sentinels={own_sentinels} or fewer"
+        )
     roles, taken = [], set()
     for role in special_tokens(n_sentinels):
         candidates = OWN_NAMES.get(role, (role,)) if role not in BASE_SPECIALS[4:] else (role,)
@@ -114,8 +132,17 @@ def lab_layout(tokenizer: Tokenizer, n_sentinels: int, spec: str = "") -> Tokeni
     present = {t["id"] for t in tokens}
     for i in range(len(roles)):
         if i not in present:
-            tokens.append({"id": i, "content": content[i], "single_word": False, "lstrip": False, "rstrip": False,
-                           "normalized": False, "special": True})
+            tokens.append(
+                {
+                    "id": i,
+                    "content": content[i],
+                    "single_word": False,
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "special": True,
+                }
+            )
     data["added_tokens"] = sorted(tokens, key=lambda t: t["id"])
     data["post_processor"] = None
     data["padding"] = data["truncation"] = None

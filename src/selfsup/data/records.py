@@ -29,13 +29,20 @@ def records(path: str, fields: Sequence[str], keys: Sequence[str], setting) -> I
     """(where: file and line or record, values of `fields`) of each record of a file, read a record at a time."""
     p = Path(path).expanduser()
     if not p.is_file():
-        what = ("is a folder" if p.is_dir() else "is not a regular file (a FIFO, socket or device)" if p.exists()
-                else "does not exist")
+        what = (
+            "is a folder"
+            if p.is_dir()
+            else "is not a regular file (a FIFO, socket or device)"
+            if p.exists()
+            else "does not exist"
+        )
         raise EvalError(f"{setting('paths')}: {p} {what}: pass .jsonl/.csv/.parquet files")
     suffix = p.suffix.lower()
     if suffix not in LABELLED_SUFFIXES:
-        raise EvalError(f"{setting('paths')}: {p} has unsupported extension '{suffix or '(none)'}': use "
-                        f"{', '.join(LABELLED_SUFFIXES)}")
+        raise EvalError(
+            f"{setting('paths')}: {p} has unsupported extension '{suffix or '(none)'}': use "
+            f"{', '.join(LABELLED_SUFFIXES)}"
+        )
     read = {".parquet": _parquet_records, ".csv": _csv_records, ".jsonl": _jsonl_records}[suffix]
     number = 0
     for number, (where, record, columns) in enumerate(read(p, fields), start=1):
@@ -45,8 +52,9 @@ def records(path: str, fields: Sequence[str], keys: Sequence[str], setting) -> I
                 raise EvalError(f"{p}: no field '{field}' in record {number} (fields: {shown}): set {setting(key)}")
         yield where, tuple(record[f] for f in fields)
     if not number:
-        raise EvalError(f"{p} has no records (no field '{fields[0]}'): add records with the fields "
-                        f"{', '.join(map(repr, fields))}")
+        raise EvalError(
+            f"{p} has no records (no field '{fields[0]}'): add records with the fields {', '.join(map(repr, fields))}"
+        )
 
 
 def _jsonl_records(path: Path, fields) -> Iterator[tuple[str, dict, list]]:
@@ -58,8 +66,9 @@ def _jsonl_records(path: Path, fields) -> Iterator[tuple[str, dict, list]]:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise EvalError(f"{path}:{number}: not valid JSON ({e.msg}): each line must be one JSON "
-                                    f"object") from None
+                    raise EvalError(
+                        f"{path}:{number}: not valid JSON ({e.msg}): each line must be one JSON object"
+                    ) from None
                 if not isinstance(record, dict):
                     raise EvalError(f"{path}:{number}: a JSON {type(record).__name__}, not an object")
                 yield f"{path}:{number}", record, list(record)
@@ -112,8 +121,9 @@ def _parquet_records(path: Path, fields) -> Iterator[tuple[str, dict, list]]:
 
 
 # ---------------------------------------------------------------------------------------- hf_dataset
-def hf_rows(name: str, config: str | None, split: str, data_files, fields: Sequence[str], keys: Sequence[str],
-            setting) -> list[tuple]:
+def hf_rows(
+    name: str, config: str | None, split: str, data_files, fields: Sequence[str], keys: Sequence[str], setting
+) -> list[tuple]:
     """The values of `fields` of every row of `datasets.load_dataset(name, config, split=split)`, as tuples;
     one line for a data set that does not load or lacks a field (naming setting(keys[i]))."""
     try:  # datasets is imported here, not at the top: it and pyarrow take ~1 s, kept out of `selfsup-train`'s start
@@ -128,12 +138,16 @@ def hf_rows(name: str, config: str | None, split: str, data_files, fields: Seque
         try:
             data = datasets.load_dataset(name, config, split=split, data_files=data_files)
         except Exception as e:  # noqa: BLE001 - load_dataset raises many kinds
-            raise EvalError(f"could not load {setting('hf_name')}={name} split {split}: {type(e).__name__}: "
-                            f"{_one_line(e)}: check the name, config, splits and data_files") from None
+            raise EvalError(
+                f"could not load {setting('hf_name')}={name} split {split}: {type(e).__name__}: "
+                f"{_one_line(e)}: check the name, config, splits and data_files"
+            ) from None
     finally:
         datasets.logging.set_verbosity(verbosity)
     for field, key in zip(fields, keys):
         if field not in data.column_names:
-            raise EvalError(f"{name} split {split} has no column '{field}' (columns: "
-                            f"{', '.join(data.column_names[:10])}): set {setting(key)}")
+            raise EvalError(
+                f"{name} split {split} has no column '{field}' (columns: "
+                f"{', '.join(data.column_names[:10])}): set {setting(key)}"
+            )
     return list(zip(*(data[f] for f in fields), strict=True))

@@ -72,8 +72,10 @@ def _expand_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
                 )
             files += found
         elif not path.is_file():
-            raise DataError(f"data.paths: {path} is not a regular file (a FIFO, socket or device, which reading "
-                            f"could wait on for ever): pass .txt/.jsonl/.parquet files or folders")
+            raise DataError(
+                f"data.paths: {path} is not a regular file (a FIFO, socket or device, which reading "
+                f"could wait on for ever): pass .txt/.jsonl/.parquet files or folders"
+            )
         elif path.suffix.lower() not in SUPPORTED_SUFFIXES:
             raise DataError(
                 f"data.paths: {path} has unsupported extension '{path.suffix or '(none)'}': "
@@ -260,8 +262,10 @@ def file_digest(path: str | os.PathLike) -> str:
             while block := f.read(1 << 20):
                 digest.update(block)
     except OSError as e:
-        raise DataError(f"data.verify=full: cannot read {path} to hash it ({e.strerror}): make it readable or "
-                        f"remove it from the data settings") from None
+        raise DataError(
+            f"data.verify=full: cannot read {path} to hash it ({e.strerror}): make it readable or "
+            f"remove it from the data settings"
+        ) from None
     return digest.hexdigest()
 
 
@@ -303,9 +307,16 @@ def local_stats(value, content: bool = False):
 # --------------------------------------------------------------------------------------------
 
 
-def hf_documents(name: str | None, config: str | None = None, split: str = "train", text_field: str = "text",
-                 data_files=None, streaming: bool = False, max_documents: int | None = None,
-                 revision: str | None = None) -> list[str]:
+def hf_documents(
+    name: str | None,
+    config: str | None = None,
+    split: str = "train",
+    text_field: str = "text",
+    data_files=None,
+    streaming: bool = False,
+    max_documents: int | None = None,
+    revision: str | None = None,
+) -> list[str]:
     """The documents of iter_hf_documents as a list."""
     return list(iter_hf_documents(name, config, split, text_field, data_files, streaming, max_documents, revision))
 
@@ -339,8 +350,9 @@ def iter_hf_documents(
     verbosity = datasets.logging.get_verbosity()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its own ERROR lines would precede ours
     try:
-        yield from _hf_read(datasets, name, config, split, text_field, data_files, streaming, max_documents, where,
-                            revision)
+        yield from _hf_read(
+            datasets, name, config, split, text_field, data_files, streaming, max_documents, where, revision
+        )
     finally:
         datasets.logging.set_verbosity(verbosity)
 
@@ -376,14 +388,17 @@ def out_of_space(e: BaseException) -> str | None:
 
 def _hf_read(datasets, name, config, split, text_field, data_files, streaming, max_documents, where, revision=None):
     try:
-        dataset = datasets.load_dataset(name, config, split=split, streaming=streaming, data_files=data_files,
-                                        revision=revision)
+        dataset = datasets.load_dataset(
+            name, config, split=split, streaming=streaming, data_files=data_files, revision=revision
+        )
     except Exception as e:  # noqa: BLE001 - load_dataset raises many kinds
         full = out_of_space(e)
         if full:  # load_dataset downloads and prepares into the datasets cache, not data.cache_dir
-            raise DataError(f"could not load {where}: the datasets cache ran out of space ({full}): free space in "
-                            f"{datasets.config.HF_DATASETS_CACHE} or set HF_DATASETS_CACHE to a folder with more "
-                            f"room") from None
+            raise DataError(
+                f"could not load {where}: the datasets cache ran out of space ({full}): free space in "
+                f"{datasets.config.HF_DATASETS_CACHE} or set HF_DATASETS_CACHE to a folder with more "
+                f"room"
+            ) from None
         cause = _root_cause(e)
         raise DataError(
             f"could not load {where}: {type(e).__name__}: {_one_line(e)}"
@@ -410,8 +425,9 @@ def _hf_read(datasets, name, config, split, text_field, data_files, streaming, m
         except StopIteration:
             break
         except Exception as e:  # noqa: BLE001 - a streamed file is only decoded and parsed here
-            raise DataError(f"could not read {where}: {_root_cause(e)}: check that the files are UTF-8 text "
-                            f"in the builder's format") from None
+            raise DataError(
+                f"could not read {where}: {_root_cause(e)}: check that the files are UTF-8 text in the builder's format"
+            ) from None
         if text_field not in row:
             raise DataError(
                 f"{where}: row {number} has no field '{text_field}' (fields: {', '.join(row)}): set data.text_field"

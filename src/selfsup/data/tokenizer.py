@@ -56,7 +56,9 @@ def train_tokenizer(documents: Iterable[str], vocab_size: int, n_sentinels: int)
         min_frequency=2,
         show_progress=False,
     )
-    tokenizer.train_from_iterator(documents, trainer, length=len(documents) if isinstance(documents, Sequence) else None)
+    tokenizer.train_from_iterator(
+        documents, trainer, length=len(documents) if isinstance(documents, Sequence) else None
+    )
     ids = [tokenizer.token_to_id(token) for token in specials]
     assert ids == list(range(len(specials))), f"special tokens got ids {ids[:8]}…, expected 0..{len(specials) - 1}"
     return _finish(tokenizer)
@@ -80,8 +82,9 @@ def vocab_from_tokenizer(tokenizer: Tokenizer, n_sentinels: int) -> Vocab:
     continuing = model.get("continuing_subword_prefix") if model.get("type") == "WordPiece" else None
     for token, i in tokenizer.get_vocab().items():
         if i < size:
-            word_start[i] = (not token.startswith(continuing) if continuing
-                             else token.startswith((WORD_START_MARKER, "\u2581")))
+            word_start[i] = (
+                not token.startswith(continuing) if continuing else token.startswith((WORD_START_MARKER, "\u2581"))
+            )
     word_start[:n_special] = True
     return Vocab(size=size, n_sentinels=n_sentinels, word_start=word_start)
 

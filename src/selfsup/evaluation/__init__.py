@@ -57,8 +57,20 @@ from selfsup.loss import stream_seed
 
 EXAMPLE_COLUMNS = ["step", "example", "input", "target", "prediction", "accuracy"]
 
-__all__ = ["EXAMPLE_COLUMNS", "BUILTIN_TASKS", "EXAMS", "PAIR_TYPES", "PROTOCOLS", "EvalError", "Evaluation", "Examples",
-           "FixedExam", "MinimalPairs", "PairSource", "Task"]
+__all__ = [
+    "EXAMPLE_COLUMNS",
+    "BUILTIN_TASKS",
+    "EXAMS",
+    "PAIR_TYPES",
+    "PROTOCOLS",
+    "EvalError",
+    "Evaluation",
+    "Examples",
+    "FixedExam",
+    "MinimalPairs",
+    "PairSource",
+    "Task",
+]
 
 
 class Evaluation:
@@ -68,9 +80,14 @@ class Evaluation:
     at most N validation tokens, None: all; the panel, FixedExamConfig), or None / False for no exam; pairs: a
     MinimalPairs, or None."""
 
-    def __init__(self, fixed: Mapping | bool | None = True, every_n_validations: int = 0,
-                 pairs: MinimalPairs | None = None, probe: Mapping | None = None,
-                 tasks: Mapping[str, Task] | None = None):
+    def __init__(
+        self,
+        fixed: Mapping | bool | None = True,
+        every_n_validations: int = 0,
+        pairs: MinimalPairs | None = None,
+        probe: Mapping | None = None,
+        tasks: Mapping[str, Task] | None = None,
+    ):
         probe = dict(probe or {})
         self.fixed = fixed is not None and fixed is not False
         self.fixed_max_tokens = fixed.get("max_tokens") if isinstance(fixed, Mapping) else None
@@ -99,8 +116,8 @@ class Evaluation:
         self.tokenizer_hash: str | None = None
         self.part_seconds: dict[str, float] = {}  # fixed, pairs, probe: seconds over the run's evaluations
         self.random_init: dict[str, np.ndarray] = {}  # per task: random-init outcomes [seeds, test examples]
-        self.last: dict[str, np.ndarray] = {}         # per task: the last evaluated model's outcomes
-        self.fingerprints: dict[str, str] = {}         # per task: a hash of its examples
+        self.last: dict[str, np.ndarray] = {}  # per task: the last evaluated model's outcomes
+        self.fingerprints: dict[str, str] = {}  # per task: a hash of its examples
 
     # ------------------------------------------------------------------------------ before training
     def check(self, training_documents=None, sharded: bool = False) -> None:
@@ -110,40 +127,62 @@ class Evaluation:
         if self.protocol not in PROTOCOLS:
             raise EvalError(f"eval.probe.protocol={self.protocol} is unknown: use one of {', '.join(PROTOCOLS)}")
         if self.protocol == "finetune" and sharded:
-            raise EvalError("eval.probe.protocol=finetune copies the model, which FSDP shards cannot be: use "
-                            "eval.probe.protocol=linear with trainer=fsdp")
-        for key, value in (("eval.probe.finetune_steps", self.finetune_steps), ("eval.probe.batch_size", self.batch_size),
-                           ("eval.probe.max_length", self.max_length),
-                           ("eval.probe.random_init_seeds", self.random_init_seeds)):
+            raise EvalError(
+                "eval.probe.protocol=finetune copies the model, which FSDP shards cannot be: use "
+                "eval.probe.protocol=linear with trainer=fsdp"
+            )
+        for key, value in (
+            ("eval.probe.finetune_steps", self.finetune_steps),
+            ("eval.probe.batch_size", self.batch_size),
+            ("eval.probe.max_length", self.max_length),
+            ("eval.probe.random_init_seeds", self.random_init_seeds),
+        ):
             if value < 1:
                 raise EvalError(f"{key}={value} must be at least 1")
         if not (math.isfinite(self.finetune_lr) and self.finetune_lr > 0):
             raise EvalError(f"eval.probe.finetune_lr={self.finetune_lr} must be a finite positive number")
         if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
-            raise EvalError(f"eval.probe.l2={self.l2} must be a finite number >= 0, or null (chosen on held-out "
-                            f"training examples)")
+            raise EvalError(
+                f"eval.probe.l2={self.l2} must be a finite number >= 0, or null (chosen on held-out training examples)"
+            )
         if self.fixed_max_tokens is not None and self.fixed_max_tokens < 1:
-            raise EvalError(f"eval.fixed.max_tokens={self.fixed_max_tokens} must be at least 1, or null (the whole "
-                            f"validation split); eval.fixed=null turns the exam off")
+            raise EvalError(
+                f"eval.fixed.max_tokens={self.fixed_max_tokens} must be at least 1, or null (the whole "
+                f"validation split); eval.fixed=null turns the exam off"
+            )
         check_panel(**self.fixed_panel)
         if self.pairs is not None:
             self.pairs.check()
         if self.every_n_validations < 0:
-            raise EvalError(f"eval.every_n_validations={self.every_n_validations} must be 0 (after training only) "
-                            f"or more")
+            raise EvalError(
+                f"eval.every_n_validations={self.every_n_validations} must be 0 (after training only) or more"
+            )
         for name, task in self.tasks.items():
             train, test = task.load()
             if training_documents:
                 overlap = [t for t in train.texts + test.texts if t in training_documents]
                 if overlap:
-                    raise EvalError(f"task {name}: {len(overlap)} of its examples are documents of the pretraining "
-                                    f"data (e.g. {overlap[0][:40]!r}): a probe must be held out from pretraining; "
-                                    f"use other examples or other data.paths")
+                    raise EvalError(
+                        f"task {name}: {len(overlap)} of its examples are documents of the pretraining "
+                        f"data (e.g. {overlap[0][:40]!r}): a probe must be held out from pretraining; "
+                        f"use other examples or other data.paths"
+                    )
 
     # ------------------------------------------------------------------------------ once the model exists
-    def setup(self, architecture: str, vocab, tokenizer, seq_len: int, val_tokens, model_length: int,
-              make_model=None, train_tokens=None, objective: str | None = None,
-              span: float | None = None, cache_dir=None) -> None:
+    def setup(
+        self,
+        architecture: str,
+        vocab,
+        tokenizer,
+        seq_len: int,
+        val_tokens,
+        model_length: int,
+        make_model=None,
+        train_tokens=None,
+        objective: str | None = None,
+        span: float | None = None,
+        cache_dir=None,
+    ) -> None:
         """The exam's windows, the pairs' token ids and the tasks' encoded examples. make_model() builds an
         untrained model of the run's shape (the random-init baselines of the pairs and the probes, each from
         seeds of their own: the same for every run of a shape, cached in cache_dir). train_tokens: the training split
@@ -153,24 +192,36 @@ class Evaluation:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.tokenizer_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest() if tokenizer is not None else None
         if self.fixed:
-            unigram = (unigram_logprobs(train_tokens, vocab.size) if train_tokens is not None and len(train_tokens)
-                       else None)
-            self.exam = FixedExam(architecture, vocab, seq_len, val_tokens, self.fixed_max_tokens, unigram,
-                                  **self.fixed_panel)
+            unigram = (
+                unigram_logprobs(train_tokens, vocab.size) if train_tokens is not None and len(train_tokens) else None
+            )
+            self.exam = FixedExam(
+                architecture, vocab, seq_len, val_tokens, self.fixed_max_tokens, unigram, **self.fixed_panel
+            )
             if self.exam.model_length > model_length:
-                raise EvalError(f"the fixed exam of {architecture} models needs {self.exam.model_length} positions, "
-                                f"the model has {model_length}: set eval.fixed=null")
+                raise EvalError(
+                    f"the fixed exam of {architecture} models needs {self.exam.model_length} positions, "
+                    f"the model has {model_length}: set eval.fixed=null"
+                )
         if self.pairs is not None:
-            self.pairs.setup(architecture, vocab, tokenizer, model_length, train_tokens, objective, span, make_model,
-                             cache_dir)
+            self.pairs.setup(
+                architecture, vocab, tokenizer, model_length, train_tokens, objective, span, make_model, cache_dir
+            )
         for name, task in self.tasks.items():
             train, test = task.load()
             length = min(self.max_length, model_length)
-            self.encoded[name] = (encode(tokenizer, train.texts, length, vocab.pad_id), torch.tensor(train.labels),
-                                  encode(tokenizer, test.texts, length, vocab.pad_id), torch.tensor(test.labels),
-                                  len(task.classes), train, test)
-            self.fingerprints[name] = hashlib.sha256(json.dumps([train.texts, train.labels, test.texts,
-                                                                 test.labels]).encode()).hexdigest()
+            self.encoded[name] = (
+                encode(tokenizer, train.texts, length, vocab.pad_id),
+                torch.tensor(train.labels),
+                encode(tokenizer, test.texts, length, vocab.pad_id),
+                torch.tensor(test.labels),
+                len(task.classes),
+                train,
+                test,
+            )
+            self.fingerprints[name] = hashlib.sha256(
+                json.dumps([train.texts, train.labels, test.texts, test.labels]).encode()
+            ).hexdigest()
 
     def pair_scorers(self) -> dict[str, str]:
         """{metric prefix: the scorer's name} of each set of minimal pairs and scorer, e.g. {'eval/pairs': 'summed
@@ -185,12 +236,18 @@ class Evaluation:
         found = []
         if self.pairs is not None:
             fingerprints = self.pairs.fingerprints()
-            found = [(key, self.pairs.last, self.pairs.random_init, fingerprints.get(key), key) for key in self.pairs.last]
-        found += [(name, self.last, self.random_init, self.fingerprints.get(name), f"eval/{name}") for name in self.last]
+            found = [
+                (key, self.pairs.last, self.pairs.random_init, fingerprints.get(key), key) for key in self.pairs.last
+            ]
+        found += [
+            (name, self.last, self.random_init, self.fingerprints.get(name), f"eval/{name}") for name in self.last
+        ]
         out = {}
         for name, last, random_init, examples, key in found:
             if name in random_init and examples is not None:
-                out.update({key: last[name], f"{key}|random_init": random_init[name], f"{key}|examples": np.array(examples)})
+                out.update(
+                    {key: last[name], f"{key}|random_init": random_init[name], f"{key}|examples": np.array(examples)}
+                )
         return out
 
     def due(self, last: bool) -> bool:
@@ -205,8 +262,12 @@ class Evaluation:
         devices = [model_device(model)] if model_device(model).type == "cuda" else []
         # inside Lightning's validation (inference mode): tensors made here must be usable by autograd (the
         # linear classifier, a fine-tune); a compiled model runs eagerly (the probe's shapes would recompile)
-        with (torch.inference_mode(False), torch.no_grad(), torch.random.fork_rng(devices=devices),
-              torch.compiler.set_stance("force_eager")):
+        with (
+            torch.inference_mode(False),
+            torch.no_grad(),
+            torch.random.fork_rng(devices=devices),
+            torch.compiler.set_stance("force_eager"),
+        ):
             metrics = {}
             if self.exam is not None:
                 with self.timed("fixed"):
@@ -238,10 +299,19 @@ class Evaluation:
         """The probe's predicted class of each test example of task `name`."""
         (train_ids, train_mask), train_y, (test_ids, test_mask), test_y, n_classes, _, _ = self.encoded[name]
         if self.protocol == "finetune":
-            return finetune(self.copy(model), (train_ids, train_mask, train_y), (test_ids, test_mask), n_classes,
-                            self.finetune_steps, self.finetune_lr, self.batch_size, self.seed)
-        return linear_probe(features(model, train_ids, train_mask), train_y, features(model, test_ids, test_mask),
-                            n_classes, self.l2)
+            return finetune(
+                self.copy(model),
+                (train_ids, train_mask, train_y),
+                (test_ids, test_mask),
+                n_classes,
+                self.finetune_steps,
+                self.finetune_lr,
+                self.batch_size,
+                self.seed,
+            )
+        return linear_probe(
+            features(model, train_ids, train_mask), train_y, features(model, test_ids, test_mask), n_classes, self.l2
+        )
 
     def probe_metrics(self, model: torch.nn.Module, name: str) -> dict[str, float]:
         """eval/<name>/accuracy, .../macro_f1 and, beside the random-init baselines, the margin of the accuracy
@@ -254,8 +324,9 @@ class Evaluation:
         out[f"eval/{name}/accuracy_se"] = standard_error(outcome)
         if name in self.random_init:
             m = margin(outcome, self.random_init[name])
-            out.update({f"eval/{name}/margin": m.value, f"eval/{name}/margin_low": m.low,
-                        f"eval/{name}/margin_high": m.high})
+            out.update(
+                {f"eval/{name}/margin": m.value, f"eval/{name}/margin_low": m.low, f"eval/{name}/margin_high": m.high}
+            )
         return out
 
     def random_init_and_majority(self, model: torch.nn.Module) -> dict[str, float]:
@@ -271,22 +342,43 @@ class Evaluation:
             for name, (_, _, _, test_y, n_classes, train, test) in self.encoded.items():
                 path = None
                 if self.cache_dir is not None:
-                    key = untrained_key(fresh, probe=[self.protocol, self.l2, self.max_length, self.finetune_steps,
-                                                      self.finetune_lr, self.batch_size, self.seed],
-                                        tokenizer=self.tokenizer_hash, examples=self.fingerprints[name])
+                    key = untrained_key(
+                        fresh,
+                        probe=[
+                            self.protocol,
+                            self.l2,
+                            self.max_length,
+                            self.finetune_steps,
+                            self.finetune_lr,
+                            self.batch_size,
+                            self.seed,
+                        ],
+                        tokenizer=self.tokenizer_hash,
+                        examples=self.fingerprints[name],
+                    )
                     path = self.cache_dir / "probe-random-init" / f"{key}.json"
 
                 def read(p: Path):
                     labels = json.loads(p.read_text())
                     return torch.tensor(labels) if len(labels) == len(test_y) else None
-                predicted = cached(path, lambda: self.predict(fresh, name).cpu(), read,
-                                   lambda value, f: f.write(json.dumps(value.tolist()).encode()))
+
+                predicted = cached(
+                    path,
+                    lambda: self.predict(fresh, name).cpu(),
+                    read,
+                    lambda value, f: f.write(json.dumps(value.tolist()).encode()),
+                )
                 runs[name].append((scores(predicted, test_y, n_classes), (predicted == test_y).double().numpy()))
         for name, (_, _, _, _, n_classes, train, test) in self.encoded.items():
             self.random_init[name] = np.stack([o for _, o in runs[name]])
             mean, sd = mean_sd([s["accuracy"] for s, _ in runs[name]])
-            out.update({f"eval/{name}/random_init_accuracy": mean, f"eval/{name}/random_init_accuracy_sd": sd,
-                        f"eval/{name}/random_init_macro_f1": mean_sd([s["macro_f1"] for s, _ in runs[name]])[0]})
+            out.update(
+                {
+                    f"eval/{name}/random_init_accuracy": mean,
+                    f"eval/{name}/random_init_accuracy_sd": sd,
+                    f"eval/{name}/random_init_macro_f1": mean_sd([s["macro_f1"] for s, _ in runs[name]])[0],
+                }
+            )
             out[f"eval/{name}/majority_accuracy"] = majority(train, test, n_classes)["accuracy"]
         return out
 

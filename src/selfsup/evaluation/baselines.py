@@ -25,16 +25,22 @@ def untrained_key(model: torch.nn.Module, **what: Any) -> str:
     """A hash of the model's weights, class and settings and of `what` it is scored on (json-able values)."""
     digest = hashlib.sha256()
     config = asdict(model.config) if is_dataclass(getattr(model, "config", None)) else {}
-    digest.update(json.dumps({"version": CACHE_VERSION, "class": type(model).__name__, "config": config, **what},
-                             sort_keys=True, default=str).encode())
+    digest.update(
+        json.dumps(
+            {"version": CACHE_VERSION, "class": type(model).__name__, "config": config, **what},
+            sort_keys=True,
+            default=str,
+        ).encode()
+    )
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:32]
 
 
-def cached(path: Path | None, compute: Callable[[], Any], read: Callable[[Path], Any],
-           write: Callable[[Any, Any], None]) -> Any:
+def cached(
+    path: Path | None, compute: Callable[[], Any], read: Callable[[Path], Any], write: Callable[[Any, Any], None]
+) -> Any:
     """read(path) when it gives a value (not None, no error), else compute() and write(value, file) to path
     atomically. path None: compute() alone."""
     if path is not None and path.is_file():

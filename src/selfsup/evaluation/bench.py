@@ -23,10 +23,21 @@ FAMILIES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_deco
 
 
 def train(run_dir: Path, corpus: Path, cache: Path, objective: str, *extra: str) -> dict:
-    command = [sys.executable, "-m", "selfsup.train", f"objective={objective}", "data=text_files",
-               f"data.paths=[{corpus}]", f"data.cache_dir={cache}", "trainer.max_steps=1",
-               "trainer.val_check_interval=1", "trainer.progress_bar=false", "logger=none",
-               f"hydra.run.dir={run_dir}", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "selfsup.train",
+        f"objective={objective}",
+        "data=text_files",
+        f"data.paths=[{corpus}]",
+        f"data.cache_dir={cache}",
+        "trainer.max_steps=1",
+        "trainer.val_check_interval=1",
+        "trainer.progress_bar=false",
+        "logger=none",
+        f"hydra.run.dir={run_dir}",
+        *extra,
+    ]
     out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"})
     if out.returncode != 0:
         raise SystemExit(f"selfsup-bench eval: {' '.join(command[3:])} failed: {out.stderr.strip()[-2000:]}")
@@ -35,6 +46,7 @@ def train(run_dir: Path, corpus: Path, cache: Path, objective: str, *extra: str)
 
 def bench_eval(sizes: list[int], objectives: list[str], folder: str | None = None) -> list[dict]:
     from selfsup.data.bench import generate
+
     root = Path(folder or tempfile.mkdtemp(prefix="selfsup-bench-eval-"))
     rows = []
     for megabytes in sizes:
@@ -47,9 +59,16 @@ def bench_eval(sizes: list[int], objectives: list[str], folder: str | None = Non
             bare = train(runs / "none", corpus, cache, objective, "eval=none")
             parts = warm.get("eval_part_seconds") or {}
             meta = json.loads(next(cache.glob("*/meta.json")).read_text())
-            rows.append({"corpus": f"{megabytes} MB", "objective": objective, "model": FAMILIES.get(objective, "?"),
-                         "val tokens": f"{sum(v for k, v in meta['tokens'].items() if k.startswith('val')):,}",
-                         "eval s": f"{warm['eval_seconds']:.1f}",
-                         **{f"{part} s": f"{parts.get(part, 0.0):.1f}" for part in ("fixed", "pairs", "probe")},
-                         "run wall s": f"{warm['wall_seconds']:.1f}", "eval=none wall s": f"{bare['wall_seconds']:.1f}"})
+            rows.append(
+                {
+                    "corpus": f"{megabytes} MB",
+                    "objective": objective,
+                    "model": FAMILIES.get(objective, "?"),
+                    "val tokens": f"{sum(v for k, v in meta['tokens'].items() if k.startswith('val')):,}",
+                    "eval s": f"{warm['eval_seconds']:.1f}",
+                    **{f"{part} s": f"{parts.get(part, 0.0):.1f}" for part in ("fixed", "pairs", "probe")},
+                    "run wall s": f"{warm['wall_seconds']:.1f}",
+                    "eval=none wall s": f"{bare['wall_seconds']:.1f}",
+                }
+            )
     return rows

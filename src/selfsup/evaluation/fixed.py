@@ -43,9 +43,11 @@ from selfsup.objectives import Objective, ObjectiveError, build_objective
 from selfsup.objectives.span import span_counts
 
 MLM = {"mask_token_prob": 0.8, "random_token_prob": 0.1}
-EXAMS = {"encoder": ("mlm", {"mask_rate": 0.15, **MLM}),  # the canonical member of each family
-         "encoder_decoder": ("span_corruption", {"mask_rate": 0.15, "mean_span_length": 3.0}),
-         "decoder": ("clm", {})}
+EXAMS = {
+    "encoder": ("mlm", {"mask_rate": 0.15, **MLM}),  # the canonical member of each family
+    "encoder_decoder": ("span_corruption", {"mask_rate": 0.15, "mean_span_length": 3.0}),
+    "decoder": ("clm", {}),
+}
 # the default panel (FixedExamConfig's): encoder: MLM at each mask rate; encoder_decoder: span corruption at each
 # noise density with the canonical mean span 3, and at each mean span with the canonical noise density 0.15
 MASK_RATES = (0.10, 0.15, 0.25, 0.40)
@@ -57,8 +59,11 @@ EXAM_BATCH = 32  # fixed, so that the masks do not depend on data.batch_size
 #   encoder: what the encoder read there: <mask>, a random token, the token itself unchanged
 #   encoder_decoder: the first token of a span (only the encoder's context predicts it), a later token of a
 #                    span, a sentinel or the closing eos (the targets' structure)
-KINDS = {"encoder": ("masked", "random", "unchanged"), "encoder_decoder": ("first", "later", "sentinel"),
-         "decoder": ("next",)}
+KINDS = {
+    "encoder": ("masked", "random", "unchanged"),
+    "encoder_decoder": ("first", "later", "sentinel"),
+    "decoder": ("next",),
+}
 NO_UNIGRAM = {"sentinel"}  # never in the text: a unigram of the text says nothing of them
 # kinds reported (eval/fixed/<kind>/loss) but left out of the exam's loss: the targets' structure. A member's
 # windows close after fewer spans than most runs trained with (same_sentinels), so its sentinels and eos would
@@ -84,8 +89,9 @@ def panel(architecture: str, mask_rates=MASK_RATES, span_rates=SPAN_RATES, span_
     if architecture == "encoder":
         settings = [{"mask_rate": r, **MLM} for r in mask_rates]
     elif architecture == "encoder_decoder":
-        settings = ([{**canonical, "mask_rate": r} for r in span_rates]
-                    + [{**canonical, "mean_span_length": float(s)} for s in span_lengths])
+        settings = [{**canonical, "mask_rate": r} for r in span_rates] + [
+            {**canonical, "mean_span_length": float(s)} for s in span_lengths
+        ]
     else:
         settings = [canonical]
     out = {}
@@ -99,14 +105,17 @@ def check_panel(mask_rates=MASK_RATES, span_rates=SPAN_RATES, span_lengths=SPAN_
     for key, values in (("mask_rates", mask_rates), ("span_rates", span_rates), ("span_lengths", span_lengths)):
         values = list(values)
         if not values:
-            raise EvalError(f"eval.fixed.{key}=[] is empty: the exam's panel needs at least one value; "
-                            f"eval.fixed=null turns the exam off")
+            raise EvalError(
+                f"eval.fixed.{key}=[] is empty: the exam's panel needs at least one value; "
+                f"eval.fixed=null turns the exam off"
+            )
         for v in values:
             if key != "span_lengths" and not 0 < v < 1:
                 raise EvalError(f"eval.fixed.{key}={values}: {v} is not a rate in (0, 1) (the share of tokens hidden)")
             if key == "span_lengths" and not (math.isfinite(v) and v >= 1):
-                raise EvalError(f"eval.fixed.{key}={values}: {v} is not a mean span length >= 1 (a span holds at "
-                                f"least one token)")
+                raise EvalError(
+                    f"eval.fixed.{key}={values}: {v} is not a mean span length >= 1 (a span holds at least one token)"
+                )
 
 
 def exam_objective(architecture: str, vocab, seq_len: int) -> Objective:
@@ -117,12 +126,16 @@ def exam_objective(architecture: str, vocab, seq_len: int) -> Objective:
 
 def exam_seed(architecture: str, batch: int, member: str | None = None) -> int:
     """The seed of a member's batch; the canonical member's (member None) are the former single exam's."""
-    return stream_seed("fixed-exam", architecture, batch) if member is None else stream_seed(
-        "fixed-exam", architecture, member, batch)
+    return (
+        stream_seed("fixed-exam", architecture, batch)
+        if member is None
+        else stream_seed("fixed-exam", architecture, member, batch)
+    )
 
 
-def _member_objective(name: str, objective: str, params: dict, vocab, seq_len: int, architecture: str,
-                      named: dict) -> Objective:
+def _member_objective(
+    name: str, objective: str, params: dict, vocab, seq_len: int, architecture: str, named: dict
+) -> Objective:
     """A member's objective at data.seq_len or, where its spans need more sentinels than the vocabulary has
     (a high noise density on long windows), at the longest halved window length that fits."""
     length, first = seq_len, None
@@ -132,13 +145,15 @@ def _member_objective(name: str, objective: str, params: dict, vocab, seq_len: i
         except ObjectiveError as err:
             first = first or err
             if length // 2 < 8:
-                raise EvalError(f"the fixed exam's panel member {name} (eval.fixed) cannot be built for this "
-                                f"run: {first}") from None
+                raise EvalError(
+                    f"the fixed exam's panel member {name} (eval.fixed) cannot be built for this run: {first}"
+                ) from None
             length //= 2
 
 
-def same_sentinels(built: dict[str, tuple[Objective, dict]], vocab, architecture: str,
-                   named: dict) -> dict[str, Objective]:
+def same_sentinels(
+    built: dict[str, tuple[Objective, dict]], vocab, architecture: str, named: dict
+) -> dict[str, Objective]:
     """Span corruption's members cut to windows of at most as many noise spans as the member with the fewest has
     at data.seq_len (each the longest raw window that does; the others unchanged). A run trained at a setting
     meets only the sentinels of its own number of spans (T5 numbers a window's spans from <extra_id_0> on, and
@@ -147,14 +162,21 @@ def same_sentinels(built: dict[str, tuple[Objective, dict]], vocab, architecture
     these."""
     if architecture != "encoder_decoder":
         return {name: objective for name, (objective, _) in built.items()}
-    spans = {name: span_counts(o.raw_length, p["mask_rate"], p["mean_span_length"])[1] for name, (o, p) in built.items()}
+    spans = {
+        name: span_counts(o.raw_length, p["mask_rate"], p["mean_span_length"])[1] for name, (o, p) in built.items()
+    }
     fewest, out = min(spans.values()), {}
     for name, (objective, params) in built.items():
         raw = objective.raw_length
         while span_counts(raw, params["mask_rate"], params["mean_span_length"])[1] > fewest:
             raw -= 1
-        out[name] = objective if raw == objective.raw_length else build_objective(
-            "span_corruption", vocab, objective.model_length, architecture, raw_length=raw, **params, **named)
+        out[name] = (
+            objective
+            if raw == objective.raw_length
+            else build_objective(
+                "span_corruption", vocab, objective.model_length, architecture, raw_length=raw, **params, **named
+            )
+        )
     return out
 
 
@@ -163,21 +185,39 @@ class FixedExam:
     reads the first max_tokens // members tokens (max_tokens None: all of them). mask_rates, span_rates,
     span_lengths: the panel (see `panel`)."""
 
-    def __init__(self, architecture: str, vocab, seq_len: int, val_tokens: np.ndarray,
-                 max_tokens: int | None = None, unigram: np.ndarray | None = None,
-                 mask_rates=MASK_RATES, span_rates=SPAN_RATES, span_lengths=SPAN_LENGTHS):
+    def __init__(
+        self,
+        architecture: str,
+        vocab,
+        seq_len: int,
+        val_tokens: np.ndarray,
+        max_tokens: int | None = None,
+        unigram: np.ndarray | None = None,
+        mask_rates=MASK_RATES,
+        span_rates=SPAN_RATES,
+        span_lengths=SPAN_LENGTHS,
+    ):
         self.architecture = architecture
         self.unigram = unigram  # log-probabilities [vocab] of the training split's tokens, or None
         members = panel(architecture, mask_rates, span_rates, span_lengths)
         budget = len(val_tokens) if max_tokens is None else min(len(val_tokens), max_tokens // len(members))
         named = {"setting": "eval.fixed"} if architecture == "encoder_decoder" else {}  # in its errors
-        built = same_sentinels({name: (_member_objective(name, objective, params, vocab, seq_len, architecture, named),
-                                       params) for name, (objective, params) in members.items()},
-                               vocab, architecture, named)
+        built = same_sentinels(
+            {
+                name: (_member_objective(name, objective, params, vocab, seq_len, architecture, named), params)
+                for name, (objective, params) in members.items()
+            },
+            vocab,
+            architecture,
+            named,
+        )
 
         def windows(objective: Objective) -> torch.Tensor:
             length = objective.raw_length
-            return torch.from_numpy(np.asarray(val_tokens[:budget // length * length], dtype=np.int64).reshape(-1, length))
+            return torch.from_numpy(
+                np.asarray(val_tokens[: budget // length * length], dtype=np.int64).reshape(-1, length)
+            )
+
         self.members = {name: (objective, windows(objective)) for name, objective in built.items()}
         self.canonical = member_name(architecture, EXAMS[architecture][1])
         objective = exam_objective(architecture, vocab, seq_len)  # the predictions table's: at data.seq_len
@@ -202,7 +242,7 @@ class FixedExam:
         objective, windows = self.examples_member if member is None else self.members[member]
         legacy = member is None or member == self.canonical
         for i, start in enumerate(range(0, len(windows), EXAM_BATCH)):
-            tokens = windows[start:start + EXAM_BATCH].to(device)
+            tokens = windows[start : start + EXAM_BATCH].to(device)
             seed = exam_seed(self.architecture, i, None if legacy else member)
             yield objective(tokens, torch.Generator(device=device).manual_seed(seed))
 
@@ -231,8 +271,12 @@ class FixedExam:
         for member in self.members:
             out[member] = found = {name: [0.0, 0, 0.0] for name in KINDS[self.architecture]}
             for batch in self.batches(device, member):
-                hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
-                               encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
+                hidden = model(
+                    encoder_inputs=batch.encoder_inputs,
+                    decoder_inputs=batch.decoder_inputs,
+                    encoder_mask=batch.encoder_mask,
+                    prefix_length=batch.prefix_length,
+                )
                 targets = batch.targets[batch.scored]
                 nll = token_nll(hidden[batch.scored], model.lm_head.weight, targets, model.vocab_size)
                 kind = self.kinds(batch)
@@ -265,14 +309,17 @@ class FixedExam:
         if len(self.members) > 1:
             out.update({f"eval/fixed/{m}/loss": value for m, value in losses.items()})
         for name in scored:
-            fraction, nll, unigram = (sum(kinds[name][i] / counts[m] for m, kinds in found.items()) / len(found)
-                                      for i in (1, 0, 2))
+            fraction, nll, unigram = (
+                sum(kinds[name][i] / counts[m] for m, kinds in found.items()) / len(found) for i in (1, 0, 2)
+            )
             if not fraction:
                 continue
             if len(names) > 1:
                 out.update({f"eval/fixed/{name}/loss": nll / fraction, f"eval/fixed/{name}/fraction": fraction})
             if self.unigram is not None and name not in NO_UNIGRAM:
-                out[f"eval/fixed/{name}/unigram_loss" if len(names) > 1 else "eval/fixed/unigram_loss"] = unigram / fraction
+                out[f"eval/fixed/{name}/unigram_loss" if len(names) > 1 else "eval/fixed/unigram_loss"] = (
+                    unigram / fraction
+                )
         for name in (name for name in names if name in UNSCORED):  # in KINDS' order
             members = [kinds[name][0] / kinds[name][1] for kinds in found.values() if kinds[name][1]]
             if members:
@@ -293,10 +340,20 @@ class FixedExam:
         batch = next(self.batches(next(model.parameters()).device), None)
         if batch is None:  # no exam window (eval.fixed.max_tokens below one window)
             return []
-        batch = replace(batch, **{f.name: getattr(batch, f.name)[:n] for f in fields(batch)  # the shown rows only
-                                  if f.name != "n_inputs" and getattr(batch, f.name) is not None})
-        hidden = model(encoder_inputs=batch.encoder_inputs, decoder_inputs=batch.decoder_inputs,
-                       encoder_mask=batch.encoder_mask, prefix_length=batch.prefix_length)
+        batch = replace(
+            batch,
+            **{
+                f.name: getattr(batch, f.name)[:n]
+                for f in fields(batch)  # the shown rows only
+                if f.name != "n_inputs" and getattr(batch, f.name) is not None
+            },
+        )
+        hidden = model(
+            encoder_inputs=batch.encoder_inputs,
+            decoder_inputs=batch.decoder_inputs,
+            encoder_mask=batch.encoder_mask,
+            prefix_length=batch.prefix_length,
+        )
         predicted = model.head(hidden).argmax(-1)
         inputs = batch.encoder_inputs if batch.encoder_inputs is not None else batch.decoder_inputs
         rows = []
@@ -307,8 +364,15 @@ class FixedExam:
             guessed = [_token(tokenizer, t) for t in guesses[:max_targets]]
             accuracy = sum(t == g for t, g in zip(targets, guesses)) / max(len(targets), 1)
             text = [t for t in inputs[i].tolist() if t != self.objective.vocab.pad_id]
-            rows.append([i, tokenizer.decode(text, skip_special_tokens=False), "|".join(shown),
-                         "|".join(guessed), round(accuracy, 4)])
+            rows.append(
+                [
+                    i,
+                    tokenizer.decode(text, skip_special_tokens=False),
+                    "|".join(shown),
+                    "|".join(guessed),
+                    round(accuracy, 4),
+                ]
+            )
         return rows
 
 
@@ -326,8 +390,11 @@ def member_label(name: str) -> str:
 def panel_lines(metrics, width: int = 96) -> list[str]:
     """`fixed exam panel (nats): rate 10% 6.01, rate 15% 5.98, ...`: each member's loss (their mean is
     eval/fixed/loss), in lines of at most `width`; [] without per-member losses."""
-    parts = [f"{member_label(key.split('/')[2])} {value:.2f}" for key, value in metrics.items()
-             if key.startswith("eval/fixed/rate_") and key.endswith("/loss") and key.count("/") == 3]
+    parts = [
+        f"{member_label(key.split('/')[2])} {value:.2f}"
+        for key, value in metrics.items()
+        if key.startswith("eval/fixed/rate_") and key.endswith("/loss") and key.count("/") == 3
+    ]
     lines = ["fixed exam panel (nats):"] if parts else []
     for i, part in enumerate(parts):  # a member's label and loss never broken across lines
         part += "," if i < len(parts) - 1 else ""
@@ -348,11 +415,16 @@ def split_lines(metrics, width: int = 96) -> list[str]:
                 continue
             unigram = metrics.get(f"eval/fixed/{kind}/unigram_loss")
             fraction = metrics.get(f"eval/fixed/{kind}/fraction")
-            parts.append(f"{kind} {metrics[f'eval/fixed/{kind}/loss']:.2f} ("
-                         + (f"unigram {unigram:.2f}, " if unigram is not None else "")
-                         + (f"{fraction:.0%})" if fraction is not None else "not in the loss)"))
+            parts.append(
+                f"{kind} {metrics[f'eval/fixed/{kind}/loss']:.2f} ("
+                + (f"unigram {unigram:.2f}, " if unigram is not None else "")
+                + (f"{fraction:.0%})" if fraction is not None else "not in the loss)")
+            )
     if not parts and "eval/fixed/unigram_loss" in metrics:
         parts.append(f"next {metrics['eval/fixed/loss']:.2f} (unigram {metrics['eval/fixed/unigram_loss']:.2f})")
-    by_target = textwrap.wrap("fixed exam by target (nats): " + ";  ".join(parts), width,
-                              subsequent_indent="  ") if parts else []
+    by_target = (
+        textwrap.wrap("fixed exam by target (nats): " + ";  ".join(parts), width, subsequent_indent="  ")
+        if parts
+        else []
+    )
     return panel_lines(metrics, width) + by_target

@@ -59,10 +59,13 @@ from selfsup.evaluation.tasks import PLAIN, perturb_words, probe_sentences
 from selfsup.loss import stream_seed
 
 PAIR_TYPES = ("swap_1", "replaced_1", "replaced_4")
-MAX_WORDS = 12        # built-in pairs: sentences of 6 to 12 words (a pseudo-log-likelihood costs length^2)
+MAX_WORDS = 12  # built-in pairs: sentences of 6 to 12 words (a pseudo-log-likelihood costs length^2)
 
-SCORERS = {"decoder": "summed log-prob", "encoder": "pseudo-log-likelihood",
-           "encoder_decoder": "decoder log-prob, blank encoder input"}
+SCORERS = {
+    "decoder": "summed log-prob",
+    "encoder": "pseudo-log-likelihood",
+    "encoder_decoder": "decoder log-prob, blank encoder input",
+}
 
 
 def scorer_name(architecture: str, objective: str | None = None) -> str:
@@ -82,6 +85,7 @@ def denoise_name(span: int) -> str:
 class PairSet:
     """good[i] and bad[i] are pair i; groups[i] its group (the built-in set: its type; BLiMP: its UID); kept:
     the pairs a run scores (MinimalPairs.setup leaves out those longer than the model's positions)."""
+
     name: str
     good: list[str]
     bad: list[str]
@@ -107,8 +111,14 @@ def builtin_pairs(max_pairs: int = 1000, types: Sequence[str] = PAIR_TYPES, max_
         rng = random.Random(f"pairs/{kind}")
         taken = 0
         for sentence in found:
-            changed = perturb_words(sentence.split(), "word_order" if name == "swap" else "replaced_word",
-                                    int(count), rng, vocabulary, exact=True)
+            changed = perturb_words(
+                sentence.split(),
+                "word_order" if name == "swap" else "replaced_word",
+                int(count),
+                rng,
+                vocabulary,
+                exact=True,
+            )
             if changed is None or " ".join(changed) == sentence:
                 continue
             good.append(sentence)
@@ -136,7 +146,9 @@ def pair_lines(metrics: Mapping[str, float], scorers: Mapping[str, str], width: 
         if mean is not None:
             refs.append(f"random-init {mean:.3f}" + (f" +- {sd:.3f}" if sd is not None else ""))
         if f"{prefix}/unigram_accuracy" in metrics and f"{prefix}/bigram_accuracy" in metrics:
-            refs.append(f"uni/bigram {metrics[f'{prefix}/unigram_accuracy']:.3f}/{metrics[f'{prefix}/bigram_accuracy']:.3f}")
+            refs.append(
+                f"uni/bigram {metrics[f'{prefix}/unigram_accuracy']:.3f}/{metrics[f'{prefix}/bigram_accuracy']:.3f}"
+            )
         line = "  ".join([head, *refs])
         lines += [line] if len(line) <= width or not refs else [head, "  " + "  ".join(refs)]
     return lines
@@ -165,10 +177,20 @@ class PairSource:
     (`source=text_files`, `paths`) or a Hugging Face data set (`source=hf_dataset`, `hf_name`, `hf_config`,
     `split`, `data_files`), at most `max_pairs` of them (the first)."""
 
-    def __init__(self, source: str = "text_files", paths: Sequence[str] = (), hf_name: str | None = None,
-                 hf_config: str | None = None, split: str = "train", data_files=None,
-                 good_field: str = "sentence_good", bad_field: str = "sentence_bad", group_field: str | None = None,
-                 max_pairs: int | None = None, name: str = "pairs"):
+    def __init__(
+        self,
+        source: str = "text_files",
+        paths: Sequence[str] = (),
+        hf_name: str | None = None,
+        hf_config: str | None = None,
+        split: str = "train",
+        data_files=None,
+        good_field: str = "sentence_good",
+        bad_field: str = "sentence_bad",
+        group_field: str | None = None,
+        max_pairs: int | None = None,
+        name: str = "pairs",
+    ):
         self.source, self.paths, self.hf_name, self.hf_config = source, list(paths or ()), hf_name, hf_config
         self.split, self.data_files = split, data_files
         self.good_field, self.bad_field, self.group_field = good_field, bad_field, group_field
@@ -183,35 +205,46 @@ class PairSource:
         if self._loaded is not None:
             return self._loaded
         if self.name in RESERVED or GROUP_CHARS.search(self.name):
-            raise EvalError(f"eval.pairs.sets.{self.name}: the name must be letters, digits, '_', '.' or '-' and "
-                            f"not one of {', '.join(sorted(RESERVED))} (it names the metrics eval/pairs/<name>/...)")
+            raise EvalError(
+                f"eval.pairs.sets.{self.name}: the name must be letters, digits, '_', '.' or '-' and "
+                f"not one of {', '.join(sorted(RESERVED))} (it names the metrics eval/pairs/<name>/...)"
+            )
         fields = [self.good_field, self.bad_field] + ([self.group_field] if self.group_field else [])
         keys = ["good_field", "bad_field", "group_field"]
         if self.source == "text_files":
             if not self.paths:
-                raise EvalError(f"{self.setting('paths')} is empty: list .jsonl/.csv/.parquet files with "
-                                f"'{self.good_field}' and '{self.bad_field}' fields")
+                raise EvalError(
+                    f"{self.setting('paths')} is empty: list .jsonl/.csv/.parquet files with "
+                    f"'{self.good_field}' and '{self.bad_field}' fields"
+                )
             rows = [r for p in self.paths for r in read_records(p, fields, keys, self.setting)]
         elif self.source == "hf_dataset":
             if not self.hf_name:
-                raise EvalError(f"{self.setting('hf_name')} is not set: name a data set (e.g. blimp with "
-                                f"hf_config=anaphor_gender_agreement)")
+                raise EvalError(
+                    f"{self.setting('hf_name')} is not set: name a data set (e.g. blimp with "
+                    f"hf_config=anaphor_gender_agreement)"
+                )
             rows = hf_rows(self.hf_name, self.hf_config, self.split, self.data_files, fields, keys, self.setting)
         else:
             raise EvalError(f"{self.setting('source')}={self.source} is unknown: use text_files or hf_dataset")
-        rows = rows[:self.max_pairs] if self.max_pairs is not None else rows
+        rows = rows[: self.max_pairs] if self.max_pairs is not None else rows
         if not rows:
-            raise EvalError(f"eval.pairs.sets.{self.name} has no pairs: add records with '{self.good_field}' and "
-                            f"'{self.bad_field}'")
+            raise EvalError(
+                f"eval.pairs.sets.{self.name} has no pairs: add records with '{self.good_field}' and '{self.bad_field}'"
+            )
         good, bad, groups = [], [], []
         for i, row in enumerate(rows, start=1):
             g, b = row[0], row[1]
             if not (isinstance(g, str) and g.strip() and isinstance(b, str) and b.strip()):
-                raise EvalError(f"eval.pairs.sets.{self.name}: pair {i} has an empty or non-text sentence "
-                                f"({g!r}, {b!r}): every pair needs two sentences")
+                raise EvalError(
+                    f"eval.pairs.sets.{self.name}: pair {i} has an empty or non-text sentence "
+                    f"({g!r}, {b!r}): every pair needs two sentences"
+                )
             if " ".join(g.split()) == " ".join(b.split()):
-                raise EvalError(f"eval.pairs.sets.{self.name}: pair {i} has the same good and bad sentence "
-                                f"({g[:40]!r}): a minimal pair differs; fix or drop it")
+                raise EvalError(
+                    f"eval.pairs.sets.{self.name}: pair {i} has the same good and bad sentence "
+                    f"({g[:40]!r}): a minimal pair differs; fix or drop it"
+                )
             good.append(g)
             bad.append(b)
             groups.append(GROUP_CHARS.sub("_", str(row[2])) if self.group_field else "")
@@ -233,9 +266,18 @@ class MinimalPairs:
         eval/pairs/denoise/...                                    encoder-decoders: the span pseudo-log-likelihood
     """
 
-    def __init__(self, builtin: bool = True, types: Sequence[str] = PAIR_TYPES, max_pairs: int = 1000,
-                 max_words: int = MAX_WORDS, sets: Mapping[str, PairSource] | None = None, random_init_seeds: int = 3,
-                 denoise: bool = True, batch_tokens: int = BATCH_TOKENS, reference_tokens: int = 10_000_000):
+    def __init__(
+        self,
+        builtin: bool = True,
+        types: Sequence[str] = PAIR_TYPES,
+        max_pairs: int = 1000,
+        max_words: int = MAX_WORDS,
+        sets: Mapping[str, PairSource] | None = None,
+        random_init_seeds: int = 3,
+        denoise: bool = True,
+        batch_tokens: int = BATCH_TOKENS,
+        reference_tokens: int = 10_000_000,
+    ):
         self.builtin, self.types, self.max_pairs, self.max_words = builtin, list(types), max_pairs, max_words
         self.sets = dict(sets or {})
         for name, source in self.sets.items():
@@ -244,29 +286,44 @@ class MinimalPairs:
         self.batch_tokens, self.reference_tokens = batch_tokens, reference_tokens
         self.pair_sets: list[PairSet] = []
         self.scorers: dict[str, tuple[str, callable]] = {}  # metric prefix -> (scorer's name, rows builder)
-        self.sentences: list[list[int]] = []   # unique sentences' token ids
+        self.sentences: list[list[int]] = []  # unique sentences' token ids
         self.index: list[tuple[np.ndarray, np.ndarray]] = []  # per pair set: (good, bad) indices into sentences
         self.skipped = 0
         self.baselines: dict[str, float] = {}
         self.random_init: dict[str, np.ndarray] = {}  # per key: random-init outcomes [seeds, pairs]
-        self.last: dict[str, np.ndarray] = {}         # per key: the last evaluated model's outcomes [pairs]
+        self.last: dict[str, np.ndarray] = {}  # per key: the last evaluated model's outcomes [pairs]
 
     def check(self) -> None:
-        for key, value in (("eval.pairs.max_pairs", self.max_pairs), ("eval.pairs.random_init_seeds",
-                           self.random_init_seeds), ("eval.pairs.batch_tokens", self.batch_tokens),
-                           ("eval.pairs.max_words", self.max_words), ("eval.pairs.reference_tokens",
-                           self.reference_tokens)):
+        for key, value in (
+            ("eval.pairs.max_pairs", self.max_pairs),
+            ("eval.pairs.random_init_seeds", self.random_init_seeds),
+            ("eval.pairs.batch_tokens", self.batch_tokens),
+            ("eval.pairs.max_words", self.max_words),
+            ("eval.pairs.reference_tokens", self.reference_tokens),
+        ):
             if value < 1:
                 raise EvalError(f"{key}={value} must be at least 1")
         if not (self.builtin or self.sets):
-            raise EvalError("eval.pairs has no pairs: set eval.pairs.builtin=true, add eval.pairs.sets, or turn the "
-                            "pairs off with eval.pairs=null")
-        self.pair_sets = ([builtin_pairs(self.max_pairs, self.types, self.max_words)] if self.builtin else [])
+            raise EvalError(
+                "eval.pairs has no pairs: set eval.pairs.builtin=true, add eval.pairs.sets, or turn the "
+                "pairs off with eval.pairs=null"
+            )
+        self.pair_sets = [builtin_pairs(self.max_pairs, self.types, self.max_words)] if self.builtin else []
         self.pair_sets += [source.load() for source in self.sets.values()]
 
-    def setup(self, architecture: str, vocab, tokenizer, model_length: int, train_tokens=None,
-              objective: str | None = None, span: float | None = None, make_model=None,
-              cache_dir: str | os.PathLike | None = None, quiet: bool = False) -> None:
+    def setup(
+        self,
+        architecture: str,
+        vocab,
+        tokenizer,
+        model_length: int,
+        train_tokens=None,
+        objective: str | None = None,
+        span: float | None = None,
+        make_model=None,
+        cache_dir: str | os.PathLike | None = None,
+        quiet: bool = False,
+    ) -> None:
         """Tokenize the sets (a pair with a sentence longer than the model's positions is left out, counted in
         `skipped` and, unless quiet, said in a warning line), count the n-gram references, choose the scorers
         of the family."""
@@ -280,8 +337,11 @@ class MinimalPairs:
         ids: dict[tuple, int] = {}
         self.sentences, self.index, self.skipped = [], [], 0
         for ps in self.pair_sets:
-            keep = [i for i in range(len(ps)) if 0 < len(encoded[ps.good[i]]) <= model_length - 2
-                    and 0 < len(encoded[ps.bad[i]]) <= model_length - 2]
+            keep = [
+                i
+                for i in range(len(ps))
+                if 0 < len(encoded[ps.good[i]]) <= model_length - 2 and 0 < len(encoded[ps.bad[i]]) <= model_length - 2
+            ]
             self.skipped += len(ps) - len(keep)
             pair_index = []
             for which in (ps.good, ps.bad):
@@ -296,12 +356,17 @@ class MinimalPairs:
             ps.kept = keep
             self.index.append((pair_index[0], pair_index[1]))
         if not any(len(g) for g, _ in self.index):
-            raise EvalError(f"eval.pairs: every pair has a sentence longer than the model's {model_length - 2} "
-                            f"positions: raise data.seq_len or use shorter sentences")
+            raise EvalError(
+                f"eval.pairs: every pair has a sentence longer than the model's {model_length - 2} "
+                f"positions: raise data.seq_len or use shorter sentences"
+            )
         if self.skipped and not quiet:
             total = sum(len(ps) for ps in self.pair_sets)
-            print(f"warning: eval.pairs: {self.skipped} of {total} pairs left out: longer than {model_length - 2} "
-                  f"tokens (raise data.seq_len)", file=sys.stderr)
+            print(
+                f"warning: eval.pairs: {self.skipped} of {total} pairs left out: longer than {model_length - 2} "
+                f"tokens (raise data.seq_len)",
+                file=sys.stderr,
+            )
         self.scorers = {"eval/pairs": (scorer_name(architecture, objective), FAMILY_ROWS[architecture])}
         if architecture == "encoder_decoder" and self.denoise:
             k = max(1, int(round(span if span is not None else 3.0)))
@@ -309,14 +374,18 @@ class MinimalPairs:
         self.references = {}
         if train_tokens is not None and len(train_tokens) > 1:
             counts = NGram(train_tokens, vocab.size, self.reference_tokens)
-            self.references = {order: counts.score(self.sentences, vocab.eos_id, n)
-                               for order, n in (("unigram", 1), ("bigram", 2))}
+            self.references = {
+                order: counts.score(self.sentences, vocab.eos_id, n) for order, n in (("unigram", 1), ("bigram", 2))
+            }
 
     def prefixes(self) -> dict[str, str]:
         """{metric prefix of a set under a scorer: the scorer's name}: eval/pairs (the built-in set),
         eval/pairs/<set>, eval/pairs/denoise, eval/pairs/denoise/<set>."""
-        return {prefix if ps.name == "builtin" else f"{prefix}/{ps.name}": name
-                for prefix, (name, _) in self.scorers.items() for ps in self.pair_sets}
+        return {
+            prefix if ps.name == "builtin" else f"{prefix}/{ps.name}": name
+            for prefix, (name, _) in self.scorers.items()
+            for ps in self.pair_sets
+        }
 
     # -------------------------------------------------------------------------------------- scoring
     def scores(self, model: torch.nn.Module, prefix: str) -> np.ndarray:
@@ -344,7 +413,10 @@ class MinimalPairs:
         out = {}
         for ps in self.pair_sets:
             kept = [[ps.good[i], ps.bad[i], ps.groups[i] if ps.groups else ""] for i in ps.kept]
-            out[ps.name] = {"": kept, **{group: [k for k in kept if k[2] == group] for group in dict.fromkeys(ps.groups)}}
+            out[ps.name] = {
+                "": kept,
+                **{group: [k for k in kept if k[2] == group] for group in dict.fromkeys(ps.groups)},
+            }
         hashes = {}
         for prefix in self.scorers:
             for ps in self.pair_sets:
@@ -377,14 +449,17 @@ class MinimalPairs:
         sd over seeds), whose per-seed outcomes [seeds, pairs] are kept in self.random_init."""
         out = {}
         for order, scores in self.references.items():
-            out.update({f"{key}/{order}_accuracy": float(o.mean())
-                        for key, o in self.outcomes("eval/pairs", scores).items()})
+            out.update(
+                {f"{key}/{order}_accuracy": float(o.mean()) for key, o in self.outcomes("eval/pairs", scores).items()}
+            )
         if self.make_model is None:
             return out
         device = next(model.parameters()).device
         for prefix in self.scorers:
-            runs = [self.outcomes(prefix, self.random_init_scores(prefix, seed, device))
-                    for seed in range(self.random_init_seeds)]
+            runs = [
+                self.outcomes(prefix, self.random_init_scores(prefix, seed, device))
+                for seed in range(self.random_init_seeds)
+            ]
             for key in runs[0]:
                 self.random_init[key] = np.stack([r[key] for r in runs])
                 mean, sd = mean_sd([float(r[key].mean()) for r in runs])
@@ -401,13 +476,18 @@ class MinimalPairs:
             fresh = self.make_model().to(device)
         path = None
         if self.cache_dir is not None:
-            key = untrained_key(fresh, scorer=self.scorers[prefix][0], tokenizer=self.tokenizer_hash,
-                                sentences=hashlib.sha256(json.dumps(self.sentences).encode()).hexdigest())
+            key = untrained_key(
+                fresh,
+                scorer=self.scorers[prefix][0],
+                tokenizer=self.tokenizer_hash,
+                sentences=hashlib.sha256(json.dumps(self.sentences).encode()).hexdigest(),
+            )
             path = self.cache_dir / "pairs-random-init" / f"{key}.npy"
 
         def read(p: Path):
             scores = np.load(p)
             return scores if scores.shape == (len(self.sentences),) else None
+
         return cached(path, lambda: self.scores(fresh, prefix), read, lambda scores, f: np.save(f, scores))
 
 

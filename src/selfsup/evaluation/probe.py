@@ -29,8 +29,8 @@ def encode(tokenizer, texts: list[str], max_length: int, pad_id: int) -> tuple[t
     mask = torch.zeros(len(texts), max_length, dtype=torch.bool)
     for i, encoding in enumerate(tokenizer.encode_batch(texts, add_special_tokens=False)):
         row = encoding.ids[:max_length] or [pad_id]
-        ids[i, :len(row)] = torch.tensor(row)
-        mask[i, :len(row)] = True
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = True
     return ids, mask
 
 
@@ -57,7 +57,7 @@ def features(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, batc
     out = torch.empty(len(ids), model.d_model)
     try:
         for i in range(0, len(ids), batch_size):
-            rows = order[i:i + batch_size]
+            rows = order[i : i + batch_size]
             width = max(1, int(lengths[rows].max()))
             out[rows] = pooled(model, ids[rows, :width].to(device), mask[rows, :width].to(device)).cpu()
         return out
@@ -65,8 +65,9 @@ def features(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, batc
         model.train(was_training)
 
 
-def fit_linear(x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = 1e-3, max_iter: int = 200
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+def fit_linear(
+    x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = 1e-3, max_iter: int = 200
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Multinomial logistic regression: (weight [n_classes, D], bias) minimising mean cross-entropy + l2 |W|^2."""
     x, y = x.double(), y.long()
     weight = torch.zeros(n_classes, x.shape[1], dtype=torch.float64, requires_grad=True)
@@ -87,25 +88,36 @@ def fit_linear(x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = 1e-
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
-def linear_probe(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, n_classes: int,
-                 l2: float | None = None) -> torch.Tensor:
+def linear_probe(
+    train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, n_classes: int, l2: float | None = None
+) -> torch.Tensor:
     """Predicted classes of test_x from a linear classifier fitted on standardised train_x. l2 None: the
     penalty of L2_GRID that predicts every fifth training example best when fitted on the others."""
     mean, std = train_x.mean(0), train_x.std(0).clamp(min=1e-6)
     train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
     if l2 is None:
         held = torch.arange(len(train_y)) % 5 == 0
+
         def held_out_accuracy(penalty: float) -> float:
             weight, bias = fit_linear(train_x[~held], train_y[~held], n_classes, penalty)
             return float(((train_x[held].double() @ weight.T + bias).argmax(1) == train_y[held]).double().mean())
+
         l2 = max(L2_GRID, key=held_out_accuracy)  # the first of equals: the weakest penalty
     weight, bias = fit_linear(train_x, train_y, n_classes, l2)
     return (test_x.double() @ weight.T + bias).argmax(1)
 
 
-def finetune(model: torch.nn.Module, train: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-             test: tuple[torch.Tensor, torch.Tensor], n_classes: int, steps: int, lr: float, batch_size: int,
-             seed: int, eval_batch_size: int = 256) -> torch.Tensor:
+def finetune(
+    model: torch.nn.Module,
+    train: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    test: tuple[torch.Tensor, torch.Tensor],
+    n_classes: int,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    eval_batch_size: int = 256,
+) -> torch.Tensor:
     """Predicted test classes after `steps` AdamW steps (linear warmup over 10%, cosine decay) of `model`
     (the caller's copy: it is trained) plus a linear head on its pooled features."""
     device = next(model.parameters()).device
@@ -115,7 +127,11 @@ def finetune(model: torch.nn.Module, train: tuple[torch.Tensor, torch.Tensor, to
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     warmup = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup))))
+        opt,
+        lambda s: (
+            (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup)))
+        ),
+    )
     ids, mask, labels = train
     model.train()
     with torch.enable_grad():
@@ -138,8 +154,11 @@ def scores(predicted: torch.Tensor, labels: torch.Tensor, n_classes: int) -> dic
     """accuracy (the share right) and macro_f1 (the mean over classes of each class's F1)."""
     # torchmetrics is imported here, not at the top: ~3 s (it loads transformers), kept out of `selfsup-train`'s start
     from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
-    return {"accuracy": float(multiclass_accuracy(predicted, labels, n_classes, average="micro")),
-            "macro_f1": float(multiclass_f1_score(predicted, labels, n_classes, average="macro"))}
+
+    return {
+        "accuracy": float(multiclass_accuracy(predicted, labels, n_classes, average="micro")),
+        "macro_f1": float(multiclass_f1_score(predicted, labels, n_classes, average="macro")),
+    }
 
 
 def majority(train: Examples, test: Examples, n_classes: int) -> dict[str, float]:

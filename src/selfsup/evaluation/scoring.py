@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-TIE = 1e-6            # nats: a smaller difference of two scores is float noise of batched scoring, a tie
+TIE = 1e-6  # nats: a smaller difference of two scores is float noise of batched scoring, a tie
 BATCH_TOKENS = 16384  # token positions per forward (rows x longest row)
 
 
@@ -57,13 +57,19 @@ def _token_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor) -> torch
 class Rows:
     """Forward rows that score sentences: each row's inputs, its scored (position, target) list, and the
     sentence it belongs to. A sentence's score is the sum of its rows' scored log-probabilities."""
+
     encoder: list[list[int]] = field(default_factory=list)
     decoder: list[list[int]] = field(default_factory=list)
     scored: list[list[tuple[int, int]]] = field(default_factory=list)
     sentence: list[int] = field(default_factory=list)
 
-    def add(self, sentence: int, scored: list[tuple[int, int]], encoder: list[int] | None = None,
-            decoder: list[int] | None = None) -> None:
+    def add(
+        self,
+        sentence: int,
+        scored: list[tuple[int, int]],
+        encoder: list[int] | None = None,
+        decoder: list[int] | None = None,
+    ) -> None:
         self.sentence.append(sentence)
         self.scored.append(scored)
         if encoder is not None:
@@ -108,24 +114,27 @@ def denoise_rows(sentences: list[list[int]], vocab, span: int) -> Rows:
     sentinel = vocab.sentinel(0)
     for s, ids in enumerate(sentences):
         for start in range(0, len(ids), span):
-            part = ids[start:start + span]
-            encoder = [vocab.eos_id, *ids[:start], sentinel, *ids[start + span:], vocab.eos_id]
+            part = ids[start : start + span]
+            encoder = [vocab.eos_id, *ids[:start], sentinel, *ids[start + span :], vocab.eos_id]
             decoder = [vocab.bos_id, sentinel, *part[:-1]]
             rows.add(s, [(i + 1, t) for i, t in enumerate(part)], encoder=encoder, decoder=decoder)
     return rows
 
 
 @torch.no_grad()
-def score_rows(model: torch.nn.Module, rows: Rows, n_sentences: int, pad_id: int,
-               batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+def score_rows(
+    model: torch.nn.Module, rows: Rows, n_sentences: int, pad_id: int, batch_tokens: int = BATCH_TOKENS
+) -> np.ndarray:
     """Each sentence's summed log-probability over its rows' scored positions (float64), in batches of
     similar length (padding on the right: causal rows never see it, encoder rows mask it)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     totals = torch.zeros(n_sentences, dtype=torch.float64)
-    length = [max(len(rows.encoder[i]) if rows.encoder else 0, len(rows.decoder[i]) if rows.decoder else 0)
-              for i in range(len(rows.sentence))]
+    length = [
+        max(len(rows.encoder[i]) if rows.encoder else 0, len(rows.decoder[i]) if rows.decoder else 0)
+        for i in range(len(rows.sentence))
+    ]
     try:
         for batch in _batches(length, batch_tokens):
             kwargs = {}

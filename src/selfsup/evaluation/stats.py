@@ -27,6 +27,7 @@ LEVEL = 0.95
 @dataclass(frozen=True)
 class Interval:
     """A margin (or a difference of margins) and its bootstrap interval."""
+
     value: float
     low: float
     high: float
@@ -48,13 +49,14 @@ def _counts(n: int, replicates: int, rng: np.random.Generator):
         left -= size
 
 
-def _seed_means(random_init: np.ndarray, counts: np.ndarray, n: int, rng: np.random.Generator,
-                drawn: np.ndarray | None = None) -> np.ndarray:
+def _seed_means(
+    random_init: np.ndarray, counts: np.ndarray, n: int, rng: np.random.Generator, drawn: np.ndarray | None = None
+) -> np.ndarray:
     """Per replicate: the mean over seeds drawn with replacement (or the `drawn` ones) of each seed's mean over
     the drawn examples."""
-    per_seed = counts @ random_init.T / n                                     # [chunk, seeds]
+    per_seed = counts @ random_init.T / n  # [chunk, seeds]
     if drawn is None:
-        drawn = rng.integers(0, random_init.shape[0], size=per_seed.shape)   # seeds drawn, per replicate
+        drawn = rng.integers(0, random_init.shape[0], size=per_seed.shape)  # seeds drawn, per replicate
     return np.take_along_axis(per_seed, drawn, axis=1).mean(axis=1)
 
 
@@ -62,8 +64,10 @@ def _check(trained: np.ndarray, random_init: np.ndarray) -> tuple[np.ndarray, np
     trained = np.asarray(trained, dtype=np.float64)
     random_init = np.atleast_2d(np.asarray(random_init, dtype=np.float64))
     if trained.ndim != 1 or random_init.shape[1] != len(trained) or not len(trained):
-        raise ValueError(f"outcomes of shape {trained.shape} and random-init {random_init.shape}: need [n] and "
-                         f"[seeds, n] over the same n > 0 examples")
+        raise ValueError(
+            f"outcomes of shape {trained.shape} and random-init {random_init.shape}: need [n] and "
+            f"[seeds, n] over the same n > 0 examples"
+        )
     return trained, random_init
 
 
@@ -72,8 +76,7 @@ def margin(trained, random_init, replicates: int = REPLICATES, seed: int = 0) ->
     same n examples. The margin trained - random-init with its paired bootstrap interval."""
     trained, random_init = _check(trained, random_init)
     n, rng = len(trained), np.random.default_rng(seed)
-    draws = [counts @ trained / n - _seed_means(random_init, counts, n, rng)
-             for counts in _counts(n, replicates, rng)]
+    draws = [counts @ trained / n - _seed_means(random_init, counts, n, rng) for counts in _counts(n, replicates, rng)]
     return _interval(trained.mean() - random_init.mean(), np.concatenate(draws))
 
 
@@ -90,8 +93,10 @@ def difference(a, a_random_init, b, b_random_init, replicates: int = REPLICATES,
     draws = []
     for counts in _counts(n, replicates, rng):
         drawn = rng.integers(0, a_random_init.shape[0], size=(len(counts), a_random_init.shape[0])) if shared else None
-        draws.append((counts @ a / n - _seed_means(a_random_init, counts, n, rng, drawn))
-                     - (counts @ b / n - _seed_means(b_random_init, counts, n, rng, drawn)))
+        draws.append(
+            (counts @ a / n - _seed_means(a_random_init, counts, n, rng, drawn))
+            - (counts @ b / n - _seed_means(b_random_init, counts, n, rng, drawn))
+        )
     value = (a.mean() - a_random_init.mean()) - (b.mean() - b_random_init.mean())
     return _interval(value, np.concatenate(draws))
 

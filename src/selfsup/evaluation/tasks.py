@@ -50,12 +50,25 @@ class Examples:
 class Task:
     """A labelled task: `load()` -> (train Examples, test Examples); `classes` names the labels."""
 
-    def __init__(self, source: str = "builtin", task: str = "replaced_word", perturb: int = 4,
-                 paths: Sequence[str] = (), test_paths: Sequence[str] = (), text_field: str = "text",
-                 label_field: str = "label", test_fraction: float = 0.2, hf_name: str | None = None,
-                 hf_config: str | None = None, data_files=None, train_split: str = "train",
-                 test_split: str = "validation", max_train_examples: int | None = 8000,
-                 max_test_examples: int | None = 2000, name: str = "task"):
+    def __init__(
+        self,
+        source: str = "builtin",
+        task: str = "replaced_word",
+        perturb: int = 4,
+        paths: Sequence[str] = (),
+        test_paths: Sequence[str] = (),
+        text_field: str = "text",
+        label_field: str = "label",
+        test_fraction: float = 0.2,
+        hf_name: str | None = None,
+        hf_config: str | None = None,
+        data_files=None,
+        train_split: str = "train",
+        test_split: str = "validation",
+        max_train_examples: int | None = 8000,
+        max_test_examples: int | None = 2000,
+        name: str = "task",
+    ):
         self.source, self.task, self.perturb = source, task, perturb
         self.paths, self.test_paths = list(paths or ()), list(test_paths or ())
         self.text_field, self.label_field, self.test_fraction = text_field, label_field, test_fraction
@@ -87,18 +100,22 @@ class Task:
 
     def _builtin(self) -> tuple[list[tuple[str, object]], list[tuple[str, object]]]:
         if self.task not in BUILTIN_TASKS:
-            raise EvalError(f"{self.setting('task')}={self.task} is not a built-in task: use one of "
-                            f"{', '.join(BUILTIN_TASKS)}, or source=text_files / hf_dataset for your own data")
+            raise EvalError(
+                f"{self.setting('task')}={self.task} is not a built-in task: use one of "
+                f"{', '.join(BUILTIN_TASKS)}, or source=text_files / hf_dataset for your own data"
+            )
         if self.perturb < 1:
             raise EvalError(f"{self.setting('perturb')}={self.perturb} must be at least 1 (words changed per sentence)")
         examples = builtin_examples(self.task, self.perturb)
         cut = 2 * int(len(examples) / 2 * (1 - self.test_fraction))  # a sentence and its change: one split
-        return examples[:cut][:self.max_train_examples], examples[cut:][:self.max_test_examples]
+        return examples[:cut][: self.max_train_examples], examples[cut:][: self.max_test_examples]
 
     def _files(self) -> tuple[list, list]:
         if not self.paths:
-            raise EvalError(f"{self.setting('paths')} is empty: list .jsonl/.csv/.parquet files with "
-                            f"'{self.text_field}' and '{self.label_field}' fields")
+            raise EvalError(
+                f"{self.setting('paths')} is empty: list .jsonl/.csv/.parquet files with "
+                f"'{self.text_field}' and '{self.label_field}' fields"
+            )
 
         def rows(paths):
             return (r for p in paths for r in read_labelled(p, self.text_field, self.label_field, self.setting))
@@ -120,36 +137,55 @@ class Task:
             raise EvalError(f"{self.setting('hf_name')} is not set: name a data set (e.g. glue with hf_config=sst2)")
         out = []
         for split, limit in ((self.train_split, self.max_train_examples), (self.test_split, self.max_test_examples)):
-            rows = hf_rows(self.hf_name, self.hf_config, split, self.data_files, [self.text_field, self.label_field],
-                           ["text_field", "label_field"], self.setting)
+            rows = hf_rows(
+                self.hf_name,
+                self.hf_config,
+                split,
+                self.data_files,
+                [self.text_field, self.label_field],
+                ["text_field", "label_field"],
+                self.setting,
+            )
             kept = Reservoir(limit)
-            kept.extend((t, class_label(y, f"{self.hf_name} split {split} row {i}", self.label_field, self.setting))
-                        for i, (t, y) in enumerate(rows, start=1)
-                        if isinstance(t, str) and t.strip() and y not in (None, ""))
+            kept.extend(
+                (t, class_label(y, f"{self.hf_name} split {split} row {i}", self.label_field, self.setting))
+                for i, (t, y) in enumerate(rows, start=1)
+                if isinstance(t, str) and t.strip() and y not in (None, "")
+            )
             out.append(kept.rows())
         return out[0], out[1]
 
     def _encode_labels(self, train: list, test: list) -> tuple[Examples, Examples]:
         if not train or not test:
             which = "training" if not train else "test"
-            raise EvalError(f"task {self.name} has no {which} examples: add examples"
-                            + (f" or change {self.setting('test_fraction')}" if self.source == "text_files" else ""))
+            raise EvalError(
+                f"task {self.name} has no {which} examples: add examples"
+                + (f" or change {self.setting('test_fraction')}" if self.source == "text_files" else "")
+            )
         values = sorted({y for _, y in train + test}, key=lambda v: (str(type(v)), v))
         if len(values) < 2:
-            raise EvalError(f"task {self.name}: every example has label {values[0]!r}: a task needs at least "
-                            f"2 classes ({self.setting('label_field')}={self.label_field})")
+            raise EvalError(
+                f"task {self.name}: every example has label {values[0]!r}: a task needs at least "
+                f"2 classes ({self.setting('label_field')}={self.label_field})"
+            )
         if len(train) < len(values):
-            raise EvalError(f"task {self.name}: {len(train)} training examples for {len(values)} classes: a task "
-                            f"needs at least one example per class: add examples or check "
-                            f"{self.setting('label_field')}")
+            raise EvalError(
+                f"task {self.name}: {len(train)} training examples for {len(values)} classes: a task "
+                f"needs at least one example per class: add examples or check "
+                f"{self.setting('label_field')}"
+            )
         unseen = {y for _, y in test} - {y for _, y in train}
         if unseen:
-            raise EvalError(f"task {self.name}: test labels {sorted(map(str, unseen))[:5]} never occur in training: "
-                            f"the probe cannot predict them; fix the labels or the split")
+            raise EvalError(
+                f"task {self.name}: test labels {sorted(map(str, unseen))[:5]} never occur in training: "
+                f"the probe cannot predict them; fix the labels or the split"
+            )
         ids = {v: i for i, v in enumerate(values)}
         self.classes = [str(v) for v in values]
-        return (Examples([t for t, _ in train], [ids[y] for _, y in train]),
-                Examples([t for t, _ in test], [ids[y] for _, y in test]))
+        return (
+            Examples([t for t, _ in train], [ids[y] for _, y in train]),
+            Examples([t for t, _ in test], [ids[y] for _, y in test]),
+        )
 
 
 class Reservoir:
@@ -183,13 +219,16 @@ def class_label(value, where: str, field: str, setting):
         return value
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
     kind = f"the number {value}" if isinstance(value, float) else f"a {type(value).__name__} ({shown})"
-    raise EvalError(f"{where}: field '{field}' holds {kind}, not a class label: pass a string, int or bool label "
-                    f"per example, or set {setting('label_field')} to the field that holds one")
+    raise EvalError(
+        f"{where}: field '{field}' holds {kind}, not a class label: pass a string, int or bool label "
+        f"per example, or set {setting('label_field')} to the field that holds one"
+    )
 
 
 # ---------------------------------------------------------------------------------------- files
-def read_labelled(path: str, text_field: str, label_field: str, setting=lambda key: f"eval.tasks.*.{key}"
-                  ) -> Iterator[tuple[str, object]]:
+def read_labelled(
+    path: str, text_field: str, label_field: str, setting=lambda key: f"eval.tasks.*.{key}"
+) -> Iterator[tuple[str, object]]:
     """(text, label) rows of a .jsonl / .csv / .parquet file, a record at a time; rows with an empty text or
     label left out, a label that is not a class refused (see class_label)."""
     found = False
@@ -198,8 +237,9 @@ def read_labelled(path: str, text_field: str, label_field: str, setting=lambda k
             found = True
             yield text, class_label(label, where, label_field, setting)
     if not found:
-        raise EvalError(f"{Path(path).expanduser()} has no examples with a non-empty '{text_field}' and "
-                        f"'{label_field}'")
+        raise EvalError(
+            f"{Path(path).expanduser()} has no examples with a non-empty '{text_field}' and '{label_field}'"
+        )
 
 
 # ---------------------------------------------------------------------------------------- built-in
@@ -223,11 +263,11 @@ def probe_sentences() -> list[str]:
     (not even inside a longer sentence), each once, in a fixed shuffled order."""
     text = " ".join(" ".join(doc.split()) for doc in builtin_documents())
     words = text.split()
-    shingles = {tuple(words[i:i + 4]) for i in range(len(words) - 3)}
+    shingles = {tuple(words[i : i + 4]) for i in range(len(words) - 3)}
 
     def in_pretraining(sentence: str) -> bool:
         inner = sentence.split()[1:-1]  # whole words wherever the sentence occurs (its ends may be parts)
-        return all(tuple(inner[i:i + 4]) in shingles for i in range(len(inner) - 3)) and sentence in text
+        return all(tuple(inner[i : i + 4]) in shingles for i in range(len(inner) - 3)) and sentence in text
 
     found = list(dict.fromkeys(s for doc in stdlib_docstrings()["held_out"] for s in sentences(doc)))
     found = [s for s in found if not in_pretraining(s)]
@@ -256,8 +296,9 @@ def builtin_examples(task: str, perturb: int) -> list[tuple[str, int]]:
 PLAIN = re.compile(r"^[a-z]+$")
 
 
-def perturb_words(words: list[str], task: str, count: int, rng: random.Random, vocabulary: Sequence[str],
-                  exact: bool = False) -> list[str] | None:
+def perturb_words(
+    words: list[str], task: str, count: int, rng: random.Random, vocabulary: Sequence[str], exact: bool = False
+) -> list[str] | None:
     """A copy of a sentence's words with `count` plain lower-case words (never the first) replaced by other
     words of `vocabulary` (task 'replaced_word'), or `count` pairs of neighbouring plain words swapped
     ('word_order'). exact=False: as many as the sentence has (the probe's examples); exact=True: exactly

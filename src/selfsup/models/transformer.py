@@ -61,16 +61,19 @@ class Attention(nn.Module):
         else:
             w, b = self.qkv.weight, self.qkv.bias
             q = F.linear(x, w[:D], None if b is None else b[:D]).view(B, Lq, H, D // H).transpose(1, 2)
-            k, v = (t.view(B, -1, H, D // H).transpose(1, 2)
-                    for t in F.linear(context, w[D:], None if b is None else b[D:]).split(D, dim=-1))
+            k, v = (
+                t.view(B, -1, H, D // H).transpose(1, 2)
+                for t in F.linear(context, w[D:], None if b is None else b[D:]).split(D, dim=-1)
+            )
         has_key = None
         if mask is not None:
             # A query with no key (e.g. an all-padding encoder row) would make SDPA return NaN:
             # let it attend everywhere, then zero its output, so it reads nothing.
             has_key = mask.any(dim=-1, keepdim=True)
             mask = mask | ~has_key
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
+        )
         if has_key is not None:
             y = y * has_key
         y = y.transpose(1, 2).reshape(B, Lq, D)
@@ -114,17 +117,18 @@ class Block(nn.Module):
 class Stack(nn.Module):
     """Position embedding, blocks, final LayerNorm. Token embedding lives in the model (shared)."""
 
-    def __init__(self, n_layers, max_len, d_model, n_heads, d_ff, dropout, cross_attention=False, bias=True,
-                 activation="gelu"):
+    def __init__(
+        self, n_layers, max_len, d_model, n_heads, d_ff, dropout, cross_attention=False, bias=True, activation="gelu"
+    ):
         super().__init__()
         self.pos_emb = nn.Embedding(max_len, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, dropout, cross_attention, bias, activation)
-                                    for _ in range(n_layers))
+        self.blocks = nn.ModuleList(
+            Block(d_model, n_heads, d_ff, dropout, cross_attention, bias, activation) for _ in range(n_layers)
+        )
         self.ln_f = nn.LayerNorm(d_model, bias=bias)
 
-    def forward(self, tok, mask=None, is_causal=False, context=None, context_mask=None,
-                activation_checkpointing=False):
+    def forward(self, tok, mask=None, is_causal=False, context=None, context_mask=None, activation_checkpointing=False):
         x = self.dropout(tok + self.pos_emb(torch.arange(tok.shape[1], device=tok.device)))
         for block in self.blocks:
             if activation_checkpointing and self.training and torch.is_grad_enabled():
@@ -140,17 +144,18 @@ class TransformerConfig:
 
     Also the structured config of the `architecture` group (its `_target_` makes Hydra's `instantiate`
     return this object); `build(vocab_size, max_len)` makes the model."""
+
     _target_: str = "selfsup.models.TransformerConfig"
-    name: str = "encoder"               # encoder | decoder | encoder_decoder
+    name: str = "encoder"  # encoder | decoder | encoder_decoder
     d_model: int = 256
-    n_layers: int = 4                   # blocks per stack (an encoder-decoder has n_layers + n_decoder_layers)
+    n_layers: int = 4  # blocks per stack (an encoder-decoder has n_layers + n_decoder_layers)
     n_heads: int = 4
-    d_ff: Optional[int] = None          # default 4 * d_model
+    d_ff: Optional[int] = None  # default 4 * d_model
     n_decoder_layers: Optional[int] = None  # encoder_decoder; default n_layers
     dropout: float = 0.0
     tie_embeddings: bool = True
-    activation: str = "gelu"            # feed-forward nonlinearity: gelu (BERT, GPT-2) | relu (T5)
-    bias: bool = True                   # biases in linear layers and LayerNorms (T5 has none)
+    activation: str = "gelu"  # feed-forward nonlinearity: gelu (BERT, GPT-2) | relu (T5)
+    bias: bool = True  # biases in linear layers and LayerNorms (T5 has none)
     activation_checkpointing: bool = field(default=False, metadata={"fingerprint": False})
 
     def __post_init__(self):
@@ -162,12 +167,15 @@ class TransformerConfig:
             if value is not None and value < 1:
                 raise ValueError(f"architecture.{key}={value} must be at least 1")
         if self.d_model % self.n_heads != 0:
-            raise ValueError(f"architecture.d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
-                             f"choose n_heads that divides d_model (e.g. n_heads={math.gcd(self.d_model, self.n_heads)})"
-                             f" or a d_model that is a multiple of {self.n_heads}")
+            raise ValueError(
+                f"architecture.d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
+                f"choose n_heads that divides d_model (e.g. n_heads={math.gcd(self.d_model, self.n_heads)})"
+                f" or a d_model that is a multiple of {self.n_heads}"
+            )
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"architecture.activation={self.activation} is unknown: use one of "
-                             f"{', '.join(ACTIVATIONS)}")
+            raise ValueError(
+                f"architecture.activation={self.activation} is unknown: use one of {', '.join(ACTIVATIONS)}"
+            )
         if not 0 <= self.dropout < 1:
             raise ValueError(f"architecture.dropout={self.dropout} must be in [0, 1)")
 
@@ -198,12 +206,20 @@ class TransformerModel(nn.Module):
         self.lm_head = nn.Linear(c.d_model, self.padded_vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
-        self.register_buffer("vocab_padding", torch.arange(self.padded_vocab_size) >= vocab_size,
-                             persistent=False)
+        self.register_buffer("vocab_padding", torch.arange(self.padded_vocab_size) >= vocab_size, persistent=False)
 
     def _stack(self, n_layers, cross_attention=False):
-        return Stack(n_layers, self.max_len, self.d_model, self.n_heads, self.d_ff,
-                     self.dropout_p, cross_attention, self.bias, self.activation)
+        return Stack(
+            n_layers,
+            self.max_len,
+            self.d_model,
+            self.n_heads,
+            self.d_ff,
+            self.dropout_p,
+            cross_attention,
+            self.bias,
+            self.activation,
+        )
 
     def _init_weights(self):
         """GPT-2 init: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2*n_layers)."""
@@ -225,16 +241,19 @@ class TransformerModel(nn.Module):
         if ids.dim() != 2:
             raise ValueError(f"{what} must be [batch, length], got shape {tuple(ids.shape)}")
         if ids.shape[1] > self.max_len:
-            raise ValueError(f"{what} has length {ids.shape[1]} > max_len={self.max_len}: raise max_len "
-                             f"(architecture.max_len) or feed shorter sequences")
+            raise ValueError(
+                f"{what} has length {ids.shape[1]} > max_len={self.max_len}: raise max_len "
+                f"(architecture.max_len) or feed shorter sequences"
+            )
         return self.tok_emb(ids)
 
     def _key_padding(self, encoder_mask, ids):
         if encoder_mask is None:
             return None
         if encoder_mask.shape != ids.shape:
-            raise ValueError(f"encoder_mask shape {tuple(encoder_mask.shape)} != encoder_inputs shape "
-                             f"{tuple(ids.shape)}")
+            raise ValueError(
+                f"encoder_mask shape {tuple(encoder_mask.shape)} != encoder_inputs shape {tuple(ids.shape)}"
+            )
         return encoder_mask.bool()[:, None, None, :]  # [B, 1, 1, Lk], broadcast over heads and queries
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -259,8 +278,11 @@ class Encoder(TransformerModel):
 
     def forward(self, encoder_inputs=None, encoder_mask=None, decoder_inputs=None, prefix_length=None):
         x = self._embed(encoder_inputs, "encoder_inputs")
-        return self.encoder(x, mask=self._key_padding(encoder_mask, encoder_inputs),
-                            activation_checkpointing=self.activation_checkpointing)
+        return self.encoder(
+            x,
+            mask=self._key_padding(encoder_mask, encoder_inputs),
+            activation_checkpointing=self.activation_checkpointing,
+        )
 
 
 class Decoder(TransformerModel):
@@ -279,8 +301,9 @@ class Decoder(TransformerModel):
         B, L = decoder_inputs.shape
         prefix_length = torch.as_tensor(prefix_length, device=x.device).reshape(-1, 1, 1)
         if prefix_length.shape[0] not in (1, B):
-            raise ValueError(f"prefix_length must have shape [{B}] (one per sequence), "
-                             f"got {prefix_length.shape[0]} values")
+            raise ValueError(
+                f"prefix_length must have shape [{B}] (one per sequence), got {prefix_length.shape[0]} values"
+            )
         pos = torch.arange(L, device=x.device)
         mask = (pos[None, :] <= pos[:, None])[None] | (pos[None, None, :] < prefix_length)  # [B, L, L]
         return self.decoder(x, mask=mask[:, None], activation_checkpointing=self.activation_checkpointing)
@@ -292,24 +315,34 @@ class EncoderDecoder(TransformerModel):
     def __init__(self, config: TransformerConfig, vocab_size: int, max_len: int):
         super().__init__(config, vocab_size, max_len)
         self.encoder = self._stack(config.n_layers)
-        self.decoder = self._stack(config.n_layers if config.n_decoder_layers is None else config.n_decoder_layers,
-                                   cross_attention=True)
+        self.decoder = self._stack(
+            config.n_layers if config.n_decoder_layers is None else config.n_decoder_layers, cross_attention=True
+        )
         self._init_weights()
 
     def forward(self, encoder_inputs=None, decoder_inputs=None, encoder_mask=None, prefix_length=None):
         """The decoder's hidden states; without decoder_inputs, the encoder's (features of the input text)."""
         enc = self._embed(encoder_inputs, "encoder_inputs")
         if decoder_inputs is None:
-            return self.encoder(enc, mask=self._key_padding(encoder_mask, encoder_inputs),
-                                activation_checkpointing=self.activation_checkpointing)
+            return self.encoder(
+                enc,
+                mask=self._key_padding(encoder_mask, encoder_inputs),
+                activation_checkpointing=self.activation_checkpointing,
+            )
         dec = self._embed(decoder_inputs, "decoder_inputs")
         if decoder_inputs.shape[0] != encoder_inputs.shape[0]:
-            raise ValueError(f"encoder_inputs batch {encoder_inputs.shape[0]} != decoder_inputs batch "
-                             f"{decoder_inputs.shape[0]}")
+            raise ValueError(
+                f"encoder_inputs batch {encoder_inputs.shape[0]} != decoder_inputs batch {decoder_inputs.shape[0]}"
+            )
         keys = self._key_padding(encoder_mask, encoder_inputs)
         memory = self.encoder(enc, mask=keys, activation_checkpointing=self.activation_checkpointing)
-        return self.decoder(dec, is_causal=True, context=memory, context_mask=keys,
-                            activation_checkpointing=self.activation_checkpointing)
+        return self.decoder(
+            dec,
+            is_causal=True,
+            context=memory,
+            context_mask=keys,
+            activation_checkpointing=self.activation_checkpointing,
+        )
 
 
 MODELS = {"encoder": Encoder, "decoder": Decoder, "encoder_decoder": EncoderDecoder}

@@ -21,8 +21,13 @@ from selfsup.objectives.span import SpanCorruption, SpanCorruptionConfig, raw_le
 OBJECTIVES: dict[str, type[Objective]] = {
     cls.name: cls for cls in (MaskedLM, CausalLM, SpanCorruption, PrefixLM, Mixture)
 }
-CONFIGS = {"mlm": MaskedLMConfig, "clm": CausalLMConfig, "span_corruption": SpanCorruptionConfig,
-           "prefix_lm": PrefixLMConfig, "ul2": MixtureConfig}
+CONFIGS = {
+    "mlm": MaskedLMConfig,
+    "clm": CausalLMConfig,
+    "span_corruption": SpanCorruptionConfig,
+    "prefix_lm": PrefixLMConfig,
+    "ul2": MixtureConfig,
+}
 
 
 def build_objective(name: str, vocab: Vocab, seq_len: int, architecture: str | None = None, **params) -> Objective:
@@ -33,8 +38,27 @@ def build_objective(name: str, vocab: Vocab, seq_len: int, architecture: str | N
 
 
 __all__ = [
-    "CONFIGS", "IGNORE", "OBJECTIVES", "CausalLM", "CausalLMConfig", "Denoiser", "MaskedLM", "MaskedLMConfig",
-    "Mixture", "MixtureConfig", "Objective", "ObjectiveBatch", "ObjectiveError", "PrefixLM", "PrefixLMConfig",
-    "SpanCorruption", "SpanCorruptionConfig", "UL2_DENOISERS", "Vocab", "build_objective", "raw_length_for",
-    "span_counts", "span_lengths",
+    "CONFIGS",
+    "IGNORE",
+    "OBJECTIVES",
+    "CausalLM",
+    "CausalLMConfig",
+    "Denoiser",
+    "MaskedLM",
+    "MaskedLMConfig",
+    "Mixture",
+    "MixtureConfig",
+    "Objective",
+    "ObjectiveBatch",
+    "ObjectiveError",
+    "PrefixLM",
+    "PrefixLMConfig",
+    "SpanCorruption",
+    "SpanCorruptionConfig",
+    "UL2_DENOISERS",
+    "Vocab",
+    "build_objective",
+    "raw_length_for",
+    "span_counts",
+    "span_lengths",
 ]

@@ -51,8 +51,10 @@ class ObjectiveBatch:
         return self.scored.sum()
 
     def to(self, device: torch.device | str) -> "ObjectiveBatch":
-        return replace(self, **{f.name: getattr(self, f.name).to(device)
-                                for f in fields(self) if getattr(self, f.name) is not None})
+        return replace(
+            self,
+            **{f.name: getattr(self, f.name).to(device) for f in fields(self) if getattr(self, f.name) is not None},
+        )
 
 
 class ObjectiveError(UserError, ValueError):
@@ -90,8 +92,9 @@ class Objective:
         if name is not None:
             self.name = name
         if seq_len < 2:
-            raise ObjectiveError(f"data.seq_len={seq_len} is too short: {self.name} needs at least 2 tokens, "
-                                 f"raise data.seq_len")
+            raise ObjectiveError(
+                f"data.seq_len={seq_len} is too short: {self.name} needs at least 2 tokens, raise data.seq_len"
+            )
         self.vocab = vocab
         self.seq_len = seq_len
         self.architecture = architecture
@@ -120,13 +123,13 @@ def check_finite(name: str, value: float) -> None:
         raise ObjectiveError(f"{name}={value} is not a finite number: set a number")
 
 
-def check_probability(name: str, value: float, *, open_low: bool = False, open_high: bool = False,
-                      why_low: str = "", why_high: str = "") -> None:
+def check_probability(
+    name: str, value: float, *, open_low: bool = False, open_high: bool = False, why_low: str = "", why_high: str = ""
+) -> None:
     check_finite(name, value)
     low_bad = value <= 0 if open_low else value < 0
     high_bad = value >= 1 if open_high else value > 1
     if low_bad or high_bad:
         bounds = f"{'(' if open_low else '['}0, 1{')' if open_high else ']'}"
         why = why_low if low_bad else why_high
-        raise ObjectiveError(f"{name}={value} is out of range: use a value in {bounds}"
-                             + (f" ({why})" if why else ""))
+        raise ObjectiveError(f"{name}={value} is out of range: use a value in {bounds}" + (f" ({why})" if why else ""))

@@ -12,6 +12,7 @@ from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch
 @dataclass
 class CausalLMConfig:
     """objective=clm (conf/objective/clm.yaml)."""
+
     _target_: str = "selfsup.objectives.CausalLM"
     name: str = "clm"
 
@@ -25,8 +26,10 @@ class CausalLM(Objective):
 
     name = "clm"
     architectures = ("decoder",)
-    refusals = {"encoder": "bidirectional attention lets a token see its own answer",
-                "encoder_decoder": "CLM predicts every next token from one causal stack; use architecture=decoder"}
+    refusals = {
+        "encoder": "bidirectional attention lets a token see its own answer",
+        "encoder_decoder": "CLM predicts every next token from one causal stack; use architecture=decoder",
+    }
 
     @property
     def raw_length(self) -> int:
@@ -35,5 +38,4 @@ class CausalLM(Objective):
     def __call__(self, tokens: torch.Tensor, generator: torch.Generator) -> ObjectiveBatch:
         targets = tokens[:, 1:]
         targets = targets.masked_fill(targets == self.vocab.pad_id, IGNORE)
-        return ObjectiveBatch(targets=targets, n_inputs=self.count_inputs(tokens),
-                              decoder_inputs=tokens[:, :-1])
+        return ObjectiveBatch(targets=targets, n_inputs=self.count_inputs(tokens), decoder_inputs=tokens[:, :-1])

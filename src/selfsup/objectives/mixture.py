@@ -29,8 +29,12 @@ class Denoiser:
 
 
 UL2_DENOISERS = (
-    Denoiser("R", 0.15, 3), Denoiser("R", 0.15, 8),
-    Denoiser("X", 0.5, 3), Denoiser("X", 0.5, 8), Denoiser("X", 0.15, 64), Denoiser("X", 0.5, 64),
+    Denoiser("R", 0.15, 3),
+    Denoiser("R", 0.15, 8),
+    Denoiser("X", 0.5, 3),
+    Denoiser("X", 0.5, 8),
+    Denoiser("X", 0.15, 64),
+    Denoiser("X", 0.5, 64),
     Denoiser("S"),
 )
 
@@ -38,20 +42,31 @@ UL2_DENOISERS = (
 @dataclass
 class MixtureConfig:
     """objective=ul2 (conf/objective/ul2.yaml): the denoisers and their mode tokens."""
+
     _target_: str = "selfsup.objectives.Mixture"
     name: str = "ul2"
     denoisers: List[Denoiser] = field(default_factory=list)  # each one: family R/X/S, mask_rate, span length, weight
-    mode_tokens: bool = True         # prepend a mode token per denoiser family
+    mode_tokens: bool = True  # prepend a mode token per denoiser family
 
 
 class Mixture(Objective):
     name = "ul2"
     architectures = ("encoder_decoder",)
-    refusals = {"encoder": "UL2's span denoisers are written by a decoder; use architecture=encoder_decoder",
-                "decoder": "UL2 here mixes span denoisers that need an encoder; use architecture=encoder_decoder"}
+    refusals = {
+        "encoder": "UL2's span denoisers are written by a decoder; use architecture=encoder_decoder",
+        "decoder": "UL2 here mixes span denoisers that need an encoder; use architecture=encoder_decoder",
+    }
 
-    def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None, *,
-                 denoisers=UL2_DENOISERS, mode_tokens: bool = True, name: str | None = None):
+    def __init__(
+        self,
+        vocab: Vocab,
+        seq_len: int,
+        architecture: str | None = None,
+        *,
+        denoisers=UL2_DENOISERS,
+        mode_tokens: bool = True,
+        name: str | None = None,
+    ):
         super().__init__(vocab, seq_len, architecture, name)
         denoisers = [d if isinstance(d, Denoiser) else Denoiser(**d) for d in denoisers]
         if not denoisers:
@@ -67,9 +82,17 @@ class Mixture(Objective):
             if d.family == "S":
                 self.members.append(PrefixLM(vocab, seq_len, self.architecture))
             else:
-                self.members.append(SpanCorruption(vocab, seq_len, self.architecture, mask_rate=d.mask_rate,
-                                                   mean_span_length=d.mean_span_length, raw_length=seq_len,
-                                                   setting=f"objective.denoisers[{i}]"))
+                self.members.append(
+                    SpanCorruption(
+                        vocab,
+                        seq_len,
+                        self.architecture,
+                        mask_rate=d.mask_rate,
+                        mean_span_length=d.mean_span_length,
+                        raw_length=seq_len,
+                        setting=f"objective.denoisers[{i}]",
+                    )
+                )
         weights = torch.tensor([d.weight for d in denoisers], dtype=torch.float)
         if weights.sum() <= 0:
             raise ObjectiveError("objective.denoisers weights sum to 0: give at least one a positive weight")

@@ -13,12 +13,13 @@ from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch, Objective
 @dataclass
 class MaskedLMConfig:
     """objective=mlm (conf/objective/mlm.yaml): the settings MaskedLM takes."""
+
     _target_: str = "selfsup.objectives.MaskedLM"
     name: str = "mlm"
-    mask_rate: float = 0.15          # fraction of ordinary tokens hidden and scored
-    mask_token_prob: float = 0.8     # of those: become <mask>
-    random_token_prob: float = 0.1   # of those: become a random token (the rest stay unchanged)
-    whole_word: bool = False         # hide whole words
+    mask_rate: float = 0.15  # fraction of ordinary tokens hidden and scored
+    mask_token_prob: float = 0.8  # of those: become <mask>
+    random_token_prob: float = 0.1  # of those: become a random token (the rest stay unchanged)
+    whole_word: bool = False  # hide whole words
 
 
 class MaskedLM(Objective):
@@ -32,26 +33,45 @@ class MaskedLM(Objective):
 
     name = "mlm"
     architectures = ("encoder",)
-    refusals = {"decoder": "causal attention hides the right context MLM needs",
-                "encoder_decoder": "MLM predicts in place from an encoder; use architecture=encoder"}
+    refusals = {
+        "decoder": "causal attention hides the right context MLM needs",
+        "encoder_decoder": "MLM predicts in place from an encoder; use architecture=encoder",
+    }
 
-    def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None, *,
-                 mask_rate: float = 0.15, mask_token_prob: float = 0.8, random_token_prob: float = 0.1,
-                 whole_word: bool = False, name: str | None = None):
+    def __init__(
+        self,
+        vocab: Vocab,
+        seq_len: int,
+        architecture: str | None = None,
+        *,
+        mask_rate: float = 0.15,
+        mask_token_prob: float = 0.8,
+        random_token_prob: float = 0.1,
+        whole_word: bool = False,
+        name: str | None = None,
+    ):
         super().__init__(vocab, seq_len, architecture, name)
-        check_probability("objective.mask_rate", mask_rate, open_low=True, open_high=True,
-                          why_low="0% hides nothing and teaches nothing",
-                          why_high="100% leaves no context to predict from")
+        check_probability(
+            "objective.mask_rate",
+            mask_rate,
+            open_low=True,
+            open_high=True,
+            why_low="0% hides nothing and teaches nothing",
+            why_high="100% leaves no context to predict from",
+        )
         check_probability("objective.mask_token_prob", mask_token_prob)
         check_probability("objective.random_token_prob", random_token_prob)
         if mask_token_prob + random_token_prob > 1:
             raise ObjectiveError(
                 f"objective.mask_token_prob + objective.random_token_prob = "
                 f"{mask_token_prob + random_token_prob:g} exceeds 1: they split the chosen tokens, "
-                f"so make them sum to at most 1 (BERT: 0.8 and 0.1)")
+                f"so make them sum to at most 1 (BERT: 0.8 and 0.1)"
+            )
         if whole_word and vocab.word_start is None:
-            raise ObjectiveError("objective.whole_word=true needs a vocabulary with word-start "
-                                 "markers (a byte-level BPE tokenizer): set objective.whole_word=false")
+            raise ObjectiveError(
+                "objective.whole_word=true needs a vocabulary with word-start "
+                "markers (a byte-level BPE tokenizer): set objective.whole_word=false"
+            )
         self.mask_rate = mask_rate
         self.mask_token_prob = mask_token_prob
         self.random_token_prob = random_token_prob
@@ -75,8 +95,9 @@ class MaskedLM(Objective):
         how = torch.rand(B, L, generator=generator, device=device)
         to_mask = chosen & (how < self.mask_token_prob)
         to_random = chosen & (how >= self.mask_token_prob) & (how < self.mask_token_prob + self.random_token_prob)
-        random_ids = torch.randint(self.vocab.first_ordinary, self.vocab.size, (B, L),
-                                   generator=generator, device=device, dtype=tokens.dtype)
+        random_ids = torch.randint(
+            self.vocab.first_ordinary, self.vocab.size, (B, L), generator=generator, device=device, dtype=tokens.dtype
+        )
         inputs = torch.where(to_mask, torch.full_like(tokens, self.vocab.mask_id), tokens)
         inputs = torch.where(to_random, random_ids, inputs)
         targets = torch.where(chosen, tokens, torch.full_like(tokens, IGNORE))

@@ -17,6 +17,7 @@ from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch
 @dataclass
 class PrefixLMConfig:
     """objective=prefix_lm (conf/objective/prefix_lm.yaml)."""
+
     _target_: str = "selfsup.objectives.PrefixLM"
     name: str = "prefix_lm"
 
@@ -46,8 +47,9 @@ class PrefixLM(Objective):
             # target j is token j+1; it is scored when token j+1 lies after the prefix
             targets = tokens[:, 1:].masked_fill(pos[None, 1:] < split[:, None], IGNORE)
             targets = targets.masked_fill(tokens[:, 1:] == self.vocab.pad_id, IGNORE)
-            return ObjectiveBatch(targets=targets, n_inputs=self.count_inputs(tokens),
-                                  decoder_inputs=tokens[:, :-1], prefix_length=split)
+            return ObjectiveBatch(
+                targets=targets, n_inputs=self.count_inputs(tokens), decoder_inputs=tokens[:, :-1], prefix_length=split
+            )
         # encoder-decoder: encoder gets tokens[:split] (padded), decoder writes tokens[split:]
         in_prefix = pos[None, :] < split[:, None]
         encoder_inputs = tokens.masked_fill(~in_prefix, self.vocab.pad_id)
@@ -55,8 +57,17 @@ class PrefixLM(Objective):
         rest = tokens.gather(1, idx.clamp(max=L - 1))
         valid = (idx < L) & (rest != self.vocab.pad_id)
         targets = rest.masked_fill(~valid, IGNORE)
-        decoder_inputs = torch.cat([torch.full_like(rest[:, :1], self.vocab.bos_id),
-                                    rest[:, :-1].masked_fill(~valid[:, :-1], self.vocab.pad_id)], dim=1)
-        return ObjectiveBatch(targets=targets, n_inputs=self.count_inputs(tokens),
-                              encoder_inputs=encoder_inputs, decoder_inputs=decoder_inputs,
-                              encoder_mask=in_prefix & (tokens != self.vocab.pad_id))
+        decoder_inputs = torch.cat(
+            [
+                torch.full_like(rest[:, :1], self.vocab.bos_id),
+                rest[:, :-1].masked_fill(~valid[:, :-1], self.vocab.pad_id),
+            ],
+            dim=1,
+        )
+        return ObjectiveBatch(
+            targets=targets,
+            n_inputs=self.count_inputs(tokens),
+            encoder_inputs=encoder_inputs,
+            decoder_inputs=decoder_inputs,
+            encoder_mask=in_prefix & (tokens != self.vocab.pad_id),
+        )

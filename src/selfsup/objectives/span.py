@@ -45,71 +45,101 @@ def raw_length_for(inputs_length: int, mask_rate: float, mean_span_length: float
     return raw, targets
 
 
-def random_compositions(total: int, parts: int, batch: int, generator: torch.Generator,
-                        device: torch.device) -> torch.Tensor:
+def random_compositions(
+    total: int, parts: int, batch: int, generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
     """[batch, parts] positive integers summing to total, uniformly over compositions."""
     if parts == 1:
         return torch.full((batch, 1), total, dtype=torch.long, device=device)
     # choose parts-1 distinct cut points among the total-1 gaps between items: the indices of the
     # k largest of i.i.d. uniforms are a uniformly random k-subset (topk beats a full argsort)
     cuts = torch.rand(batch, total - 1, generator=generator, device=device).topk(parts - 1, dim=1).indices
-    edges = torch.cat([torch.zeros(batch, 1, dtype=torch.long, device=device), cuts.sort(dim=1).values + 1,
-                       torch.full((batch, 1), total, dtype=torch.long, device=device)], dim=1)
+    edges = torch.cat(
+        [
+            torch.zeros(batch, 1, dtype=torch.long, device=device),
+            cuts.sort(dim=1).values + 1,
+            torch.full((batch, 1), total, dtype=torch.long, device=device),
+        ],
+        dim=1,
+    )
     return edges.diff(dim=1)
 
 
 @dataclass
 class SpanCorruptionConfig:
     """objective=span_corruption (conf/objective/span_corruption.yaml)."""
+
     _target_: str = "selfsup.objectives.SpanCorruption"
     name: str = "span_corruption"
-    mask_rate: float = 0.15          # noise density: fraction of the window's tokens in spans
+    mask_rate: float = 0.15  # noise density: fraction of the window's tokens in spans
     mean_span_length: float = 3.0
 
 
 class SpanCorruption(Objective):
     name = "span_corruption"
     architectures = ("encoder_decoder",)
-    refusals = {"encoder": "the spans are written by a decoder; use architecture=encoder_decoder",
-                "decoder": "span corruption needs an encoder to read the corrupted input; use "
-                           "architecture=encoder_decoder"}
+    refusals = {
+        "encoder": "the spans are written by a decoder; use architecture=encoder_decoder",
+        "decoder": "span corruption needs an encoder to read the corrupted input; use architecture=encoder_decoder",
+    }
 
-    def __init__(self, vocab: Vocab, seq_len: int, architecture: str | None = None, *,
-                 mask_rate: float = 0.15, mean_span_length: float = 3.0, raw_length: int | None = None,
-                 setting: str = "objective", name: str | None = None):
+    def __init__(
+        self,
+        vocab: Vocab,
+        seq_len: int,
+        architecture: str | None = None,
+        *,
+        mask_rate: float = 0.15,
+        mean_span_length: float = 3.0,
+        raw_length: int | None = None,
+        setting: str = "objective",
+        name: str | None = None,
+    ):
         """seq_len is the encoder input length; raw_length overrides the window (then seq_len is derived).
         setting: the config node named in errors (UL2: objective.denoisers[i])."""
         super().__init__(vocab, seq_len, architecture, name)
-        check_probability(f"{setting}.mask_rate", mask_rate, open_low=True, open_high=True,
-                          why_low="0% hides nothing and teaches nothing",
-                          why_high="100% leaves no context to predict from")
+        check_probability(
+            f"{setting}.mask_rate",
+            mask_rate,
+            open_low=True,
+            open_high=True,
+            why_low="0% hides nothing and teaches nothing",
+            why_high="100% leaves no context to predict from",
+        )
         check_finite(f"{setting}.mean_span_length", mean_span_length)
         if mean_span_length < 1:
-            raise ObjectiveError(f"{setting}.mean_span_length={mean_span_length} is below 1: "
-                                 f"a span holds at least one token, use a value >= 1 (T5: 3)")
+            raise ObjectiveError(
+                f"{setting}.mean_span_length={mean_span_length} is below 1: "
+                f"a span holds at least one token, use a value >= 1 (T5: 3)"
+            )
         self.mask_rate = mask_rate
         self.mean_span_length = mean_span_length
         self._raw = raw_length if raw_length is not None else raw_length_for(seq_len, mask_rate, mean_span_length)[0]
         if self._raw < 2:
-            raise ObjectiveError(f"data.seq_len={seq_len} is too short for span corruption at "
-                                 f"mask_rate={mask_rate}: raise data.seq_len")
+            raise ObjectiveError(
+                f"data.seq_len={seq_len} is too short for span corruption at mask_rate={mask_rate}: raise data.seq_len"
+            )
         self.noise, self.spans = span_counts(self._raw, mask_rate, mean_span_length)
         self.inputs_length, self.targets_length = span_lengths(self._raw, mask_rate, mean_span_length)
         if raw_length is None and self.inputs_length > seq_len:  # only seq_len 2: [kept, sentinel, eos]
-            raise ObjectiveError(f"data.seq_len={seq_len} is too short for span corruption: the shortest "
-                                 f"window ({self._raw} tokens, one hidden) needs {self.inputs_length} encoder "
-                                 f"positions (kept token, sentinel, eos): use data.seq_len >= {self.inputs_length}")
+            raise ObjectiveError(
+                f"data.seq_len={seq_len} is too short for span corruption: the shortest "
+                f"window ({self._raw} tokens, one hidden) needs {self.inputs_length} encoder "
+                f"positions (kept token, sentinel, eos): use data.seq_len >= {self.inputs_length}"
+            )
         if self.spans > self._raw - self.noise:
             raise ObjectiveError(
                 f"{setting}.mask_rate={mask_rate} with mean_span_length={mean_span_length} cuts a window of "
                 f"{self._raw} tokens into {self.spans} noise spans but keeps only {self._raw - self.noise} tokens "
                 f"to separate them: T5's layout needs a kept token before each span; lower {setting}.mask_rate or "
-                f"raise {setting}.mean_span_length")
+                f"raise {setting}.mean_span_length"
+            )
         if self.spans > vocab.n_sentinels:
             raise ObjectiveError(
                 f"span corruption needs {self.spans} sentinels per sequence but the vocabulary has "
                 f"{vocab.n_sentinels}: raise data.n_sentinels to {self.spans} or more, or lower "
-                f"data.seq_len / {setting}.mask_rate, or raise {setting}.mean_span_length")
+                f"data.seq_len / {setting}.mask_rate, or raise {setting}.mean_span_length"
+            )
 
     @property
     def raw_length(self) -> int:
@@ -139,8 +169,10 @@ class SpanCorruption(Objective):
         if L != self._raw:
             raise ObjectiveError(f"span corruption was built for windows of {self._raw} tokens, got {L}")
         if bool((tokens == self.vocab.pad_id).any()):
-            raise ObjectiveError("span corruption reads packed windows without padding (T5's layout has no room "
-                                 "for per-row lengths): pack the text into full windows, as the lab's data module does")
+            raise ObjectiveError(
+                "span corruption reads packed windows without padding (T5's layout has no room "
+                "for per-row lengths): pack the text into full windows, as the lab's data module does"
+            )
         keep, noise = self.span_lengths(B, generator, tokens.device)
         keep_start = (keep + noise).cumsum(dim=1) - (keep + noise)  # where non-noise span j starts
         # encoder: each non-noise span followed by the sentinel of the noise span it replaces
@@ -148,19 +180,22 @@ class SpanCorruption(Objective):
         # decoder: each noise span preceded by its sentinel
         targets = self._layout(tokens, noise, keep_start + keep, self.targets_length, sentinel_first=True)
         decoder_inputs = torch.cat([torch.full_like(targets[:, :1], self.vocab.bos_id), targets[:, :-1]], dim=1)
-        return ObjectiveBatch(targets=targets, n_inputs=self.count_inputs(tokens),
-                              encoder_inputs=inputs, decoder_inputs=decoder_inputs)
+        return ObjectiveBatch(
+            targets=targets, n_inputs=self.count_inputs(tokens), encoder_inputs=inputs, decoder_inputs=decoder_inputs
+        )
 
-    def _layout(self, tokens: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor, length: int,
-                sentinel_first: bool) -> torch.Tensor:
+    def _layout(
+        self, tokens: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor, length: int, sentinel_first: bool
+    ) -> torch.Tensor:
         """Row b: for each span j, tokens[starts[j] : starts[j] + lengths[j]] with sentinel j before
         or after it, then eos. Every row has the same length, so this is one gather (no mask, no loop)."""
         B, k = lengths.shape
         slots = lengths + 1
-        out_start = slots.cumsum(dim=1) - slots                        # where span j begins in the output
-        shift = starts - out_start - int(sentinel_first)               # source = output position + shift
+        out_start = slots.cumsum(dim=1) - slots  # where span j begins in the output
+        shift = starts - out_start - int(sentinel_first)  # source = output position + shift
         source = torch.arange(length - 1, device=tokens.device) + torch.repeat_interleave(
-            shift.flatten(), slots.flatten(), output_size=B * (length - 1)).view(B, length - 1)
+            shift.flatten(), slots.flatten(), output_size=B * (length - 1)
+        ).view(B, length - 1)
         values = tokens.gather(1, source.clamp(0, tokens.shape[1] - 1))
         sentinel_at = out_start if sentinel_first else out_start + lengths
         sentinels = self.vocab.sentinel_start + torch.arange(k, device=tokens.device, dtype=tokens.dtype)

@@ -27,8 +27,11 @@ log = logging.getLogger("selfsup")
 def _last_checkpoint(trainer) -> str:
     cb = getattr(trainer, "checkpoint_callback", None)
     last = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint) and c.saved), None)
-    for candidate in (str(last.path) if last else "", getattr(cb, "last_model_path", ""),
-                      getattr(cb, "best_model_path", "")):
+    for candidate in (
+        str(last.path) if last else "",
+        getattr(cb, "last_model_path", ""),
+        getattr(cb, "best_model_path", ""),
+    ):
         if candidate and os.path.isfile(candidate):
             return candidate
     folder = getattr(cb, "dirpath", None) or os.path.join(trainer.default_root_dir, "checkpoints")
@@ -62,8 +65,13 @@ class LastCheckpoint(Checkpoint):
             self._save(trainer)
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if (not trainer.sanity_checking and self.saved and self.saved[0] == trainer.global_step
-                and self.saved[1] != _best(trainer) and not _preempted(trainer)):
+        if (
+            not trainer.sanity_checking
+            and self.saved
+            and self.saved[0] == trainer.global_step
+            and self.saved[1] != _best(trainer)
+            and not _preempted(trainer)
+        ):
             self._save(trainer)
 
     def _save(self, trainer) -> None:
@@ -71,8 +79,9 @@ class LastCheckpoint(Checkpoint):
         if trainer.world_size > 1:  # a sharded model: every rank checked its shards; the save is collective
             finite = bool(trainer.strategy.reduce_boolean_decision(finite, all=True))
         if not finite:  # never a "last good" checkpoint with NaN weights
-            log.warning(f"step {trainer.global_step}: the weights are not finite; {self.path} keeps the last "
-                        f"finite ones")
+            log.warning(
+                f"step {trainer.global_step}: the weights are not finite; {self.path} keeps the last finite ones"
+            )
             return
         trainer.save_checkpoint(self.path, weights_only=False)
         self.saved = (trainer.global_step, _best(trainer))
@@ -109,18 +118,26 @@ class NonFiniteGuard(Callback):
     when training ends normally).
     """
 
-    def __init__(self, policy: str = "stop", max_skips: int = 10, *, policy_setting: str = "trainer.nonfinite",
-                 lr_setting: str = "optim.lr", resume_hint: str | None = None, restart_hint: str | None = None):
+    def __init__(
+        self,
+        policy: str = "stop",
+        max_skips: int = 10,
+        *,
+        policy_setting: str = "trainer.nonfinite",
+        lr_setting: str = "optim.lr",
+        resume_hint: str | None = None,
+        restart_hint: str | None = None,
+    ):
         if policy not in ("stop", "skip"):
             raise ValueError(f"{policy_setting} must be stop or skip, not {policy!r}")
         if max_skips < 0:
             raise ValueError(f"max_skips must be >= 0, not {max_skips}")
         self.policy, self.max_skips = policy, int(max_skips)
         self.policy_setting, self.lr_setting = policy_setting, lr_setting
-        self.resume_hint = resume_hint    # a command that continues from the last checkpoint with a lower lr
+        self.resume_hint = resume_hint  # a command that continues from the last checkpoint with a lower lr
         self.restart_hint = restart_hint  # one that starts the run again with a lower lr (a new run dir)
-        self.consecutive = 0   # non-finite losses in a row, up to now
-        self.skipped = 0       # steps skipped in this run, in total
+        self.consecutive = 0  # non-finite losses in a row, up to now
+        self.skipped = 0  # steps skipped in this run, in total
 
     @staticmethod
     def find(trainer) -> NonFiniteGuard | None:
@@ -153,21 +170,27 @@ class NonFiniteGuard(Callback):
         val = trainer.callback_metrics.get("val/loss")
         diverged = val is not None and not bool(torch.isfinite(torch.as_tensor(val)))
         if diverged and self.restart_hint:  # the checkpoint's weights are finite but already give NaN
-            then = (f"its weights already give a validation loss of {float(val)}: start again with a lower learning "
-                    f"rate: {self.restart_hint}")
+            then = (
+                f"its weights already give a validation loss of {float(val)}: start again with a lower learning "
+                f"rate: {self.restart_hint}"
+            )
         elif self.resume_hint:
-            then = (f"{'start again' if checkpoint.startswith('none yet') else 'continue from it'} with a lower "
-                    f"learning rate: {self.resume_hint}")
+            then = (
+                f"{'start again' if checkpoint.startswith('none yet') else 'continue from it'} with a lower "
+                f"learning rate: {self.resume_hint}"
+            )
         else:
             then = f"lower {self.lr_setting}"
         if self.policy == "stop":
             raise NonFiniteLossError(
                 f"{what} at step {step} (the weights were not updated); the last checkpoint is "
-                f"{checkpoint}; {then}, or skip such steps with {self.policy_setting}=skip")
+                f"{checkpoint}; {then}, or skip such steps with {self.policy_setting}=skip"
+            )
         if self.consecutive > self.max_skips:
             raise NonFiniteLossError(
                 f"{what} at step {step}, {self.consecutive} times in a row, more than the {self.max_skips} skips "
-                f"allowed; the last checkpoint is {checkpoint}; {then}")
+                f"allowed; the last checkpoint is {checkpoint}; {then}"
+            )
         self.skipped += 1
         log.warning(f"{what} at step {step}: step skipped ({self.consecutive} in a row, at most {self.max_skips})")
         return True
@@ -205,11 +228,16 @@ class PreemptionHandler(Callback):
     handles SIGTERM only.
     """
 
-    def __init__(self, dirpath=None, filename: str = "last.ckpt",
-                 signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR1), resume_hint: str | None = None):
+    def __init__(
+        self,
+        dirpath=None,
+        filename: str = "last.ckpt",
+        signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR1),
+        resume_hint: str | None = None,
+    ):
         self.dirpath, self.filename, self.signals = dirpath, filename, tuple(signals)
         self.resume_hint = resume_hint  # the command that continues the run
-        self.preempted: str | None = None        # name of the signal that stopped training
+        self.preempted: str | None = None  # name of the signal that stopped training
         self.checkpoint_path: str | None = None  # the checkpoint written for it
         self._received: int | None = None
         self._previous: dict[int, Any] = {}
@@ -240,8 +268,10 @@ class PreemptionHandler(Callback):
     def _on_signal(self, signum: int, frame) -> None:
         if self._received is None:
             self._received = signum
-            log.warning(f"received {signal.Signals(signum).name}: saving a checkpoint at the end of this step, "
-                        f"then stopping (send it again to stop at once)")
+            log.warning(
+                f"received {signal.Signals(signum).name}: saving a checkpoint at the end of this step, "
+                f"then stopping (send it again to stop at once)"
+            )
             return
         previous = self._previous.get(signum, signal.SIG_DFL)
         self._restore()
@@ -263,15 +293,20 @@ class PreemptionHandler(Callback):
             flag = bool(trainer.strategy.reduce_boolean_decision(flag, all=False))
         if not flag:
             return
-        folder = self.dirpath or getattr(trainer.checkpoint_callback, "dirpath", None) or \
-            os.path.join(trainer.default_root_dir, "checkpoints")
+        folder = (
+            self.dirpath
+            or getattr(trainer.checkpoint_callback, "dirpath", None)
+            or os.path.join(trainer.default_root_dir, "checkpoints")
+        )
         path = os.path.join(str(folder), self.filename)
         trainer.save_checkpoint(path, weights_only=False)
         self.preempted = signal.Signals(self._received).name if self._received is not None else "signal"
         self.checkpoint_path = path
         trainer.should_stop = True
-        log.warning(f"{self.preempted}: saved {path} at step {trainer.global_step}; stopping. "
-                    f"Continue with: {self.resume_hint or f'selfsup-train ckpt_path={path}'}")
+        log.warning(
+            f"{self.preempted}: saved {path} at step {trainer.global_step}; stopping. "
+            f"Continue with: {self.resume_hint or f'selfsup-train ckpt_path={path}'}"
+        )
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._restore()

@@ -64,17 +64,20 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             if cause.errno in _DISK_FULL:
                 raise CheckpointDiskFull(
                     f"cannot write checkpoint {path}: the disk is full ({cause.strerror}); earlier checkpoints are "
-                    f"intact; free space in {path.parent}, then continue: {self.continue_with()}") from None
+                    f"intact; free space in {path.parent}, then continue: {self.continue_with()}"
+                ) from None
             raise CheckpointWriteError(
                 f"cannot write checkpoint {path}: {cause.strerror or _first_line(cause)}; earlier checkpoints are "
-                f"intact; fix the folder (permissions, mount), then continue: {self.continue_with()}") from None
+                f"intact; fix the folder (permissions, mount), then continue: {self.continue_with()}"
+            ) from None
         _fsync_dir(path.parent)
 
     def continue_with(self) -> str:
         return self.resume_hint or "selfsup-train resume=<run dir>"
 
-    def load_checkpoint(self, path, map_location: Callable | None = lambda storage, loc: storage,
-                        weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path, map_location: Callable | None = lambda storage, loc: storage, weights_only: bool | None = None
+    ) -> dict[str, Any]:
         if not _is_local(path):
             return super().load_checkpoint(path, map_location=map_location, weights_only=True)
         return load_checkpoint_safely(str(path).removeprefix("file://"), map_location=map_location)

@@ -83,8 +83,11 @@ def _fsync_dir(folder: Path) -> None:
 def _other_checkpoints(path: Path) -> str:
     """A hint naming the intact-looking checkpoints beside path, newest first."""
     try:
-        others = sorted((p for p in path.parent.glob("*.ckpt") if p.name != path.name and zipfile.is_zipfile(p)),
-                        key=lambda p: p.stat().st_mtime, reverse=True)
+        others = sorted(
+            (p for p in path.parent.glob("*.ckpt") if p.name != path.name and zipfile.is_zipfile(p)),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
     except OSError:
         others = []
     if not others:
@@ -120,12 +123,16 @@ def load_checkpoint_safely(path, map_location: Any = "cpu", mmap: bool = False) 
     a few settings of a checkpoint that a full load checks later."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointNotFound(f"checkpoint {path} does not exist: pass an existing .ckpt file, "
-                                 f"such as outputs/<date>/<time>/checkpoints/last.ckpt")
+        raise CheckpointNotFound(
+            f"checkpoint {path} does not exist: pass an existing .ckpt file, "
+            f"such as outputs/<date>/<time>/checkpoints/last.ckpt"
+        )
     damaged = None if mmap else _damaged_entry(path)
     if damaged:
-        raise CheckpointCorrupt(f"{path} is damaged: its entry {damaged} does not match its CRC-32 checksum (bytes "
-                                f"changed after it was written); {_other_checkpoints(path)}")
+        raise CheckpointCorrupt(
+            f"{path} is damaged: its entry {damaged} does not match its CRC-32 checksum (bytes "
+            f"changed after it was written); {_other_checkpoints(path)}"
+        )
     try:
         with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
             return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
@@ -137,9 +144,11 @@ def load_checkpoint_safely(path, map_location: Any = "cpu", mmap: bool = False) 
             raise UnsafeCheckpoint(
                 f"refused to load {path}: it holds Python objects that could run code when loaded "
                 f"({', '.join(unsafe[:5])}); selfsup checkpoints hold only tensors and plain data, so this file "
-                f"was not written by selfsup-train or was tampered with; use a checkpoint you trust") from None
-        raise CheckpointCorrupt(f"{path} is truncated or not a checkpoint: {_why_unreadable(path, err)}; "
-                                f"{_other_checkpoints(path)}") from None
+                f"was not written by selfsup-train or was tampered with; use a checkpoint you trust"
+            ) from None
+        raise CheckpointCorrupt(
+            f"{path} is truncated or not a checkpoint: {_why_unreadable(path, err)}; {_other_checkpoints(path)}"
+        ) from None
 
 
 def _unsafe_globals(path: Path) -> list[str]:
@@ -157,7 +166,9 @@ def _unsafe_globals(path: Path) -> list[str]:
 # fields say (a key missing from an older checkpoint's record is not compared)
 _DATA_KEYS = fingerprinted(DataConfig)
 # architecture settings that do not change the function the model computes
-_ARCHITECTURE_EXEMPT = tuple(f.name for f in fields(TransformerConfig) if f.name not in fingerprinted(TransformerConfig))
+_ARCHITECTURE_EXEMPT = tuple(
+    f.name for f in fields(TransformerConfig) if f.name not in fingerprinted(TransformerConfig)
+)
 
 
 def _flatten(value: Any, prefix: str, into: dict) -> None:
@@ -214,8 +225,14 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def check_resume_compatible(checkpoint_path, cfg_dict: Mapping, vocab_size: int, tokenizer_hash: str,
-                            resume: str | None = None, command: list[str] | None = None) -> None:
+def check_resume_compatible(
+    checkpoint_path,
+    cfg_dict: Mapping,
+    vocab_size: int,
+    tokenizer_hash: str,
+    resume: str | None = None,
+    command: list[str] | None = None,
+) -> None:
     """Raise ResumeMismatch naming every setting that differs between the checkpoint and now, and the
     command that works: for `resume=RUN` (its settings already checked: the data changed under it), that
     resume once the data is back; for a new run from `ckpt_path=`, this command (`command`: its
@@ -228,32 +245,47 @@ def check_resume_compatible(checkpoint_path, cfg_dict: Mapping, vocab_size: int,
     checkpoint = load_checkpoint_safely(checkpoint_path, map_location="cpu", mmap=True)
     stored = checkpoint.get("selfsup")
     if not isinstance(stored, Mapping) or not isinstance(stored.get("config"), Mapping):
-        warnings.warn(f"{checkpoint_path} records no objective/architecture/data settings: "
-                      f"cannot check that resuming from it makes sense", stacklevel=2)
+        warnings.warn(
+            f"{checkpoint_path} records no objective/architecture/data settings: "
+            f"cannot check that resuming from it makes sense",
+            stacklevel=2,
+        )
         return
     then = resume_fingerprint(stored["config"], stored.get("vocab_size", -1), stored.get("tokenizer_hash", ""))
     now = resume_fingerprint(cfg_dict, vocab_size, tokenizer_hash)
     for key, recorded in (("tokenizer.vocab_size", "vocab_size"), ("tokenizer.hash", "tokenizer_hash")):
         if recorded not in stored:
             then.pop(key)
-    differences = [f"{key} is {_short(then[key])} in the checkpoint but {_short(now[key])} now"
-                   for key in now if key in then and then[key] != now[key]]
+    differences = [
+        f"{key} is {_short(then[key])} in the checkpoint but {_short(now[key])} now"
+        for key in now
+        if key in then and then[key] != now[key]
+    ]
     if not differences:
         return
     what = f"cannot resume from {checkpoint_path}: " + "; ".join(differences)
     resume = resume or cfg_dict.get("resume")
     if resume:  # its settings were checked: what changed is the data under them
-        raise ResumeMismatch(f"{what}: the run's data changed since it was trained; put back the data it was "
-                             f"trained on, then continue: selfsup-train resume={resume}")
+        raise ResumeMismatch(
+            f"{what}: the run's data changed since it was trained; put back the data it was "
+            f"trained on, then continue: selfsup-train resume={resume}"
+        )
     changed = [key for key in now if key in then and then[key] != now[key] and not key.startswith("tokenizer.")]
     if changed:
-        kept = [o for o in command or [] if not o.startswith(("ckpt_path=", "hydra.run.dir=", "hydra.sweep.dir="))
-                and override_key(o) not in changed]
+        kept = [
+            o
+            for o in command or []
+            if not o.startswith(("ckpt_path=", "hydra.run.dir=", "hydra.sweep.dir=")) and override_key(o) not in changed
+        ]
         settings = [f"{key}={_override(then[key])}" for key in changed]
-        raise ResumeMismatch(f"{what}; train with the checkpoint's settings: "
-                             + " ".join(["selfsup-train", *kept, f"ckpt_path={checkpoint_path}", *settings]))
-    raise ResumeMismatch(f"{what}: the data changed since the checkpoint was trained; train on the data it was "
-                         f"trained on, or start without ckpt_path")
+        raise ResumeMismatch(
+            f"{what}; train with the checkpoint's settings: "
+            + " ".join(["selfsup-train", *kept, f"ckpt_path={checkpoint_path}", *settings])
+        )
+    raise ResumeMismatch(
+        f"{what}: the data changed since the checkpoint was trained; train on the data it was "
+        f"trained on, or start without ckpt_path"
+    )
 
 
 def _override(value) -> str:

@@ -11,9 +11,11 @@ from typing import Any
 
 _SECRET_WORDS = {"key", "apikey", "token", "secret", "secrets", "password", "passwd", "credential", "credentials"}
 _SPECIAL_TOKEN = re.compile(r"<[^<>\s]{1,32}>|\[[A-Za-z_]{1,20}\]")  # pad_token: "<pad>", "[MASK]"
-_SECRET_TEXT = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{40}(?![0-9A-Za-z])"   # W&B API key
-                          r"|(?<![0-9A-Za-z])hf_[A-Za-z0-9]{20,}")             # Hugging Face token
-_URL_PASSWORD = re.compile(r"(://[^/\s:@]+:)[^/\s@]+@")                         # scheme://user:pass@host
+_SECRET_TEXT = re.compile(
+    r"(?<![0-9A-Za-z])[0-9a-fA-F]{40}(?![0-9A-Za-z])"  # W&B API key
+    r"|(?<![0-9A-Za-z])hf_[A-Za-z0-9]{20,}"
+)  # Hugging Face token
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]+:)[^/\s@]+@")  # scheme://user:pass@host
 _MIN_SECRET = 8  # shorter values are not looked for inside other strings (they would match everywhere)
 _registered: set[str] = set()
 
@@ -43,6 +45,7 @@ def register_secrets(config: Any = None, environ: Mapping[str, str] | None = Non
                 walk(value, secret)
         elif secret and _secret_value(tree):
             _registered.add(tree)
+
     walk(config)
 
 

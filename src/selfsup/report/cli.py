@@ -17,15 +17,27 @@ def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(
         prog="selfsup-report",
         description="Report of selfsup-train sweeps: the runs, the values they vary, the fixed exam and the "
-                    "probe, curves against tokens seen, and an Optuna study's history; one self-contained HTML file, "
-                    "or Markdown with PNG files.")
-    parser.add_argument("sweep_dirs", nargs="+", metavar="SWEEP_DIR",
-                        help="a sweep dir of selfsup-train -m (outputs/multirun/<date>/<time>) or a run dir")
+        "probe, curves against tokens seen, and an Optuna study's history; one self-contained HTML file, "
+        "or Markdown with PNG files.",
+    )
+    parser.add_argument(
+        "sweep_dirs",
+        nargs="+",
+        metavar="SWEEP_DIR",
+        help="a sweep dir of selfsup-train -m (outputs/multirun/<date>/<time>) or a run dir",
+    )
     parser.add_argument("--out", help="where to write the report (default: <first SWEEP_DIR>/report.html or .md)")
-    parser.add_argument("--format", choices=["html", "md"], help="html (default; plots embedded) or md "
-                        "(PNG files beside it); default: from --out's suffix")
-    parser.add_argument("--wandb", action="store_true", help="also publish the panels as a W&B Report (online "
-                        "runs); for offline runs, print the `wandb sync` command that uploads them")
+    parser.add_argument(
+        "--format",
+        choices=["html", "md"],
+        help="html (default; plots embedded) or md (PNG files beside it); default: from --out's suffix",
+    )
+    parser.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also publish the panels as a W&B Report (online "
+        "runs); for offline runs, print the `wandb sync` command that uploads them",
+    )
     return parser.parse_args(argv)
 
 

@@ -57,16 +57,31 @@ def _number(value, form: str) -> str:
 
 def scores(rows: list[dict]) -> str:
     """Each run's scores beside its random-init baselines, with the margins and their intervals."""
-    lines = ["| objective | steps | FLOPs | val loss | fixed loss | pairs acc | pairs random-init | pairs margin "
-             "| probe acc | probe random-init | probe margin |", "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+    lines = [
+        "| objective | steps | FLOPs | val loss | fixed loss | pairs acc | pairs random-init | pairs margin "
+        "| probe acc | probe random-init | probe margin |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
     for row in rows:
         evaluated = row.get("eval") or {}
-        lines.append(" | ".join([
-            f"| {row.get('objective')}", str(row.get("steps")), _number(row.get("flops_seen"), ".2g"),
-            _number(row.get("val_loss"), ".3f"), _number(evaluated.get("eval/fixed/loss"), ".3f"),
-            _number(evaluated.get("eval/pairs/accuracy"), ".3f"), _random_init(row, "eval/pairs"),
-            str(run_margin(row, "eval/pairs") or "-"), _number(evaluated.get("eval/probe/accuracy"), ".3f"),
-            _random_init(row, "eval/probe"), str(run_margin(row, "eval/probe") or "-")]) + " |")
+        lines.append(
+            " | ".join(
+                [
+                    f"| {row.get('objective')}",
+                    str(row.get("steps")),
+                    _number(row.get("flops_seen"), ".2g"),
+                    _number(row.get("val_loss"), ".3f"),
+                    _number(evaluated.get("eval/fixed/loss"), ".3f"),
+                    _number(evaluated.get("eval/pairs/accuracy"), ".3f"),
+                    _random_init(row, "eval/pairs"),
+                    str(run_margin(row, "eval/pairs") or "-"),
+                    _number(evaluated.get("eval/probe/accuracy"), ".3f"),
+                    _random_init(row, "eval/probe"),
+                    str(run_margin(row, "eval/probe") or "-"),
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -79,13 +94,17 @@ def fixed_split(rows: list[dict]) -> str:
             for kind in kinds:
                 if f"eval/fixed/{kind}/loss" in evaluated:
                     share = evaluated.get(f"eval/fixed/{kind}/fraction")
-                    lines.append(f"| {row.get('objective')} | {kind} | "
-                                 f"{'not in the loss' if share is None else f'{share:.1%}'} | "
-                                 f"{evaluated[f'eval/fixed/{kind}/loss']:.2f} | "
-                                 f"{_number(evaluated.get(f'eval/fixed/{kind}/unigram_loss'), '.2f')} |")
+                    lines.append(
+                        f"| {row.get('objective')} | {kind} | "
+                        f"{'not in the loss' if share is None else f'{share:.1%}'} | "
+                        f"{evaluated[f'eval/fixed/{kind}/loss']:.2f} | "
+                        f"{_number(evaluated.get(f'eval/fixed/{kind}/unigram_loss'), '.2f')} |"
+                    )
         if "eval/fixed/unigram_loss" in evaluated:
-            lines.append(f"| {row.get('objective')} | next | 100% | {evaluated['eval/fixed/loss']:.2f} | "
-                         f"{evaluated['eval/fixed/unigram_loss']:.2f} |")
+            lines.append(
+                f"| {row.get('objective')} | next | 100% | {evaluated['eval/fixed/loss']:.2f} | "
+                f"{evaluated['eval/fixed/unigram_loss']:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -94,13 +113,19 @@ def cost(rows: list[dict], elapsed: float | None) -> str:
     names = [str(r.get("objective")) for r in rows]
     lines = ["| seconds | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for part, title in (("fixed", "fixed exam"), ("pairs", "minimal pairs"), ("probe", "probe")):
-        lines.append(f"| {title} | " + " | ".join(_number((r.get("eval_part_seconds") or {}).get(part), ".1f")
-                                                   for r in rows) + " |")
+        lines.append(
+            f"| {title} | "
+            + " | ".join(_number((r.get("eval_part_seconds") or {}).get(part), ".1f") for r in rows)
+            + " |"
+        )
     lines.append("| evaluation | " + " | ".join(_number(r.get("eval_seconds"), ".1f") for r in rows) + " |")
     lines.append("| the run's wall time | " + " | ".join(_number(r.get("wall_seconds"), ".0f") for r in rows) + " |")
     total = sum(r.get("wall_seconds") or 0 for r in rows)
-    whole = (f"the whole command {timedelta(seconds=round(elapsed))} ({elapsed:.0f} s)" if elapsed is not None
-             else "the command's own time was not measured (--sweep)")
+    whole = (
+        f"the whole command {timedelta(seconds=round(elapsed))} ({elapsed:.0f} s)"
+        if elapsed is not None
+        else "the command's own time was not measured (--sweep)"
+    )
     return "\n".join(lines) + f"\n\nThe runs' wall time: {total:.0f} s; {whole}."
 
 
@@ -109,28 +134,43 @@ def timing(rows: list[dict], elapsed: float | None, cached: bool | None = None) 
     total = sum(r.get("wall_seconds") or 0 for r in rows)
     evaluation = sum(r.get("eval_seconds") or 0 for r in rows)
     whole = f" (the whole command {elapsed:.0f} s)" if elapsed is not None else ""
-    state = {True: ", the random-init baselines read from the cache of an earlier run",
-             False: ", the random-init baselines computed in the run, as from a clean working directory",
-             None: ""}[cached]
-    return (f"Measured on {os.cpu_count()} CPU cores ({datetime.now():%Y-%m-%d}{state}): the {len(rows)} runs "
-            f"take {total:.0f} s of wall time{whole}, of which the evaluation (fixed exam, minimal pairs, probe) "
-            f"{evaluation:.0f} s.")
+    state = {
+        True: ", the random-init baselines read from the cache of an earlier run",
+        False: ", the random-init baselines computed in the run, as from a clean working directory",
+        None: "",
+    }[cached]
+    return (
+        f"Measured on {os.cpu_count()} CPU cores ({datetime.now():%Y-%m-%d}{state}): the {len(rows)} runs "
+        f"take {total:.0f} s of wall time{whole}, of which the evaluation (fixed exam, minimal pairs, probe) "
+        f"{evaluation:.0f} s."
+    )
 
 
 def seeds(rows: list[dict]) -> str:
     """The margins of every run of the main job at each seed, and the verdict over the seeds."""
-    lines = ["| objective | seed | val loss | pairs margin | probe margin | wall time |", "|---|---:|---:|---|---|---:|"]
+    lines = [
+        "| objective | seed | val loss | pairs margin | probe margin | wall time |",
+        "|---|---:|---:|---|---|---:|",
+    ]
     for row in sorted(rows, key=lambda r: (str(r.get("objective")), (r.get("swept") or {}).get("seed", 0))):
-        lines.append(f"| {row.get('objective')} | {(row.get('swept') or {}).get('seed', 0)} | "
-                     f"{_number(row.get('val_loss'), '.3f')} | {run_margin(row, 'eval/pairs') or '-'} | "
-                     f"{run_margin(row, 'eval/probe') or '-'} | {_number(row.get('wall_seconds'), '.0f')} s |")
+        lines.append(
+            f"| {row.get('objective')} | {(row.get('swept') or {}).get('seed', 0)} | "
+            f"{_number(row.get('val_loss'), '.3f')} | {run_margin(row, 'eval/pairs') or '-'} | "
+            f"{run_margin(row, 'eval/probe') or '-'} | {_number(row.get('wall_seconds'), '.0f')} s |"
+        )
     return "\n".join(lines) + "\n\n```\n" + "\n".join(verdict_lines(rows)) + "\n```"
 
 
-def blocks(rows: list[dict], elapsed: float | None = None, cached: bool | None = None,
-           seed_rows: list[dict] | None = None) -> dict[str, str]:
-    found = {"console": console(rows), "timing": timing(rows, elapsed, cached), "scores": scores(rows),
-             "fixed-split": fixed_split(rows), "cost": cost(rows, elapsed)}
+def blocks(
+    rows: list[dict], elapsed: float | None = None, cached: bool | None = None, seed_rows: list[dict] | None = None
+) -> dict[str, str]:
+    found = {
+        "console": console(rows),
+        "timing": timing(rows, elapsed, cached),
+        "scores": scores(rows),
+        "fixed-split": fixed_split(rows),
+        "cost": cost(rows, elapsed),
+    }
     if seed_rows:
         found["seeds"] = seeds(rows + seed_rows)
     return found
@@ -142,6 +182,7 @@ BLOCKS = ("console", "timing", "scores", "fixed-split", "cost", "seeds")
 def rewrite(text: str, found: dict[str, str], where: str) -> str:
     """text with every block it holds replaced by `found`'s (a block `found` lacks is kept); a block opened and
     not closed, or of an unknown name, is refused."""
+
     def replace(match: re.Match) -> str:
         name = match.group(1)
         if name not in BLOCKS:
@@ -149,6 +190,7 @@ def rewrite(text: str, found: dict[str, str], where: str) -> str:
         if name not in found:
             return match.group(0)
         return f"<!-- {MARK}:{name} -->\n{found[name]}\n<!-- /{MARK}:{name} -->"
+
     opened = re.findall(rf"<!-- {re.escape(MARK)}:([\w-]+) -->", text)
     pattern = re.compile(rf"<!-- {re.escape(MARK)}:([\w-]+) -->\n.*?<!-- /{re.escape(MARK)}:\1 -->", re.S)
     if len(pattern.findall(text)) != len(opened):
@@ -161,8 +203,9 @@ def run_main_job(root: Path, *overrides: str) -> tuple[Path, float, bool]:
     baselines were read from the default data.cache_dir rather than computed by it)."""
     sweep_dir = root / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     began, started = time.time(), time.perf_counter()
-    done = subprocess.run(["selfsup-train", "experiment=compare", *overrides, f"hydra.sweep.dir={sweep_dir}"],
-                          check=False)
+    done = subprocess.run(
+        ["selfsup-train", "experiment=compare", *overrides, f"hydra.sweep.dir={sweep_dir}"], check=False
+    )
     if done.returncode != 0:
         raise DocsError(f"the main job failed (exit {done.returncode}): nothing was written; see {sweep_dir}")
     written = [p for p in Path(".cache/selfsup").glob("*-random-init/*") if p.stat().st_mtime >= began]

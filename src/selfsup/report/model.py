@@ -18,8 +18,15 @@ class ReportError(UserError):
 
 
 # Config keys that differ between runs without changing what was trained.
-IGNORED_KEYS = {"objective.name", "architecture.name", "data.cache_dir", "data.num_workers", "trainer.progress_bar", "trainer.progress_every_n_steps",
-                "trainer.checkpoint_every_n_steps"}
+IGNORED_KEYS = {
+    "objective.name",
+    "architecture.name",
+    "data.cache_dir",
+    "data.num_workers",
+    "trainer.progress_bar",
+    "trainer.progress_every_n_steps",
+    "trainer.checkpoint_every_n_steps",
+}
 IGNORED_PREFIXES = ("logger.", "hydra.", "trial.")  # trial: which Optuna trial a job is
 MASK_RATE, SPAN_LENGTH, SEED = "objective.mask_rate", "objective.mean_span_length", "seed"
 
@@ -33,13 +40,13 @@ class Run:
     error: str | None = None
     objective: str | None = None
     architecture: str | None = None
-    config: dict = field(default_factory=dict)       # flattened .hydra/config.yaml
+    config: dict = field(default_factory=dict)  # flattened .hydra/config.yaml
     history: list[dict] = field(default_factory=list)
-    source: str = "-"                                # wandb-file | wandb-api | csv | summary.json | -
+    source: str = "-"  # wandb-file | wandb-api | csv | summary.json | -
     wandb_dir: Path | None = None
-    wandb_online: bool = False                       # an online run, or an offline one already synced
+    wandb_online: bool = False  # an online run, or an offline one already synced
     wandb_record: dict = field(default_factory=dict)  # the run record: run_id, run_group, project, entity, ...
-    summary: dict = field(default_factory=dict)       # its summary.json
+    summary: dict = field(default_factory=dict)  # its summary.json
     note: str | None = None
     predictions: list[dict] = field(default_factory=list)  # the last eval/predictions table: one dict per row
 
@@ -57,15 +64,22 @@ class Run:
         return self.status == "finished"
 
     def metrics(self) -> dict:
-        return {"val_loss": self.last("val/loss"), "val_perplexity": self.last("val/perplexity"),
-                "fixed_loss": self.last(FIXED_LOSS), "pairs": self.last(PAIRS),
-                "pairs_margin": self.margin(PAIRS), "probe": self.last(PROBE), "probe_margin": self.margin(PROBE),
-                "targets_seen": self.last("train/targets_seen"),
-                "signal_per_token": self.last("val/signal_per_token", "train/signal_per_token"),
-                "tokens_seen": self.last("train/tokens_seen"), "flops_seen": self.last("train/flops_seen"),
-                # the run's own (summary.json: training time over the run), else the last logging window's
-                "tokens_per_sec": self.summary.get("tokens_per_sec") or self.last("perf/tokens_per_sec"),
-                "wall_seconds": self.summary.get("wall_seconds")}
+        return {
+            "val_loss": self.last("val/loss"),
+            "val_perplexity": self.last("val/perplexity"),
+            "fixed_loss": self.last(FIXED_LOSS),
+            "pairs": self.last(PAIRS),
+            "pairs_margin": self.margin(PAIRS),
+            "probe": self.last(PROBE),
+            "probe_margin": self.margin(PROBE),
+            "targets_seen": self.last("train/targets_seen"),
+            "signal_per_token": self.last("val/signal_per_token", "train/signal_per_token"),
+            "tokens_seen": self.last("train/tokens_seen"),
+            "flops_seen": self.last("train/flops_seen"),
+            # the run's own (summary.json: training time over the run), else the last logging window's
+            "tokens_per_sec": self.summary.get("tokens_per_sec") or self.last("perf/tokens_per_sec"),
+            "wall_seconds": self.summary.get("wall_seconds"),
+        }
 
     def logged_keys(self) -> list[str]:
         """Every key logged in the history or kept in summary.json's eval, in the order first seen."""
@@ -97,8 +111,13 @@ class Run:
 
     def as_summary_row(self, keys: list[str]) -> dict:
         """Its summary.json with the report's swept keys and its own folder (for selfsup.verdict)."""
-        return {**self.summary, "objective": self.objective, "status": self.status, "run_dir": str(self.path),
-                "swept": {k: self.value(k) for k in keys if k not in ("objective.name", "architecture.name")}}
+        return {
+            **self.summary,
+            "objective": self.objective,
+            "status": self.status,
+            "run_dir": str(self.path),
+            "swept": {k: self.value(k) for k in keys if k not in ("objective.name", "architecture.name")},
+        }
 
     def value(self, key: str):
         """A config value; n/a for an objective setting this run's objective does not have."""

@@ -17,8 +17,13 @@ from selfsup.report.model import (
 )
 from selfsup.report.runs import study_importances
 
-OBJECTIVE_COLORS = {"mlm": "#1f77b4", "clm": "#d62728", "span_corruption": "#2ca02c", "prefix_lm": "#9467bd",
-                    "ul2": "#ff7f0e"}
+OBJECTIVE_COLORS = {
+    "mlm": "#1f77b4",
+    "clm": "#d62728",
+    "span_corruption": "#2ca02c",
+    "prefix_lm": "#9467bd",
+    "ul2": "#ff7f0e",
+}
 EXTRA_COLORS = ["#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 
 
@@ -33,6 +38,7 @@ def _colors(runs: list[Run]) -> dict[str, str]:
 
 def _png(fig) -> bytes:
     import matplotlib.pyplot as plt
+
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -46,16 +52,25 @@ def _pyplot():
         raise ReportError("selfsup-report needs matplotlib for its plots: pip install matplotlib") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
 # ---------------------------------------------------------------------------- baselines
 # what an untrained model, or a model that ignores the text, scores: (suffix of the task's key, legend label,
 # style); the random-init score is drawn as its mean with a +- sd band
-BASELINES = {"random_init": "random-init (mean ± sd)", "majority": "majority class", "unigram": "unigram",
-             "bigram": "bigram"}
-BASELINE_STYLE = {"random_init": ("#555555", "--"), "majority": ("#000000", ":"), "unigram": ("#8c564b", "-."),
-                  "bigram": ("#e377c2", (0, (1, 1)))}
+BASELINES = {
+    "random_init": "random-init (mean ± sd)",
+    "majority": "majority class",
+    "unigram": "unigram",
+    "bigram": "bigram",
+}
+BASELINE_STYLE = {
+    "random_init": ("#555555", "--"),
+    "majority": ("#000000", ":"),
+    "unigram": ("#8c564b", "-."),
+    "bigram": ("#e377c2", (0, (1, 1))),
+}
 METRIC_KEYS = {"fixed_loss": FIXED_LOSS, "probe": PROBE, "pairs": PAIRS}  # Run.metrics() names -> logged keys
 
 
@@ -66,10 +81,14 @@ def fixed_unigram_loss(run: Run) -> float | None:
     found = run.task_value("eval/fixed/unigram_loss")
     if found is not None:
         return found
-    kinds = {k.split("/")[2] for k in run.logged_keys()
-             if k.startswith("eval/fixed/") and k.endswith("/fraction") and k.count("/") == 3}
-    parts = [(run.task_value(f"eval/fixed/{k}/fraction"), run.task_value(f"eval/fixed/{k}/unigram_loss"))
-             for k in kinds]
+    kinds = {
+        k.split("/")[2]
+        for k in run.logged_keys()
+        if k.startswith("eval/fixed/") and k.endswith("/fraction") and k.count("/") == 3
+    }
+    parts = [
+        (run.task_value(f"eval/fixed/{k}/fraction"), run.task_value(f"eval/fixed/{k}/unigram_loss")) for k in kinds
+    ]
     if not parts or any(f is None or u is None for f, u in parts):
         return None
     return sum(f * u for f, u in parts)
@@ -105,14 +124,21 @@ def baselines(runs: list[Run], key: str) -> list[dict]:
     out = []
     for kind in BASELINES:
         archs = {a: v for (k, a), v in values.items() if k == kind}
-        means = {a: (sum(y for y, _ in v) / len(v),
-                     None if any(sd is None for _, sd in v) else sum(sd for _, sd in v) / len(v))
-                 for a, v in archs.items()}
+        means = {
+            a: (
+                sum(y for y, _ in v) / len(v),
+                None if any(sd is None for _, sd in v) else sum(sd for _, sd in v) / len(v),
+            )
+            for a, v in archs.items()
+        }
         if len({round(y, 9) for y, _ in means.values()}) == 1 and len({sd for _, sd in means.values()}) == 1:
             means = {None: next(iter(means.values()))}  # the same for every architecture: one line
         for arch, (y, sd) in means.items():
-            label = BASELINES[kind] if arch is None else f"{BASELINES[kind].split(' (')[0]}, {arch}" + (
-                " (mean ± sd)" if kind == "random_init" else "")
+            label = (
+                BASELINES[kind]
+                if arch is None
+                else f"{BASELINES[kind].split(' (')[0]}, {arch}" + (" (mean ± sd)" if kind == "random_init" else "")
+            )
             out.append({"kind": kind, "architecture": arch, "label": label, "y": y, "sd": sd})
     return out
 
@@ -133,14 +159,18 @@ def draw_baselines(ax, found: list[dict], spans: dict | None = None) -> None:
             if where is None:
                 line = ax.axhline(b["y"], color=color, linestyle=style, linewidth=1.2, label=label, zorder=1)
             else:
-                [line] = ax.plot(where, [b["y"]] * 2, color=color, linestyle=style, linewidth=1.5, label=label,
-                                 zorder=1)
+                [line] = ax.plot(
+                    where, [b["y"]] * 2, color=color, linestyle=style, linewidth=1.5, label=label, zorder=1
+                )
             line.set_gid(f"baseline:{b['kind']}")
             if b["sd"]:
                 low, high = b["y"] - b["sd"], b["y"] + b["sd"]
                 alpha = 0.12 if len(archs) == 1 or where is not None else 0.06  # overlapping bands: fainter
-                band = (ax.axhspan(low, high, color=color, alpha=alpha, zorder=0) if where is None else
-                        ax.fill_between(where, [low] * 2, [high] * 2, color=color, alpha=alpha, zorder=0))
+                band = (
+                    ax.axhspan(low, high, color=color, alpha=alpha, zorder=0)
+                    if where is None
+                    else ax.fill_between(where, [low] * 2, [high] * 2, color=color, alpha=alpha, zorder=0)
+                )
                 band.set_gid(f"baseline:{b['kind']}:band")
 
 
@@ -167,6 +197,7 @@ def curve_series(runs: list[Run], y_key: str, x_key: str, keys: list[str] | None
     single run, or a run that did not finish (dashed), is its own line.
     [{label, x, y, low, high, dashed, setting}]"""
     import numpy as np
+
     keys = keys or []
     settings: dict[str, list] = {}
     for run in runs:
@@ -179,8 +210,17 @@ def curve_series(runs: list[Run], y_key: str, x_key: str, keys: list[str] | None
         for run, points in members:
             if not run.finished or len(members) == 1:
                 xs, ys = map(list, zip(*points))
-                series.append({"setting": label, "label": label if len(members) == 1 else None, "x": xs, "y": ys,
-                               "low": None, "high": None, "dashed": not run.finished})
+                series.append(
+                    {
+                        "setting": label,
+                        "label": label if len(members) == 1 else None,
+                        "x": xs,
+                        "y": ys,
+                        "low": None,
+                        "high": None,
+                        "dashed": not run.finished,
+                    }
+                )
         if len(finished) > 1:
             grid = sorted(set.intersection(*(set(x for x, _ in p) for _, p in finished)))
             if grid:  # the x values the seeds share (tokens seen at a validation)
@@ -191,17 +231,42 @@ def curve_series(runs: list[Run], y_key: str, x_key: str, keys: list[str] | None
             else:
                 for run, points in finished:
                     xs, ys = map(list, zip(*points))
-                    series.append({"setting": label, "label": f"{label} ({run.label})", "x": xs, "y": ys,
-                                   "low": None, "high": None, "dashed": False})
+                    series.append(
+                        {
+                            "setting": label,
+                            "label": f"{label} ({run.label})",
+                            "x": xs,
+                            "y": ys,
+                            "low": None,
+                            "high": None,
+                            "dashed": False,
+                        }
+                    )
                 continue
-            series.append({"setting": label, "label": f"{label} (mean of {len(finished)} seeds)", "x": grid,
-                           "y": list(values.mean(0)), "low": list(values.min(0)), "high": list(values.max(0)),
-                           "dashed": False})
+            series.append(
+                {
+                    "setting": label,
+                    "label": f"{label} (mean of {len(finished)} seeds)",
+                    "x": grid,
+                    "y": list(values.mean(0)),
+                    "low": list(values.min(0)),
+                    "high": list(values.max(0)),
+                    "dashed": False,
+                }
+            )
     return series
 
 
-def curves_figure(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: str, title: str,
-                  keys: list[str] | None = None, with_baselines: bool = False):
+def curves_figure(
+    runs: list[Run],
+    y_key: str,
+    x_key: str,
+    ylabel: str,
+    xlabel: str,
+    title: str,
+    keys: list[str] | None = None,
+    with_baselines: bool = False,
+):
     """The figure of `plot_curves` and the series it left out (a single point: no curve), or (None, left out)
     when no series has two points."""
     series = curve_series(runs, y_key, x_key, keys)
@@ -214,8 +279,18 @@ def curves_figure(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for line in drawn:
         color = colors[line["setting"]]
-        ax.plot(line["x"], line["y"], marker="o", markersize=3, linewidth=1.5, color=color,
-                linestyle="--" if line["dashed"] else "-", alpha=0.9, label=line["label"], zorder=3)
+        ax.plot(
+            line["x"],
+            line["y"],
+            marker="o",
+            markersize=3,
+            linewidth=1.5,
+            color=color,
+            linestyle="--" if line["dashed"] else "-",
+            alpha=0.9,
+            label=line["label"],
+            zorder=3,
+        )
         if line["low"] is not None:
             ax.fill_between(line["x"], line["low"], line["high"], color=color, alpha=0.2, zorder=2)
     if with_baselines:
@@ -228,8 +303,16 @@ def curves_figure(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: 
     return fig, left_out
 
 
-def plot_curves(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: str, title: str,
-                keys: list[str] | None = None, with_baselines: bool = False) -> bytes | None:
+def plot_curves(
+    runs: list[Run],
+    y_key: str,
+    x_key: str,
+    ylabel: str,
+    xlabel: str,
+    title: str,
+    keys: list[str] | None = None,
+    with_baselines: bool = False,
+) -> bytes | None:
     """y against x, one colour per setting (`curve_series`): seeds as their mean and a min-max band; a series of
     one point is left out, and None when none has two."""
     fig, _ = curves_figure(runs, y_key, x_key, ylabel, xlabel, title, keys, with_baselines)
@@ -238,8 +321,15 @@ def plot_curves(runs: list[Run], y_key: str, x_key: str, ylabel: str, xlabel: st
 
 def plot_loss_vs_tokens(runs: list[Run], keys: list[str] | None = None, key: str = "val/loss") -> bytes | None:
     what = "Validation" if key.startswith("val/") else "Training"
-    return plot_curves(runs, key, "train/tokens_seen", key.replace("/", " ").replace("_", " "),
-                       "tokens seen (train/tokens_seen)", f"{what} loss against tokens seen", keys)
+    return plot_curves(
+        runs,
+        key,
+        "train/tokens_seen",
+        key.replace("/", " ").replace("_", " "),
+        "tokens seen (train/tokens_seen)",
+        f"{what} loss against tokens seen",
+        keys,
+    )
 
 
 def trial_baseline(trial) -> tuple[float, float | None] | None:
@@ -256,6 +346,7 @@ def trial_baseline(trial) -> tuple[float, float | None] | None:
         from pathlib import Path
 
         from omegaconf import OmegaConf
+
         run_dir = Path(attrs["run_dir"])
         metric = OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("optimized_metric")
         evaluated = RunSummary.read(run_dir).values.get("eval") or {}
@@ -264,7 +355,10 @@ def trial_baseline(trial) -> tuple[float, float | None] | None:
     if not isinstance(metric, str) or not metric.startswith("eval/") or metric.count("/") != 2:
         return None
     task, name = metric.rsplit("/", 1)
-    mean, sd = _number(evaluated.get(f"{task}/random_init_{name}")), _number(evaluated.get(f"{task}/random_init_{name}_sd"))
+    mean, sd = (
+        _number(evaluated.get(f"{task}/random_init_{name}")),
+        _number(evaluated.get(f"{task}/random_init_{name}_sd")),
+    )
     return (mean, sd if _finite(sd) else None) if _finite(mean) else None
 
 
@@ -273,6 +367,7 @@ def study_history_figure(study):
     its standard error (user attr value_se) as error bars where known, the best so far, the pruned trials, and
     the trials' random-init (mean, +- sd band) where known."""
     from optuna.trial import TrialState
+
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     if len(complete) < 2:
         return None
@@ -280,12 +375,21 @@ def study_history_figure(study):
     maximize = study.direction.name == "MAXIMIZE"
     fig, ax = plt.subplots(figsize=(7.5, 4.0))
     numbers, values = [t.number for t in complete], [t.value for t in complete]
-    best = [max(values[:i + 1]) if maximize else min(values[:i + 1]) for i in range(len(values))]
+    best = [max(values[: i + 1]) if maximize else min(values[: i + 1]) for i in range(len(values))]
     se = [_number(t.user_attrs.get("value_se")) for t in complete]
     if any(_finite(v) for v in se):
         errors = [v if _finite(v) else 0.0 for v in se]
-        bars = ax.errorbar(numbers, values, yerr=errors, fmt="o", markersize=4, capsize=3, color="#1f77b4",
-                           label="trial value (± its standard error)", zorder=3)
+        bars = ax.errorbar(
+            numbers,
+            values,
+            yerr=errors,
+            fmt="o",
+            markersize=4,
+            capsize=3,
+            color="#1f77b4",
+            label="trial value (± its standard error)",
+            zorder=3,
+        )
         bars[0].set_gid("trial_value")
     else:
         ax.scatter(numbers, values, s=18, color="#1f77b4", label="trial value", zorder=3).set_gid("trial_value")
@@ -295,19 +399,29 @@ def study_history_figure(study):
         xs, ys = [n for n, _ in known], [b[0] for _, b in known]
         label = "random-init (mean ± sd)" if all(b[1] is not None for _, b in known) else "random-init"
         if len({round(y, 9) for y in ys}) == 1:  # one baseline for every trial: a line across the plot
-            draw_baselines(ax, [{"kind": "random_init", "architecture": None, "label": label, "y": ys[0],
-                                 "sd": known[0][1][1]}])
+            draw_baselines(
+                ax, [{"kind": "random_init", "architecture": None, "label": label, "y": ys[0], "sd": known[0][1][1]}]
+            )
         else:
-            [line] = ax.plot(xs, ys, color="#555555", linestyle="--", linewidth=1.2, drawstyle="steps-mid",
-                             label=label, zorder=1)
+            [line] = ax.plot(
+                xs, ys, color="#555555", linestyle="--", linewidth=1.2, drawstyle="steps-mid", label=label, zorder=1
+            )
             line.set_gid("baseline:random_init")
             if all(b[1] is not None for _, b in known):
-                ax.fill_between(xs, [y - b[1] for (_, b), y in zip(known, ys)],
-                                [y + b[1] for (_, b), y in zip(known, ys)], step="mid", color="#555555",
-                                alpha=0.12, zorder=0).set_gid("baseline:random_init:band")
+                ax.fill_between(
+                    xs,
+                    [y - b[1] for (_, b), y in zip(known, ys)],
+                    [y + b[1] for (_, b), y in zip(known, ys)],
+                    step="mid",
+                    color="#555555",
+                    alpha=0.12,
+                    zorder=0,
+                ).set_gid("baseline:random_init:band")
     pruned = [t.number for t in study.trials if t.state == TrialState.PRUNED]
     if pruned:
-        ax.scatter(pruned, [min(values)] * len(pruned), marker="x", color="#7f7f7f", label="pruned (at the lowest value)")
+        ax.scatter(
+            pruned, [min(values)] * len(pruned), marker="x", color="#7f7f7f", label="pruned (at the lowest value)"
+        )
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("trial")
     ax.set_ylabel("objective value")
@@ -323,20 +437,36 @@ def plot_study(study) -> list[tuple[str, str, bytes]]:
     (runs.study_importances). Under two complete trials: a line saying
     the history is not drawn (empty png)."""
     from optuna.trial import TrialState
+
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     if not complete:
         return []
     fig = study_history_figure(study)
     if fig is None:
-        return [("optuna_history", (f"Optuna study {study.study_name}: its history is not drawn: one complete "
-                                    f"trial (value {complete[0].value:.4f})."), b"")]
+        return [
+            (
+                "optuna_history",
+                (
+                    f"Optuna study {study.study_name}: its history is not drawn: one complete "
+                    f"trial (value {complete[0].value:.4f})."
+                ),
+                b"",
+            )
+        ]
     with_se = any(_finite(_number(t.user_attrs.get("value_se"))) for t in complete)
     with_baseline = any(trial_baseline(t) is not None for t in complete)
     plt = _pyplot()
-    plots = [("optuna_history", f"Optuna study {study.study_name}: each complete trial's value (the jobs' "
-              f"optimized metric)" + (" with its standard error (its seeds' spread, or the test examples')" if with_se else "")
-              + ", the best so far, and the pruned trials." + (" Baselines: random-init (mean, ± sd band)."
-                                                               if with_baseline else ""), _png(fig))]
+    plots = [
+        (
+            "optuna_history",
+            f"Optuna study {study.study_name}: each complete trial's value (the jobs' "
+            f"optimized metric)"
+            + (" with its standard error (its seeds' spread, or the test examples')" if with_se else "")
+            + ", the best so far, and the pruned trials."
+            + (" Baselines: random-init (mean, ± sd band)." if with_baseline else ""),
+            _png(fig),
+        )
+    ]
     importances, line = study_importances(study)  # None under MIN_IMPORTANCE_TRIALS complete trials
     if importances:
         fig, ax = plt.subplots(figsize=(7.5, 0.5 + 0.45 * len(importances)))
@@ -349,18 +479,33 @@ def plot_study(study) -> list[tuple[str, str, bytes]]:
 
 
 def _group_label(run: Run, keys: list[str]) -> str:
-    parts = [run.objective or "?"] + [f"{k.split('.')[-1]}={_show(run.value(k))}" for k in keys
-                                      if run.value(k) != "n/a" and k != "objective"]  # the objective: first
+    parts = [run.objective or "?"] + [
+        f"{k.split('.')[-1]}={_show(run.value(k))}" for k in keys if run.value(k) != "n/a" and k != "objective"
+    ]  # the objective: first
     return ", ".join(parts)
 
 
-def knob_figure(runs: list[Run], keys: list[str], x_key: str, objectives: set[str], metric: str,
-                title: str, xlabel: str, ylabel: str):
+def knob_figure(
+    runs: list[Run],
+    keys: list[str],
+    x_key: str,
+    objectives: set[str],
+    metric: str,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+):
     """The figure of `plot_metric_vs_knob` (None when fewer than 2 distinct x values) and whether it is a scatter:
     when the other swept values differ from run to run (an Optuna study's sampled values: every line would be one
     point), the runs are one scatter instead of lines."""
-    chosen = [r for r in runs if r.finished and r.objective in objectives and _finite(r.metrics()[metric])
-              and _finite(_number(r.config.get(x_key)))]
+    chosen = [
+        r
+        for r in runs
+        if r.finished
+        and r.objective in objectives
+        and _finite(r.metrics()[metric])
+        and _finite(_number(r.config.get(x_key)))
+    ]
     if len({_number(r.config.get(x_key)) for r in chosen}) < 2:
         return None, False
     other = [k for k in keys if k not in (x_key, SEED)]
@@ -375,8 +520,14 @@ def knob_figure(runs: list[Run], keys: list[str], x_key: str, objectives: set[st
     scattered = any(len(points) < 2 for points in lines.values())
     if scattered:  # a line per setting would be single points: the runs, each at its own x
         others = ", ".join(k.split(".")[-1] for k in other if k != "objective")
-        ax.scatter([_number(r.config[x_key]) for r in chosen], [r.metrics()[metric] for r in chosen], s=22,
-                   color="#1f77b4", zorder=3, label="a run" + (f" ({others} differ)" if others else ""))
+        ax.scatter(
+            [_number(r.config[x_key]) for r in chosen],
+            [r.metrics()[metric] for r in chosen],
+            s=22,
+            color="#1f77b4",
+            zorder=3,
+            label="a run" + (f" ({others} differ)" if others else ""),
+        )
     colors = _colors(runs)
     one_objective = len(set(objective_of.values())) == 1
     same_objective: dict[str, int] = {}
@@ -390,8 +541,18 @@ def knob_figure(runs: list[Run], keys: list[str], x_key: str, objectives: set[st
         n = same_objective[objective] = same_objective.get(objective, -1) + 1
         # one objective: a color per line; several: the objective's color, a line style per setting
         color = plt.cm.tab10(i % 10) if one_objective else colors[objective]
-        ax.errorbar(xs, means, yerr=[low, high], marker=markers[n % len(markers)], capsize=4, linewidth=1.5,
-                    linestyle="-" if one_objective else styles[n % len(styles)], color=color, label=label, zorder=3)
+        ax.errorbar(
+            xs,
+            means,
+            yerr=[low, high],
+            marker=markers[n % len(markers)],
+            capsize=4,
+            linewidth=1.5,
+            linestyle="-" if one_objective else styles[n % len(styles)],
+            color=color,
+            label=label,
+            zorder=3,
+        )
         for x in xs:
             ax.scatter([x] * len(points[x]), points[x], s=10, color=color, alpha=0.35, zorder=3)
     draw_baselines(ax, baselines(chosen, METRIC_KEYS[metric]))
@@ -410,8 +571,16 @@ def knob_figure(runs: list[Run], keys: list[str], x_key: str, objectives: set[st
     return fig, scattered
 
 
-def plot_metric_vs_knob(runs: list[Run], keys: list[str], x_key: str, objectives: set[str], metric: str,
-                        title: str, xlabel: str, ylabel: str) -> bytes | None:
+def plot_metric_vs_knob(
+    runs: list[Run],
+    keys: list[str],
+    x_key: str,
+    objectives: set[str],
+    metric: str,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> bytes | None:
     """A final metric (a key of Run.metrics()) against one config value: one line per setting of the other
     swept values (seed aside), points = mean over seeds, bars = min-max over seeds, with the metric's baselines.
     None when fewer than 2 distinct x values."""
@@ -437,8 +606,16 @@ def setting_figure(runs: list[Run], keys: list[str], metric: str, title: str, yl
         values = [r.metrics()[metric] for r in members]
         mean = sum(values) / len(values)
         color = colors[members[0].objective or "?"]
-        ax.errorbar([i], [mean], yerr=[[mean - min(values)], [max(values) - mean]], marker="o", capsize=5,
-                    color=color, linestyle="none", zorder=3)
+        ax.errorbar(
+            [i],
+            [mean],
+            yerr=[[mean - min(values)], [max(values) - mean]],
+            marker="o",
+            capsize=5,
+            color=color,
+            linestyle="none",
+            zorder=3,
+        )
         ax.scatter([i] * len(values), values, s=12, color=color, alpha=0.35, zorder=3)
         spans.setdefault(members[0].architecture or "?", []).append([i - 0.4, i + 0.4])
     found = baselines(chosen, METRIC_KEYS[metric])
@@ -457,14 +634,25 @@ def setting_figure(runs: list[Run], keys: list[str], metric: str, title: str, yl
     return fig
 
 
-KNOBS = [(MASK_RATE, "mask_rate", "mask rate (objective.mask_rate)", {"mlm", "span_corruption"}),
-         (SPAN_LENGTH, "span_length", "mean span length (objective.mean_span_length)", {"span_corruption"})]
-COMPARABLE = [("fixed_loss", "fixed_loss", "fixed-exam loss (eval/fixed/loss)",
-               "the family's fixed exam (lower is better; the same masks for every run of a family)"),
-              ("pairs", "pairs", "minimal-pairs accuracy (eval/pairs/accuracy)",
-               "minimal-pairs accuracy (higher is better; the same pairs for every run)"),
-              ("probe", "probe", "probe accuracy (eval/probe/accuracy)",
-               "the downstream probe's accuracy (higher is better)")]
+KNOBS = [
+    (MASK_RATE, "mask_rate", "mask rate (objective.mask_rate)", {"mlm", "span_corruption"}),
+    (SPAN_LENGTH, "span_length", "mean span length (objective.mean_span_length)", {"span_corruption"}),
+]
+COMPARABLE = [
+    (
+        "fixed_loss",
+        "fixed_loss",
+        "fixed-exam loss (eval/fixed/loss)",
+        "the family's fixed exam (lower is better; the same masks for every run of a family)",
+    ),
+    (
+        "pairs",
+        "pairs",
+        "minimal-pairs accuracy (eval/pairs/accuracy)",
+        "minimal-pairs accuracy (higher is better; the same pairs for every run)",
+    ),
+    ("probe", "probe", "probe accuracy (eval/probe/accuracy)", "the downstream probe's accuracy (higher is better)"),
+]
 
 
 def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]:
@@ -473,45 +661,88 @@ def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]
     for key, name in (("val/loss", "val_loss_vs_tokens"), ("train/loss", "train_loss_vs_tokens")):
         png = plot_loss_vs_tokens(runs, keys, key)
         if png:
-            plots.append((name, (f"Each run's own {key.split('/')[0]} loss against tokens seen, a colour per setting "
-                                 f"(seeds: mean and min-max band; dashed: a run that did not finish): how it trained "
-                                 f"on its own exam, not a comparison across settings."), png))
+            plots.append(
+                (
+                    name,
+                    (
+                        f"Each run's own {key.split('/')[0]} loss against tokens seen, a colour per setting "
+                        f"(seeds: mean and min-max band; dashed: a run that did not finish): how it trained "
+                        f"on its own exam, not a comparison across settings."
+                    ),
+                    png,
+                )
+            )
     for key, name, what in ((PROBE, "probe", "probe accuracy"), (PAIRS, "pairs", "minimal-pairs accuracy")):
         single = []
-        for axis, axis_name, label in (("train/tokens_seen", "tokens", "tokens seen (train/tokens_seen)"),
-                                       ("train/flops_seen", "flops", "training FLOPs (train/flops_seen)")):
-            fig, left_out = curves_figure(runs, key, axis, f"{what} ({key})", label,
-                                          f"{what.capitalize()} against {label.split(' (')[0]}", keys, True)
+        for axis, axis_name, label in (
+            ("train/tokens_seen", "tokens", "tokens seen (train/tokens_seen)"),
+            ("train/flops_seen", "flops", "training FLOPs (train/flops_seen)"),
+        ):
+            fig, left_out = curves_figure(
+                runs,
+                key,
+                axis,
+                f"{what} ({key})",
+                label,
+                f"{what.capitalize()} against {label.split(' (')[0]}",
+                keys,
+                True,
+            )
             if fig is None:
                 single += [label.split(" (")[0]] if left_out else []
                 continue
-            caption = (f"{what.capitalize()} ({key}) against {label}, a colour per setting (seeds: mean and min-max "
-                       f"band; a point per evaluation): objectives compared at equal text or equal compute."
-                       + baseline_words(baselines(runs, key))
-                       + (f" Left out (evaluated once): {', '.join(left_out)}." if left_out else ""))
+            caption = (
+                f"{what.capitalize()} ({key}) against {label}, a colour per setting (seeds: mean and min-max "
+                f"band; a point per evaluation): objectives compared at equal text or equal compute."
+                + baseline_words(baselines(runs, key))
+                + (f" Left out (evaluated once): {', '.join(left_out)}." if left_out else "")
+            )
             plots.append((f"{name}_vs_{axis_name}", caption, _png(fig)))
         if single:
-            why = (f"{what.capitalize()} against {' and '.join(single)}: not drawn, the evaluation ran once per run "
-                   f"(one point per setting, no curve); eval.every_n_validations=1 evaluates at every validation.")
+            why = (
+                f"{what.capitalize()} against {' and '.join(single)}: not drawn, the evaluation ran once per run "
+                f"(one point per setting, no curve); eval.every_n_validations=1 evaluates at every validation."
+            )
             plots.append((f"{name}_vs_tokens", why, b""))
     for x_key, x_name, x_label, objectives in KNOBS:
         for metric, name, y_label, what in COMPARABLE:
-            fig, scattered = knob_figure(runs, keys, x_key, objectives, metric,
-                              f"{y_label.split(' (')[0].capitalize()} against {x_label.split(' (')[0]}",
-                              x_label, y_label)
+            fig, scattered = knob_figure(
+                runs,
+                keys,
+                x_key,
+                objectives,
+                metric,
+                f"{y_label.split(' (')[0].capitalize()} against {x_label.split(' (')[0]}",
+                x_label,
+                y_label,
+            )
             if fig is not None:
                 found = baselines([r for r in runs if r.objective in objectives], METRIC_KEYS[metric])
-                how = ("each point a run (the other swept values differ from run to run: no line joins them)"
-                       if scattered else "points are the mean over seeds, error bars the min-max over seeds, faint "
-                                         "dots the single runs")
-                plots.append((f"{name}_vs_{x_name}", f"Final {what}, against {x_label}: {how}." + baseline_words(found),
-                              _png(fig)))
+                how = (
+                    "each point a run (the other swept values differ from run to run: no line joins them)"
+                    if scattered
+                    else "points are the mean over seeds, error bars the min-max over seeds, faint dots the single runs"
+                )
+                plots.append(
+                    (
+                        f"{name}_vs_{x_name}",
+                        f"Final {what}, against {x_label}: {how}." + baseline_words(found),
+                        _png(fig),
+                    )
+                )
     for metric, name, y_label, what in COMPARABLE[1:]:  # the fixed exams differ by family: not across objectives
         fig = setting_figure(runs, keys, metric, f"{y_label.split(' (')[0].capitalize()} by setting", y_label)
         if fig is not None:
-            plots.append((f"{name}_by_setting", (f"Final {what}, per setting: the mean over seeds with min-max bars, "
-                                                 f"faint dots the single runs, each beside its architecture's "
-                                                 f"baselines; compare the margins over random-init, not the raw "
-                                                 f"accuracies." + baseline_words(baselines(runs, METRIC_KEYS[metric]))),
-                          _png(fig)))
+            plots.append(
+                (
+                    f"{name}_by_setting",
+                    (
+                        f"Final {what}, per setting: the mean over seeds with min-max bars, "
+                        f"faint dots the single runs, each beside its architecture's "
+                        f"baselines; compare the margins over random-init, not the raw "
+                        f"accuracies." + baseline_words(baselines(runs, METRIC_KEYS[metric]))
+                    ),
+                    _png(fig),
+                )
+            )
     return plots

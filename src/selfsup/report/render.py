@@ -20,16 +20,18 @@ COMPARISON_NOTE = (
     "masks, the mean of its members (encoders: MLM at mask rates 0.10 to 0.40; encoder-decoders: span corruption "
     "at rates 0.10 to 0.50 and mean spans 2 to 10; decoders: next-token loss), so that no swept value is scored on "
     "its own exam alone: compare it across mask rates, span lengths and seeds within a family, after the pairs and "
-    "the probe (docs/evaluation.md, \"Which score for which sweep\"). The minimal pairs (eval/pairs/accuracy) "
+    'the probe (docs/evaluation.md, "Which score for which sweep"). The minimal pairs (eval/pairs/accuracy) '
     "and the probe (eval/probe/accuracy) score every family on the same examples: compare objectives by their "
     "margins over random-init (the same score on untrained models of the same shape), never by raw accuracies, "
     "at equal steps, tokens seen or FLOPs. The verdict below says which runs show pretraining (the margin's 95% "
     "interval above 0 at every seed) and calls a lead only when the difference of two margins exceeds its own "
-    "interval and the spread over seeds: run seed=0,1,2.")
+    "interval and the spread over seeds: run seed=0,1,2."
+)
 VALUES_NOTE = (
     "Values, as the end-of-sweep table shows them: " + DEFINITIONS + ". Read from (column data): the W&B run "
     "files (offline runs, with `wandb leet inspect`), the W&B API (online runs), else csv/metrics.csv, else "
-    "(logger=none) summary.json.")
+    "(logger=none) summary.json."
+)
 
 
 def tasks(runs: list[Run]) -> list[str]:
@@ -53,9 +55,28 @@ def tokens_per_sec(metrics: dict) -> str:
 def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     keys = [k for k in keys if k not in ("objective", "architecture")]  # columns of their own
     own = tasks(runs)
-    header = ["run", "objective", "architecture", *keys, "val loss", "val ppl", "fixed loss", "pairs acc",
-              "pairs margin", "probe acc", "probe margin", *[f"{t} {c}" for t in own for c in ("acc", "margin")],
-              "val signal/token", "tokens seen", "FLOPs", "targets", "tokens/s", "wall time", "status", "data"]
+    header = [
+        "run",
+        "objective",
+        "architecture",
+        *keys,
+        "val loss",
+        "val ppl",
+        "fixed loss",
+        "pairs acc",
+        "pairs margin",
+        "probe acc",
+        "probe margin",
+        *[f"{t} {c}" for t in own for c in ("acc", "margin")],
+        "val signal/token",
+        "tokens seen",
+        "FLOPs",
+        "targets",
+        "tokens/s",
+        "wall time",
+        "status",
+        "data",
+    ]
     rows = []
     for run in runs:
         m = run.metrics()
@@ -66,21 +87,41 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
 
         def number(key: str, form: str) -> str:
             return "-" if m[key] is None else format(m[key], form)
+
         status = run.status if not run.error else f"{run.status}: {run.error}"
-        rows.append([run.label, run.objective or "-", run.architecture or "-", *[_show(run.value(k)) for k in keys],
-                     number("val_loss", ".4f"), number("val_perplexity", ".2f"), number("fixed_loss", ".4f"),
-                     number("pairs", ".4f"), m["pairs_margin"] or "-", number("probe", ".4f"), m["probe_margin"] or "-",
-                     *task_cells, number("signal_per_token", ".3f"), number("tokens_seen", ",.0f"), number("flops_seen", ".2g"),
-                     number("targets_seen", ",.0f"), tokens_per_sec(m),
-                     "-" if m["wall_seconds"] is None else str(timedelta(seconds=round(m["wall_seconds"]))),
-                     status, run.source])
+        rows.append(
+            [
+                run.label,
+                run.objective or "-",
+                run.architecture or "-",
+                *[_show(run.value(k)) for k in keys],
+                number("val_loss", ".4f"),
+                number("val_perplexity", ".2f"),
+                number("fixed_loss", ".4f"),
+                number("pairs", ".4f"),
+                m["pairs_margin"] or "-",
+                number("probe", ".4f"),
+                m["probe_margin"] or "-",
+                *task_cells,
+                number("signal_per_token", ".3f"),
+                number("tokens_seen", ",.0f"),
+                number("flops_seen", ".2g"),
+                number("targets_seen", ",.0f"),
+                tokens_per_sec(m),
+                "-" if m["wall_seconds"] is None else str(timedelta(seconds=round(m["wall_seconds"]))),
+                status,
+                run.source,
+            ]
+        )
     return header, rows
 
 
-TASK_NOTE = ("Each evaluation task (the built-in probe, and every eval.tasks.NAME) beside its baselines: the "
-             "majority class's accuracy, and random-init: the same probe on untrained models of the run's shape "
-             "(mean +- sd over seeds); the margin is the accuracy minus random-init, with its paired bootstrap 95% "
-             "interval.")
+TASK_NOTE = (
+    "Each evaluation task (the built-in probe, and every eval.tasks.NAME) beside its baselines: the "
+    "majority class's accuracy, and random-init: the same probe on untrained models of the run's shape "
+    "(mean +- sd over seeds); the margin is the accuracy minus random-init, with its paired bootstrap 95% "
+    "interval."
+)
 TASK_COLUMNS = ["run", "objective", "accuracy", "macro F1", "majority", "random-init", "margin [95%]"]
 
 
@@ -88,15 +129,27 @@ def task_rows(runs: list[Run], task: str) -> list[list[str]]:
     """[run, objective, accuracy, macro F1, majority, random-init mean +- sd, margin] of each run that has the task."""
     rows = []
     for run in runs:
-        get = {k: run.task_value(f"eval/{task}/{k}") for k in ("accuracy", "macro_f1", "majority_accuracy",
-                                                                "random_init_accuracy", "random_init_accuracy_sd")}
+        get = {
+            k: run.task_value(f"eval/{task}/{k}")
+            for k in ("accuracy", "macro_f1", "majority_accuracy", "random_init_accuracy", "random_init_accuracy_sd")
+        }
         if get["accuracy"] is None:
             continue
         shown = {k: "-" if v is None else f"{v:.4f}" for k, v in get.items()}
-        baseline = shown["random_init_accuracy"] + ("" if get["random_init_accuracy_sd"] is None
-                                                    else f" +- {get['random_init_accuracy_sd']:.4f}")
-        rows.append([run.label, run.objective or "-", shown["accuracy"], shown["macro_f1"],
-                     shown["majority_accuracy"], baseline, run.margin(f"eval/{task}/accuracy") or "-"])
+        baseline = shown["random_init_accuracy"] + (
+            "" if get["random_init_accuracy_sd"] is None else f" +- {get['random_init_accuracy_sd']:.4f}"
+        )
+        rows.append(
+            [
+                run.label,
+                run.objective or "-",
+                shown["accuracy"],
+                shown["macro_f1"],
+                shown["majority_accuracy"],
+                baseline,
+                run.margin(f"eval/{task}/accuracy") or "-",
+            ]
+        )
     return rows
 
 
@@ -159,13 +212,28 @@ figcaption { font-size: 0.9em; color: #555; }
 code { background: #f3f3f3; padding: 0 0.2em; }
 """
 
-NUMERIC = {"val loss", "val ppl", "fixed loss", "pairs acc", "pairs margin", "probe acc", "probe margin",
-           "val signal/token", "tokens seen", "FLOPs", "targets", "tokens/s", "wall time"}
+NUMERIC = {
+    "val loss",
+    "val ppl",
+    "fixed loss",
+    "pairs acc",
+    "pairs margin",
+    "probe acc",
+    "probe margin",
+    "val signal/token",
+    "tokens seen",
+    "FLOPs",
+    "targets",
+    "tokens/s",
+    "wall time",
+}
 
 
-PREDICTIONS_NOTE = ("The first examples of the fixed exam at each run's last evaluation (the same text windows and "
-                    "masks for every run of an architecture family): input is what the model reads, target the "
-                    "scored tokens (the first 24, separated by |), prediction the model's likeliest token at each.")
+PREDICTIONS_NOTE = (
+    "The first examples of the fixed exam at each run's last evaluation (the same text windows and "
+    "masks for every run of an architecture family): input is what the model reads, target the "
+    "scored tokens (the first 24, separated by |), prediction the model's likeliest token at each."
+)
 PREDICTION_COLUMNS = ["run", "example", "input", "target", "prediction", "accuracy"]
 
 
@@ -175,8 +243,16 @@ def prediction_rows(runs: list[Run], per_run: int = 2, width: int = 160) -> list
     for run in runs:
         for row in run.predictions[:per_run]:
             text = str(row.get("input", ""))
-            rows.append([run.label, str(row.get("example", "")), text if len(text) <= width else text[:width - 1] + "…",
-                         str(row.get("target", "")), str(row.get("prediction", "")), _show(row.get("accuracy"))])
+            rows.append(
+                [
+                    run.label,
+                    str(row.get("example", "")),
+                    text if len(text) <= width else text[: width - 1] + "…",
+                    str(row.get("target", "")),
+                    str(row.get("prediction", "")),
+                    _show(row.get("accuracy")),
+                ]
+            )
     return rows
 
 
@@ -194,11 +270,15 @@ def _figure(name: str, caption: str, png: bytes) -> str:
     esc = html.escape
     if not png:  # not drawn: the line saying why
         return f'<p class="not-drawn" id="{esc(name)}">{esc(caption)}</p>'
-    return (f'<figure id="{esc(name)}"><img alt="{esc(caption)}" src="data:image/png;base64,'
-            f'{base64.b64encode(png).decode("ascii")}"><figcaption>{esc(caption)}</figcaption></figure>')
+    return (
+        f'<figure id="{esc(name)}"><img alt="{esc(caption)}" src="data:image/png;base64,'
+        f'{base64.b64encode(png).decode("ascii")}"><figcaption>{esc(caption)}</figcaption></figure>'
+    )
 
 
-def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], setup: dict | None = None) -> str:
+def render_html(
+    runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], setup: dict | None = None
+) -> str:
     setup = setup or {}
     esc = html.escape
     header, rows = table_rows(runs, keys)
@@ -209,8 +289,9 @@ def render_html(runs: list[Run], keys: list[str], plots: list[tuple[str, str, by
         for name, cell in zip(header, row):
             title = ""
             if name == "run":
-                bits = [str(run.path)] + ([f"W&B: {run.wandb_record['display_name']}"]
-                                          if run.wandb_record.get("display_name") else [])
+                bits = [str(run.path)] + (
+                    [f"W&B: {run.wandb_record['display_name']}"] if run.wandb_record.get("display_name") else []
+                )
                 title = f' title="{esc(" | ".join(bits))}"'
             cls = ' class="num"' if name in NUMERIC or name.endswith((" acc", " margin")) else ""
             cells.append(f"<td{cls}{title}>{esc(cell)}</td>")
@@ -258,10 +339,14 @@ def _tasks_html(runs: list[Run]) -> str:
         if not rows:
             continue
         head = "".join(f"<th>{esc(h)}</th>" for h in TASK_COLUMNS)
-        body = "\n".join("<tr>" + "".join(f'<td{"" if i < 2 else " class=num"}>{esc(c)}</td>'
-                                          for i, c in enumerate(row)) + "</tr>" for row in rows)
-        sections.append(f'<h3>{esc(task)}</h3>\n' + _box(f'<table id="task-{esc(task)}"><thead><tr>{head}</tr></thead>'
-                                                        f'<tbody>\n{body}\n</tbody></table>'))
+        body = "\n".join(
+            "<tr>" + "".join(f"<td{'' if i < 2 else ' class=num'}>{esc(c)}</td>" for i, c in enumerate(row)) + "</tr>"
+            for row in rows
+        )
+        sections.append(
+            f"<h3>{esc(task)}</h3>\n"
+            + _box(f'<table id="task-{esc(task)}"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>')
+        )
     if not sections:
         return ""
     return f'<h2>Evaluation tasks</h2>\n<p class="small">{esc(TASK_NOTE)}</p>\n' + "\n".join(sections)
@@ -274,25 +359,35 @@ def _predictions_html(runs: list[Run]) -> str:
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for h in PREDICTION_COLUMNS)
     body = "\n".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return (f'<h2>Predictions</h2>\n<p class="small">{esc(PREDICTIONS_NOTE)}</p>\n'
-            + _box(f'<table id="predictions"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'))
+    return f'<h2>Predictions</h2>\n<p class="small">{esc(PREDICTIONS_NOTE)}</p>\n' + _box(
+        f'<table id="predictions"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
+    )
 
 
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], out: Path,
-                    setup: dict | None = None) -> tuple[str, list[Path]]:
+def render_markdown(
+    runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], out: Path, setup: dict | None = None
+) -> tuple[str, list[Path]]:
     setup = setup or {}
     header, rows = table_rows(runs, keys)
-    lines = [f"# {_title(runs)}", "",
-             f"{_counts(runs)}; swept: {', '.join(f'`{k}`' for k in keys) or 'nothing (one configuration)'}.", "",
-             code_line(runs), "", f"Settings every run shares: `{fixed_line(setup)}`", "",
-             *[line + "\n" for line in setup.get("study", [])],
-             "## Runs", "",
-             "| " + " | ".join(_md_cell(h) for h in header) + " |",
-             "|" + "|".join("---:" if h in NUMERIC or h.endswith((" acc", " margin")) else "---" for h in header) + "|"]
+    lines = [
+        f"# {_title(runs)}",
+        "",
+        f"{_counts(runs)}; swept: {', '.join(f'`{k}`' for k in keys) or 'nothing (one configuration)'}.",
+        "",
+        code_line(runs),
+        "",
+        f"Settings every run shares: `{fixed_line(setup)}`",
+        "",
+        *[line + "\n" for line in setup.get("study", [])],
+        "## Runs",
+        "",
+        "| " + " | ".join(_md_cell(h) for h in header) + " |",
+        "|" + "|".join("---:" if h in NUMERIC or h.endswith((" acc", " margin")) else "---" for h in header) + "|",
+    ]
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
     lines += ["", VALUES_NOTE, ""]
     lines += [f"- **{r.label}**: {r.note}" for r in runs if r.note]
@@ -305,9 +400,14 @@ def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str
         lines += ["## Evaluation tasks", "", TASK_NOTE, ""]
         for task, rows in task_sections:
             if rows:
-                lines += [f"### {task}", "", "| " + " | ".join(TASK_COLUMNS) + " |",
-                          "|" + "|".join("---" if i < 2 else "---:" for i in range(len(TASK_COLUMNS))) + "|",
-                          *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows], ""]
+                lines += [
+                    f"### {task}",
+                    "",
+                    "| " + " | ".join(TASK_COLUMNS) + " |",
+                    "|" + "|".join("---" if i < 2 else "---:" for i in range(len(TASK_COLUMNS))) + "|",
+                    *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
+                    "",
+                ]
     lines += ["## Plots", ""]
     files = []
     for name, caption, png in plots:
@@ -322,7 +422,13 @@ def render_markdown(runs: list[Run], keys: list[str], plots: list[tuple[str, str
         lines += ["No validation values were logged: nothing to plot.", ""]
     predictions = prediction_rows(runs)
     if predictions:
-        lines += ["## Predictions", "", PREDICTIONS_NOTE, "", "| " + " | ".join(PREDICTION_COLUMNS) + " |",
-                  "|" + "|".join("---" for _ in PREDICTION_COLUMNS) + "|"]
+        lines += [
+            "## Predictions",
+            "",
+            PREDICTIONS_NOTE,
+            "",
+            "| " + " | ".join(PREDICTION_COLUMNS) + " |",
+            "|" + "|".join("---" for _ in PREDICTION_COLUMNS) + "|",
+        ]
         lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in predictions] + [""]
     return "\n".join(lines), files

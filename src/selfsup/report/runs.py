@@ -41,8 +41,10 @@ def find_runs(paths: list[str]) -> list[Run]:
     for arg in paths:
         path = Path(arg)
         if not path.exists():
-            raise ReportError(f"{arg} does not exist: pass a sweep dir of selfsup-train -m "
-                              f"(outputs/multirun/<date>/<time>) or a run dir (outputs/<date>/<time>)")
+            raise ReportError(
+                f"{arg} does not exist: pass a sweep dir of selfsup-train -m "
+                f"(outputs/multirun/<date>/<time>) or a run dir (outputs/<date>/<time>)"
+            )
         if not path.is_dir():
             raise ReportError(f"{arg} is a file, not a sweep or run dir: pass the folder that holds the jobs")
         if _is_run_dir(path):
@@ -52,14 +54,18 @@ def find_runs(paths: list[str]) -> list[Run]:
         if not jobs and (path / ".hydra" / "config.yaml").is_file():
             jobs, path = [path], path.parent  # a run that wrote no summary yet
         if not jobs:
-            raise ReportError(f"{arg} is not a sweep or run dir of selfsup-train: no summary.json or error.txt in it "
-                              f"or in its job folders")
+            raise ReportError(
+                f"{arg} is not a sweep or run dir of selfsup-train: no summary.json or error.txt in it "
+                f"or in its job folders"
+            )
         found += [(path, job) for job in jobs]
     seen: set[Path] = set()
     found = [(sweep, job) for sweep, job in found if not (job.resolve() in seen or seen.add(job.resolve()))]
     sweeps = list(dict.fromkeys(sweep.resolve() for sweep, _ in found))
-    runs = [Run(label=job.name if len(sweeps) == 1 else f"{sweep.name}/{job.name}", path=job, sweep=sweep)
-            for sweep, job in found]
+    runs = [
+        Run(label=job.name if len(sweeps) == 1 else f"{sweep.name}/{job.name}", path=job, sweep=sweep)
+        for sweep, job in found
+    ]
     labels = [r.label for r in runs]
     for i, run in enumerate(runs):
         if labels.count(run.label) > 1:  # two sweep dirs of the same name
@@ -82,6 +88,7 @@ def _flatten(tree, prefix: str = "") -> dict:
 
 def _read_config(job: Path) -> dict:
     import yaml
+
     path = job / ".hydra" / "config.yaml"
     if not path.is_file():
         return {}
@@ -97,8 +104,11 @@ def _wandb_run_dirs(job: Path) -> list[Path]:
     wandb_dir = job / "wandb"
     if not wandb_dir.is_dir():
         return []
-    runs = [p for p in wandb_dir.iterdir() if p.is_dir() and not p.is_symlink()
-            and p.name.startswith(("offline-run-", "run-")) and any(p.glob("*.wandb"))]
+    runs = [
+        p
+        for p in wandb_dir.iterdir()
+        if p.is_dir() and not p.is_symlink() and p.name.startswith(("offline-run-", "run-")) and any(p.glob("*.wandb"))
+    ]
     return sorted(runs, key=lambda p: p.name.split("-", 2)[-1])
 
 
@@ -109,8 +119,13 @@ def _uploaded(wandb_dir: Path) -> bool:
 
 def inspect_wandb(wandb_dir: Path) -> tuple[dict, list[dict]]:
     """The run record and the history rows of W&B run files, read with wandb's own inspector."""
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(wandb_dir)],
-                         check=False, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(wandb_dir)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}")
     record, history = {}, []
@@ -147,6 +162,7 @@ _API_FAILED: list[str] = []
 def api_history(record: dict) -> list[dict]:
     """The history of an online run from the W&B API."""
     import wandb
+
     api = wandb.Api(timeout=30)
     entity = record.get("entity") or api.default_entity
     run = api.run(f"{entity}/{record.get('project') or 'selfsup'}/{record['run_id']}")
@@ -174,14 +190,17 @@ def fill_tokens_seen(history: list[dict], step_key: str) -> list[dict]:
 def csv_history(job: Path) -> list[dict]:
     """csv/metrics.csv (Lightning's CSVLogger) and a resumed run's csv/resume-<n>/metrics.csv, in order, as
     history rows."""
-    paths = [job / "csv" / "metrics.csv"] + sorted((job / "csv").glob("resume-*/metrics.csv"),
-                                                    key=lambda p: int(p.parent.name.split("-")[1]))
+    paths = [job / "csv" / "metrics.csv"] + sorted(
+        (job / "csv").glob("resume-*/metrics.csv"), key=lambda p: int(p.parent.name.split("-")[1])
+    )
     rows = []
     for path in paths:
         if path.is_file():
             with open(path, newline="") as f:
-                rows += [{k: float(v) for k, v in raw.items() if k and v not in (None, "") and _number(v) is not None}
-                         for raw in csv.DictReader(f)]
+                rows += [
+                    {k: float(v) for k, v in raw.items() if k and v not in (None, "") and _number(v) is not None}
+                    for raw in csv.DictReader(f)
+                ]
     return fill_tokens_seen(rows, "step")
 
 
@@ -198,10 +217,13 @@ def load_run(run: Run) -> Run:
             lines = (job / TRACEBACK).read_text().strip().splitlines()
             error = lines[-1] if lines else None
         if error and error.startswith("error: "):
-            error = error[len("error: "):]
+            error = error[len("error: ") :]
         if corrupt:
-            error = "; ".join(filter(None, [error, f"summary.json unreadable (corrupt: {corrupt}): killed while "
-                                                   f"writing it, or damaged"]))
+            error = "; ".join(
+                filter(
+                    None, [error, f"summary.json unreadable (corrupt: {corrupt}): killed while writing it, or damaged"]
+                )
+            )
         run.error = error or ("no summary.json: still running, or killed" if run.status == "incomplete" else None)
     run.config = _read_config(job)
     run.objective = summary.get("objective") or run.config.get("objective.name")
@@ -238,10 +260,15 @@ def load_run(run: Run) -> Run:
         run.history = csv_history(job)
         run.source = "csv" if run.history else "-"
     if not run.history and summary.get("val_loss") is not None:  # logger=none: the values summary.json kept
-        run.history = [{"val/loss": summary["val_loss"], "val/perplexity": summary.get("val_perplexity"),
-                        "train/signal_per_token": summary.get("signal_per_token"),
-                        "train/tokens_seen": summary.get("tokens_seen"),
-                        "perf/tokens_per_sec": summary.get("tokens_per_sec")}]
+        run.history = [
+            {
+                "val/loss": summary["val_loss"],
+                "val/perplexity": summary.get("val_perplexity"),
+                "train/signal_per_token": summary.get("signal_per_token"),
+                "train/tokens_seen": summary.get("tokens_seen"),
+                "perf/tokens_per_sec": summary.get("tokens_per_sec"),
+            }
+        ]
         run.source = "summary.json"
     if not run.config and run.wandb_record.get("config"):
         config = run.wandb_record["config"]
@@ -264,8 +291,11 @@ def _key_value(value) -> str:
 
 def _setting_keys(runs: list[Run]) -> list[str]:
     keys = list(dict.fromkeys(k for r in runs for k in r.config))
-    return [k for k in keys if k not in IGNORED_KEYS and not k.startswith(IGNORED_PREFIXES)
-            and not k.endswith(("._target_", "._convert_"))]  # which class builds a group: named by its name
+    return [
+        k
+        for k in keys
+        if k not in IGNORED_KEYS and not k.startswith(IGNORED_PREFIXES) and not k.endswith(("._target_", "._convert_"))
+    ]  # which class builds a group: named by its name
 
 
 def command_swept(sweep_dir: Path) -> list[str] | None:
@@ -273,6 +303,7 @@ def command_swept(sweep_dir: Path) -> list[str] | None:
     the sweep overrides of the command line and the sweeper's params (an experiment's own sweep); None
     without a readable multirun.yaml, or for a study (its sweeper samples its own params)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+
     try:
         hydra_cfg = OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra
         task = list(hydra_cfg.overrides.task)
@@ -317,8 +348,10 @@ MIN_IMPORTANCE_TRIALS = 10  # importances from fewer complete trials are noise, 
 def _study_places(arg: str) -> list[Path]:
     """The folders of `arg` that ran a study: itself, else its subfolders (a parent of sweep dirs)."""
     path = Path(arg)
+
     def ran(p: Path) -> bool:
         return (p / "optimization_results.yaml").is_file() or (p / "optuna.db").is_file()
+
     if ran(path):
         return [path]
     return sorted(p for p in path.iterdir() if p.is_dir() and ran(p)) if path.is_dir() else []
@@ -370,10 +403,12 @@ def study_importances(study) -> tuple[dict | None, str]:
     saying why not, with fewer than MIN_IMPORTANCE_TRIALS complete trials. The one place they are computed
     (the report's plot draws this dict)."""
     from optuna.trial import TrialState
+
     n = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
     if n < MIN_IMPORTANCE_TRIALS:
         return None, (f"Parameter importances: need {MIN_IMPORTANCE_TRIALS} completed trials, the study has {n}.")
     import optuna
+
     importances = optuna.importance.get_param_importances(study)
     listed = ", ".join(f"{k} {v:.2f}" for k, v in importances.items())
     return importances, f"Parameter importances (Optuna's default evaluator, over {n} complete trials): {listed}."
@@ -395,6 +430,7 @@ def study_best_lines(study) -> list[str]:
     import math
 
     from optuna.trial import TrialState
+
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not complete:
         return []
@@ -403,19 +439,27 @@ def study_best_lines(study) -> list[str]:
     best = ranked[0]
     attrs = best.user_attrs
     params = ", ".join(f"{k}={shown(v)}" for k, v in best.params.items())
-    lines = [(f"Best: trial {best.number}, value {best.value:.4f}{_se_text(best)}, {params} "
-              f"(run dir {attrs.get('run_dir', '?')}).")]
+    lines = [
+        (
+            f"Best: trial {best.number}, value {best.value:.4f}{_se_text(best)}, {params} "
+            f"(run dir {attrs.get('run_dir', '?')})."
+        )
+    ]
     if attrs.get("random_init") is not None:
         sd = attrs.get("random_init_sd")
         base = f"random-init {attrs['random_init']:.4f}" + (f" ± {sd:.4f} sd" if sd is not None else "")
         if attrs.get("margin") is None:
             lines.append(f"Best over {base}: no margin measured.")
         elif attrs.get("margin_low") is not None and attrs.get("margin_high") is not None:
-            lines.append(f"Best over {base}: margin {attrs['margin']:+.4f} (95% interval {attrs['margin_low']:+.4f} "
-                         f"to {attrs['margin_high']:+.4f}).")
+            lines.append(
+                f"Best over {base}: margin {attrs['margin']:+.4f} (95% interval {attrs['margin_low']:+.4f} "
+                f"to {attrs['margin_high']:+.4f})."
+            )
         elif attrs.get("margin_se") is not None:
-            lines.append(f"Best over {base}: margin {attrs['margin']:+.4f} ± {attrs['margin_se']:.4f} "
-                         f"(SE over {attrs.get('seeds')} seeds).")
+            lines.append(
+                f"Best over {base}: margin {attrs['margin']:+.4f} ± {attrs['margin_se']:.4f} "
+                f"(SE over {attrs.get('seeds')} seeds)."
+            )
         else:
             lines.append(f"Best over {base}: margin {attrs['margin']:+.4f} (interval unknown).")
     if len(ranked) < 2:
@@ -426,12 +470,16 @@ def study_best_lines(study) -> list[str]:
     se1, se2 = attrs.get("value_se"), other.user_attrs.get("value_se")
     head = f"Best over the runner-up, trial {other.number} ({other.value:.4f}{_se_text(other)}): {difference:+.4f}"
     if se1 is None or se2 is None:
-        lines.append(f"{head}; SE unknown: cannot say whether trial {best.number} is distinguishable from trial "
-                     f"{other.number}.")
+        lines.append(
+            f"{head}; SE unknown: cannot say whether trial {best.number} is distinguishable from trial {other.number}."
+        )
     else:
-        se = math.sqrt(se1 ** 2 + se2 ** 2)
-        verdict = (f"not distinguishable from trial {other.number} (|difference| < 2 SE)" if difference < 2 * se
-                   else f"distinguishable from trial {other.number} (|difference| >= 2 SE)")
+        se = math.sqrt(se1**2 + se2**2)
+        verdict = (
+            f"not distinguishable from trial {other.number} (|difference| < 2 SE)"
+            if difference < 2 * se
+            else f"distinguishable from trial {other.number} (|difference| >= 2 SE)"
+        )
         lines.append(f"{head} ± {se:.4f} (SE of the difference): {verdict}.")
     return lines
 
@@ -440,21 +488,23 @@ def study_lines(study) -> list[str]:
     """What the study says: its trials by state (RUNNING ones: still running, or their sweep was killed),
     its best trial with its uncertainty (study_best_lines), and its parameters' importances or why not."""
     from optuna.trial import TrialState
+
     counts = {state: [t.number for t in study.trials if t.state == state] for state in TrialState}
-    lines = [f"Optuna study {study.study_name} ({study.direction.name.lower()} the jobs' optimized_metric): "
-             f"{len(study.trials)} trials, {len(counts[TrialState.COMPLETE])} complete, "
-             f"{len(counts[TrialState.PRUNED])} pruned, {len(counts[TrialState.FAIL])} failed, "
-             f"{len(counts[TrialState.RUNNING])} running"
-             + (f", {len(counts[TrialState.WAITING])} waiting (queued to rerun)." if counts[TrialState.WAITING]
-                else ".")]
+    lines = [
+        f"Optuna study {study.study_name} ({study.direction.name.lower()} the jobs' optimized_metric): "
+        f"{len(study.trials)} trials, {len(counts[TrialState.COMPLETE])} complete, "
+        f"{len(counts[TrialState.PRUNED])} pruned, {len(counts[TrialState.FAIL])} failed, "
+        f"{len(counts[TrialState.RUNNING])} running"
+        + (f", {len(counts[TrialState.WAITING])} waiting (queued to rerun)." if counts[TrialState.WAITING] else ".")
+    ]
     if counts[TrialState.RUNNING]:
         numbers = counts[TrialState.RUNNING]
-        lines.append(f"Running: trial{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}: still "
-                     f"running, or {'their' if len(numbers) > 1 else 'its'} sweep was killed (a continuation of the "
-                     f"study fails and reruns a trial once it has had no heartbeat for hydra.sweeper.grace_period).")
+        lines.append(
+            f"Running: trial{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}: still "
+            f"running, or {'their' if len(numbers) > 1 else 'its'} sweep was killed (a continuation of the "
+            f"study fails and reruns a trial once it has had no heartbeat for hydra.sweeper.grace_period)."
+        )
     lines += study_best_lines(study)
     if counts[TrialState.COMPLETE]:
         lines.append(study_importances(study)[1])
     return lines
-
-
