@@ -161,37 +161,21 @@ def with_targets(nodes: dict, where: str, cls: type, what: str, example: str) ->
                 raise EvalError(f"{where}.{name}.{unknown[0]} is not a {what}: use {', '.join(known)}")
 
 
-def make_corpus(cfg: DictConfig) -> Corpus:
-    return Corpus(**OmegaConf.to_container(cfg.data, resolve=True), seed=cfg.seed)
-
-
-_PREPARED: dict[str, tuple] = {}  # prepared before Hydra made the run dir (RunDirGuard), for the run to use
-
-
-def _prepare_key(cfg: DictConfig) -> str:
-    return OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, ["data", "objective", "eval", "trainer", "seed"]))
-
-
-def prepare_early(cfg: DictConfig) -> tuple[Corpus, Objective, Evaluation | None]:
-    """prepare(cfg) before anything is written for the run: bad data is refused with nothing created."""
-    _PREPARED[_prepare_key(cfg)] = ready = prepare(cfg)
-    return ready
+def make_corpus(cfg: DictConfig, quiet: bool = False) -> Corpus:
+    return Corpus(**OmegaConf.to_container(cfg.data, resolve=True), seed=cfg.seed, quiet=quiet)
 
 
 def tokenizer_hash(corpus: Corpus) -> str:
     return hashlib.sha256(corpus.tokenizer.to_str().encode()).hexdigest()
 
 
-def prepared(cfg: DictConfig) -> tuple[Corpus, Objective, Evaluation | None]:
-    """What prepare_early made for these settings, else prepare(cfg)."""
-    return _PREPARED.pop(_prepare_key(cfg), None) or prepare(cfg)
-
-
-def prepare(cfg: DictConfig) -> tuple[Corpus, Objective, Evaluation | None]:
+def prepare(cfg: DictConfig, quiet: bool = False) -> tuple[Corpus, Objective, Evaluation | None]:
     """The data (token cache built or reused, cut into the objective's windows), the objective and the
     evaluation, whose tasks are read and checked against the pretraining documents. Without Lightning:
-    bad data is refused before it is imported."""
-    corpus = make_corpus(cfg)
+    bad data is refused before it is imported. A single run calls it twice: RunDirGuard, to refuse bad data
+    before Hydra writes anything (it builds the cache), then the run, which reads the cache back (~0.2 s) quietly
+    (the guard's notices are not repeated)."""
+    corpus = make_corpus(cfg, quiet)
     objective = make_objective(cfg, corpus.prepare())
     corpus.set_window(objective.raw_length, cfg.trainer.accumulate)
     evaluation = make_evaluation(cfg)

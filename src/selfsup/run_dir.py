@@ -63,11 +63,11 @@ class RunDirGuard(Callback):
                     check_new_run_dir(run_dir, other_ranks_write=ranks)
                 cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])  # the job's settings
             # settings and data, checked before Hydra writes anything: a refused command leaves nothing
-            from selfsup.build import check_objective, prepare_early  # (torch: after the claim, which is fast)
+            from selfsup.build import check_objective, prepare  # (torch: after the claim, which is fast)
 
             check_settings(cfg)
             check_objective(cfg)
-            corpus = prepare_early(cfg)[0]
+            corpus = prepare(cfg)[0]  # the data's cache built (the run reads it back), or bad data refused
             # the checkpoint it starts from was trained on these settings and this data
             checkpoint = resume_checkpoint(run_dir, overrides) if config.resume else cfg.get("ckpt_path")
             if checkpoint and Path(checkpoint).is_file():

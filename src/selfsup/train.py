@@ -30,7 +30,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from selfsup.build import build, check_objective, check_settings, make, objective_name, prepared, tokenizer_hash
+from selfsup.build import build, check_objective, check_settings, make, objective_name, prepare, tokenizer_hash
 from selfsup.checks import config_error_line
 from selfsup.config import register
 from selfsup.distributed import launched_rank, leave_distributed
@@ -100,9 +100,9 @@ def fit(
     a resume refused before that leaves its run dir (summary.json, W&B run) as it was."""
     progress = {} if progress is None else progress
     began = time.perf_counter()
-    # a single run reads its data before it starts a W&B run (a sweep job after: a failed job is a failed W&B
-    # run), and before Lightning is imported: bad data is refused in seconds
-    ready = None if loggers_first else prepared(cfg)
+    # a single run reads its data (RunDirGuard built its cache) before it starts a W&B run (a sweep job after:
+    # a failed job is a failed W&B run), and before Lightning is imported: bad data is refused in seconds
+    ready = None if loggers_first else prepare(cfg, quiet=True)
     # Lightning, and the modules that import it, are imported here, not at the top: Lightning takes ~5-14 s, and
     # selfsup-train refuses bad settings and data before that
     import lightning as L

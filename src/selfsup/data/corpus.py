@@ -74,7 +74,8 @@ class Corpus:
 
     def __init__(self, config: DataConfig | None = None, *, seed: int = 0, quiet: bool = False, **settings):
         """The corpus of a `data` config (DataConfig, which holds every setting's default), with `settings` in place
-        of its fields: Corpus(source="text_files", paths=["corpus/"], vocab_size=2000)."""
+        of its fields: Corpus(source="text_files", paths=["corpus/"], vocab_size=2000). quiet: no progress lines
+        while the cache is built, no notice when it is reused."""
         config = replace(config or DataConfig(), **settings)
         for f in fields(config):
             if f.name not in ("tokenizer", "seq_len"):  # (the window length is the objective's: set_window)
@@ -260,7 +261,7 @@ class Corpus:
             )
 
         cache = build_or_load(cache_key(identity), self.cache_dir, build_into)
-        if not cache.built:
+        if not cache.built and not self.quiet:
             self._reuse_notice(identity)
         self.training_keys = cache.train_keys
         self.tokenizer = cache.tokenizer
