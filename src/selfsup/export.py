@@ -10,6 +10,8 @@ learned absolute positions, no embedding LayerNorm, tied embeddings; biases the 
     encoder          MegatronBertForMaskedLM              AutoModelForMaskedLM    hidden states exact (AutoModel);
                                                                                   logits see below
     encoder_decoder  BlenderbotForConditionalGeneration   AutoModelForSeq2SeqLM   logits exact
+    architecture=t5  T5ForConditionalGeneration           AutoModelForSeq2SeqLM   logits exact (RMSNorm, relative
+                                                                                  positions, gated-GELU, untied)
 
 GPT-2 and Blenderbot hold the same computation. BERT-family masked-LM heads apply a transform (dense,
 activation, LayerNorm) between the encoder and the output embedding that the lab's head does not have; the
@@ -48,6 +50,7 @@ HF_CLASSES = {
     "decoder": ("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"),
     "encoder": ("megatron-bert", "MegatronBertForMaskedLM", "AutoModelForMaskedLM"),
     "encoder_decoder": ("blenderbot", "BlenderbotForConditionalGeneration", "AutoModelForSeq2SeqLM"),
+    "t5": ("t5", "T5ForConditionalGeneration", "AutoModelForSeq2SeqLM"),
 }
 EPS = 1e-5  # the lab's LayerNorm eps (torch's default)
 
@@ -267,7 +270,77 @@ def blenderbot(model, p) -> tuple[dict, dict]:
     return config, w
 
 
-EXPORTERS = {"decoder": gpt2, "encoder": megatron_bert, "encoder_decoder": blenderbot}
+def t5(model, p) -> tuple[dict, dict]:
+    """architecture=t5 (an encoder-decoder with RMSNorm, relative position bias, unscaled attention, no biases,
+    an untied head) -> T5ForConditionalGeneration: T5 v1.1 with feed_forward_proj gated-gelu (relu: v1.0's)."""
+    c = model.config
+    enc, dec = model.encoder, model.decoder
+    config = {
+        **_common(model, p),
+        "model_type": "t5",
+        "architectures": ["T5ForConditionalGeneration"],
+        "d_model": model.d_model,
+        "d_kv": model.d_model // model.n_heads,
+        "d_ff": model.d_ff,
+        "num_layers": len(enc.blocks),
+        "num_decoder_layers": len(dec.blocks),
+        "num_heads": model.n_heads,
+        "relative_attention_num_buckets": c.relative_buckets,
+        "relative_attention_max_distance": c.relative_max_distance,
+        "dropout_rate": model.dropout_p,
+        "layer_norm_epsilon": enc.ln_f.eps,
+        "feed_forward_proj": model.activation,
+        "is_encoder_decoder": True,
+        "decoder_start_token_id": p.vocab.bos_id,
+    }
+    embedding = _vocab(model.tok_emb.weight, p.vocab.size)
+    w = {"shared.weight": embedding, "encoder.embed_tokens.weight": embedding, "decoder.embed_tokens.weight": embedding}
+    for name, s in (("encoder", enc), ("decoder", dec)):
+        w[f"{name}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"] = s.rel_bias.bias.weight
+        w[f"{name}.final_layer_norm.weight"] = s.ln_f.weight
+        for i, b in enumerate(s.blocks):
+            layers = [("SelfAttention", b.attn, b.ln_attn)] + (
+                [("EncDecAttention", b.cross_attn, b.ln_cross)] if b.cross_attn is not None else []
+            )
+            for n, (kind, attn, ln) in enumerate(layers):
+                h = f"{name}.block.{i}.layer.{n}."
+                w.update({k: v for k, v in _qkv(attn, h + kind + ".", ("q", "k", "v")).items() if k.endswith("weight")})
+                w.update({h + kind + ".o.weight": attn.proj.weight, h + "layer_norm.weight": ln.weight})
+            h = f"{name}.block.{i}.layer.{len(layers)}."
+            ff = {"wi_0": b.mlp.gate, "wi_1": b.mlp.fc} if b.mlp.gate is not None else {"wi": b.mlp.fc}
+            w.update({h + f"DenseReluDense.{k}.weight": layer.weight for k, layer in {**ff, "wo": b.mlp.proj}.items()})
+            w[h + "layer_norm.weight"] = b.ln_mlp.weight
+    w["lm_head.weight"] = _vocab(model.lm_head.weight, p.vocab.size)
+    return config, w
+
+
+T5_SETTINGS = {
+    "norm": "rmsnorm",
+    "positions": "relative",
+    "scale_attention": False,
+    "bias": False,
+    "tie_embeddings": False,
+}
+PLAIN_SETTINGS = {"norm": "layernorm", "positions": "learned", "scale_attention": True}
+EXPORTERS = {"decoder": gpt2, "encoder": megatron_bert, "encoder_decoder": blenderbot, "t5": t5}
+
+
+def exporter(model, architecture: str) -> str:
+    """The EXPORTERS key of a model: t5 for an encoder-decoder with T5's settings (architecture=t5), else its
+    architecture; a model whose settings no transformers class computes is refused in one line."""
+    c = model.config
+    t5_like = architecture == "encoder_decoder" and c.positions == "relative"
+    wanted = T5_SETTINGS if t5_like else PLAIN_SETTINGS
+    for key, value in wanted.items():
+        if getattr(c, key) != value:
+            target = "T5ForConditionalGeneration" if t5_like else HF_CLASSES[architecture][1]
+            raise UserError(
+                f"architecture.{key}={getattr(c, key)} has no {target} equivalent (it computes {key}={value}): "
+                f"export a model trained with architecture={'t5' if t5_like else architecture} settings"
+            )
+    if not t5_like and c.activation.startswith("gated-"):
+        raise UserError(f"architecture.activation={c.activation} is T5's: export it with architecture=t5")
+    return "t5" if t5_like else architecture
 
 
 def tokenizer_files(p) -> dict[str, str]:
@@ -303,13 +376,14 @@ def export(path: str | Path, out_dir: str | Path) -> dict:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UserError(f"{out_dir} already exists and is not empty: pass a new folder (nothing was written)")
     p = load(path)
-    if p.architecture not in EXPORTERS:
+    if p.architecture not in HF_CLASSES:
         raise UserError(
             f"architecture {p.architecture} has no transformers class to export to: exportable are "
             f"{', '.join(EXPORTERS)}"
         )
-    config, weights = EXPORTERS[p.architecture](p.model, p)
-    model_type, cls, auto = HF_CLASSES[p.architecture]
+    kind = exporter(p.model, p.architecture)
+    config, weights = EXPORTERS[kind](p.model, p)
+    model_type, cls, auto = HF_CLASSES[kind]
     objective = (p.config.get("objective") or {}).get("name")
     config["selfsup"] = {"architecture": p.architecture, "objective": objective, "checkpoint": p.checkpoint.name}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -345,7 +419,7 @@ def main(argv: list[str] | None = None) -> None:
         prog="selfsup-export",
         description=(
             "Write a trained model as a Hugging Face transformers folder (config.json, model.safetensors, tokenizer): "
-            "decoders as GPT-2, encoders as Megatron-BERT, encoder-decoders as Blenderbot."
+            "decoders as GPT-2, encoders as Megatron-BERT, encoder-decoders as Blenderbot (architecture=t5 as T5)."
         ),
     )
     parser.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="a run dir (its best checkpoint) or a .ckpt file")

@@ -314,7 +314,8 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Pretrained:
         )
     shape = {k: v for k, v in config["architecture"].items() if k in TransformerConfig.__dataclass_fields__}
     stack = "decoder" if shape.get("name") == "decoder" else "encoder"
-    max_len = int(weights[f"{stack}.pos_emb.weight"].shape[0])
+    table = weights.get(f"{stack}.pos_emb.weight")  # none with relative positions: the record says
+    max_len = int(table.shape[0]) if table is not None else int(record["max_len"])
     model = TransformerConfig(**shape).build(int(record.get("vocab_size", tokenizer.get_vocab_size())), max_len)
     model.load_state_dict(weights)
     model.to(device).eval()

@@ -232,7 +232,7 @@ def keep_resume_record(cfg: DictConfig, plain: dict, run, run_dir: Path, rank_ze
     written to the run dir); a ckpt_path of another objective, architecture, data or tokenizer is refused."""
     corpus = run.data.corpus
     digest = tokenizer_hash(corpus)
-    run.module.resume_record = resume_state(plain, corpus.vocab.size, digest)
+    run.module.resume_record = resume_state(plain, corpus.vocab.size, digest, run.model.max_len)
     run.module.resume_record["tokenizer"] = corpus.tokenizer.to_str()  # selfsup.load reads it
     if rank_zero:
         corpus.tokenizer.save(str(run_dir / TOKENIZER))

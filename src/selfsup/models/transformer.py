@@ -44,16 +44,18 @@ class Attention(nn.Module):
     applies it in one matmul; cross-attention applies its query rows to x, the rest to the context.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool = True):
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool = True, scale: bool = True):
         super().__init__()
         self.n_heads = n_heads
         self.dropout = dropout
+        self.scale = None if scale else 1.0  # SDPA's: 1/sqrt(d_head), or unscaled scores (T5)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.proj = nn.Linear(d_model, d_model, bias=bias)  # residual output projection
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x, context=None, mask=None, is_causal=False):
-        """mask: bool broadcastable to [B, 1, Lq, Lk], True = may attend."""
+    def forward(self, x, context=None, mask=None, is_causal=False, position_bias=None):
+        """mask: bool broadcastable to [B, 1, Lq, Lk], True = may attend; position_bias: float [1, H, Lq, Lk]
+        added to the scores."""
         B, Lq, D = x.shape
         H = self.n_heads
         if context is None:
@@ -71,8 +73,19 @@ class Attention(nn.Module):
             # let it attend everywhere, then zero its output, so it reads nothing.
             has_key = mask.any(dim=-1, keepdim=True)
             mask = mask | ~has_key
+        if position_bias is not None:  # one float mask: the bias, -inf where a key may not be read
+            if is_causal:
+                causal = torch.ones(Lq, k.shape[2], dtype=torch.bool, device=x.device).tril()
+                mask, is_causal = causal if mask is None else mask & causal, False
+            mask = position_bias if mask is None else position_bias.masked_fill(~mask, float("-inf"))
         y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=is_causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            scale=self.scale,
         )
         if has_key is not None:
             y = y * has_key
@@ -80,61 +93,118 @@ class Attention(nn.Module):
         return self.resid_dropout(self.proj(y))
 
 
-ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu_}  # relu in place on the fc output (which no backward needs)
+def _gelu_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+# relu in place on the fc output (which no backward needs); gated-gelu: T5 v1.1's gelu(x W_gate) * (x W_fc),
+# with GELU's tanh approximation (transformers' gelu_new)
+ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu_, "gated-gelu": _gelu_tanh}
 
 
 class MLP(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float, bias: bool = True, activation: str = "gelu"):
         super().__init__()
+        self.gate = nn.Linear(d_model, d_ff, bias=bias) if activation.startswith("gated-") else None
         self.fc = nn.Linear(d_model, d_ff, bias=bias)
         self.act = ACTIVATIONS[activation]
         self.proj = nn.Linear(d_ff, d_model, bias=bias)  # residual output projection
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
+        if self.gate is not None:
+            return self.dropout(self.proj(self.act(self.gate(x)) * self.fc(x)))
         return self.dropout(self.proj(self.act(self.fc(x))))
+
+
+def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, buckets: int, max_distance: int):
+    """T5's bucket of each relative position (key - query): half the buckets exact distances, the other half
+    logarithmic up to max_distance (farther: the last bucket); bidirectional stacks split them by sign, causal
+    ones put every later key in bucket 0."""
+    bucket = torch.zeros_like(relative)
+    if bidirectional:
+        buckets //= 2
+        bucket += (relative > 0).long() * buckets
+        relative = relative.abs()
+    else:
+        relative = -relative.clamp(max=0)
+    exact = buckets // 2
+    scaled = torch.log(relative.float() / exact) / math.log(max_distance / exact) * (buckets - exact)
+    far = (exact + scaled.long()).clamp(max=buckets - 1)
+    return bucket + torch.where(relative < exact, relative, far)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's position information: a learned score per head and bucket of relative position, added to every
+    layer's self-attention scores (computed once per stack)."""
+
+    def __init__(self, n_heads: int, buckets: int, max_distance: int, bidirectional: bool):
+        super().__init__()
+        self.buckets, self.max_distance, self.bidirectional = buckets, max_distance, bidirectional
+        self.bias = nn.Embedding(buckets, n_heads)
+
+    def forward(self, length: int, device) -> torch.Tensor:
+        pos = torch.arange(length, device=device)
+        bucket = relative_position_bucket(
+            pos[None, :] - pos[:, None], self.bidirectional, self.buckets, self.max_distance
+        )
+        return self.bias(bucket).permute(2, 0, 1)[None]  # [1, H, L, L]
+
+
+def norm_layer(kind: str, d_model: int, bias: bool) -> nn.Module:
+    """layernorm (mean and variance, a bias unless bias=false) or rmsnorm (T5's: no mean, no bias, eps 1e-6)."""
+    return nn.RMSNorm(d_model, eps=1e-6) if kind == "rmsnorm" else nn.LayerNorm(d_model, bias=bias)
 
 
 class Block(nn.Module):
     """Pre-norm block: self-attention, optional cross-attention, MLP, each on a residual branch."""
 
-    def __init__(self, d_model, n_heads, d_ff, dropout, cross_attention=False, bias=True, activation="gelu"):
+    def __init__(self, c: "TransformerConfig", d_ff: int, cross_attention: bool = False):
         super().__init__()
-        self.ln_attn = nn.LayerNorm(d_model, bias=bias)
-        self.attn = Attention(d_model, n_heads, dropout, bias)
-        self.ln_cross = nn.LayerNorm(d_model, bias=bias) if cross_attention else None
-        self.cross_attn = Attention(d_model, n_heads, dropout, bias) if cross_attention else None
-        self.ln_mlp = nn.LayerNorm(d_model, bias=bias)
-        self.mlp = MLP(d_model, d_ff, dropout, bias, activation)
+        d, h, p, bias = c.d_model, c.n_heads, c.dropout, c.bias
+        self.ln_attn = norm_layer(c.norm, d, bias)
+        self.attn = Attention(d, h, p, bias, c.scale_attention)
+        self.ln_cross = norm_layer(c.norm, d, bias) if cross_attention else None
+        self.cross_attn = Attention(d, h, p, bias, c.scale_attention) if cross_attention else None
+        self.ln_mlp = norm_layer(c.norm, d, bias)
+        self.mlp = MLP(d, d_ff, p, bias, c.activation)
 
-    def forward(self, x, mask=None, is_causal=False, context=None, context_mask=None):
-        x = x + self.attn(self.ln_attn(x), mask=mask, is_causal=is_causal)
+    def forward(self, x, mask=None, is_causal=False, context=None, context_mask=None, position_bias=None):
+        x = x + self.attn(self.ln_attn(x), mask=mask, is_causal=is_causal, position_bias=position_bias)
         if self.cross_attn is not None:
             x = x + self.cross_attn(self.ln_cross(x), context=context, mask=context_mask)
         return x + self.mlp(self.ln_mlp(x))
 
 
 class Stack(nn.Module):
-    """Position embedding, blocks, final LayerNorm. Token embedding lives in the model (shared)."""
+    """Positions (learned embeddings, or T5's relative bias), blocks, final norm. Token embedding lives in the
+    model (shared)."""
 
     def __init__(
-        self, n_layers, max_len, d_model, n_heads, d_ff, dropout, cross_attention=False, bias=True, activation="gelu"
+        self, c: "TransformerConfig", n_layers: int, max_len: int, d_ff: int, cross_attention=False, causal=False
     ):
         super().__init__()
-        self.pos_emb = nn.Embedding(max_len, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(
-            Block(d_model, n_heads, d_ff, dropout, cross_attention, bias, activation) for _ in range(n_layers)
+        relative = c.positions == "relative"
+        self.pos_emb = None if relative else nn.Embedding(max_len, c.d_model)
+        self.rel_bias = (
+            RelativePositionBias(c.n_heads, c.relative_buckets, c.relative_max_distance, bidirectional=not causal)
+            if relative
+            else None
         )
-        self.ln_f = nn.LayerNorm(d_model, bias=bias)
+        self.dropout = nn.Dropout(c.dropout)
+        self.blocks = nn.ModuleList(Block(c, d_ff, cross_attention) for _ in range(n_layers))
+        self.ln_f = norm_layer(c.norm, c.d_model, c.bias)
 
     def forward(self, tok, mask=None, is_causal=False, context=None, context_mask=None, activation_checkpointing=False):
-        x = self.dropout(tok + self.pos_emb(torch.arange(tok.shape[1], device=tok.device)))
+        L = tok.shape[1]
+        bias = None if self.rel_bias is None else self.rel_bias(L, tok.device)
+        x = tok if self.pos_emb is None else tok + self.pos_emb(torch.arange(L, device=tok.device))
+        x = self.dropout(x)
         for block in self.blocks:
             if activation_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(block, x, mask, is_causal, context, context_mask, use_reentrant=False)
+                x = checkpoint(block, x, mask, is_causal, context, context_mask, bias, use_reentrant=False)
             else:
-                x = block(x, mask, is_causal, context, context_mask)
+                x = block(x, mask, is_causal, context, context_mask, bias)
         return self.ln_f(x)
 
 
@@ -154,8 +224,13 @@ class TransformerConfig:
     n_decoder_layers: Optional[int] = None  # encoder_decoder; default n_layers
     dropout: float = 0.0
     tie_embeddings: bool = True
-    activation: str = "gelu"  # feed-forward nonlinearity: gelu (BERT, GPT-2) | relu (T5)
+    activation: str = "gelu"  # feed-forward: gelu (BERT, GPT-2) | relu (T5 v1.0) | gated-gelu (T5 v1.1)
     bias: bool = True  # biases in linear layers and LayerNorms (T5 has none)
+    norm: str = "layernorm"  # layernorm (BERT, GPT-2) | rmsnorm (T5: no mean, no bias)
+    positions: str = "learned"  # learned absolute embeddings | relative (T5's bias per head and distance bucket)
+    relative_buckets: int = 32  # positions=relative: buckets of relative distance (T5's)
+    relative_max_distance: int = 128  # positions=relative: distances beyond it share the last bucket
+    scale_attention: bool = True  # scores q.k / sqrt(d_head); false: unscaled (T5)
     activation_checkpointing: bool = field(default=False, metadata={"fingerprint": False})
 
     def __post_init__(self):
@@ -178,6 +253,14 @@ class TransformerConfig:
             )
         if not 0 <= self.dropout < 1:
             raise ValueError(f"architecture.dropout={self.dropout} must be in [0, 1)")
+        for key, allowed in (("norm", ("layernorm", "rmsnorm")), ("positions", ("learned", "relative"))):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"architecture.{key}={getattr(self, key)} is unknown: use one of {', '.join(allowed)}")
+        if self.relative_buckets < 4 or self.relative_max_distance <= self.relative_buckets // 4:
+            raise ValueError(
+                f"architecture.relative_buckets={self.relative_buckets} and relative_max_distance="
+                f"{self.relative_max_distance}: use at least 4 buckets and a distance above a quarter of them"
+            )
 
     def build(self, vocab_size: int, max_len: int) -> "TransformerModel":
         return MODELS[self.name](self, vocab_size, max_len)
@@ -208,18 +291,8 @@ class TransformerModel(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
         self.register_buffer("vocab_padding", torch.arange(self.padded_vocab_size) >= vocab_size, persistent=False)
 
-    def _stack(self, n_layers, cross_attention=False):
-        return Stack(
-            n_layers,
-            self.max_len,
-            self.d_model,
-            self.n_heads,
-            self.d_ff,
-            self.dropout_p,
-            cross_attention,
-            self.bias,
-            self.activation,
-        )
+    def _stack(self, n_layers, cross_attention=False, causal=False):
+        return Stack(self.config, n_layers, self.max_len, self.d_ff, cross_attention, causal)
 
     def _init_weights(self):
         """GPT-2 init: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2*n_layers)."""
@@ -290,7 +363,7 @@ class Decoder(TransformerModel):
 
     def __init__(self, config: TransformerConfig, vocab_size: int, max_len: int):
         super().__init__(config, vocab_size, max_len)
-        self.decoder = self._stack(config.n_layers)
+        self.decoder = self._stack(config.n_layers, causal=True)
         self._init_weights()
 
     def forward(self, decoder_inputs=None, prefix_length=None, encoder_inputs=None, encoder_mask=None):
@@ -316,7 +389,9 @@ class EncoderDecoder(TransformerModel):
         super().__init__(config, vocab_size, max_len)
         self.encoder = self._stack(config.n_layers)
         self.decoder = self._stack(
-            config.n_layers if config.n_decoder_layers is None else config.n_decoder_layers, cross_attention=True
+            config.n_layers if config.n_decoder_layers is None else config.n_decoder_layers,
+            cross_attention=True,
+            causal=True,
         )
         self._init_weights()
 

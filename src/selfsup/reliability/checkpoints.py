@@ -210,14 +210,20 @@ def resume_fingerprint(cfg_dict: Mapping, vocab_size: int, tokenizer_hash: str) 
     return fingerprint
 
 
-def resume_state(cfg_dict: Mapping, vocab_size: int, tokenizer_hash: str) -> dict[str, Any]:
+def resume_state(cfg_dict: Mapping, vocab_size: int, tokenizer_hash: str, max_len: int | None = None) -> dict[str, Any]:
     """What the module adds to checkpoint["selfsup"] (plain data, so weights_only loads it).
 
     The full objective/architecture/data/seed config is kept (not only today's fingerprint), so a
-    later, refined fingerprint can be computed from old checkpoints too.
+    later, refined fingerprint can be computed from old checkpoints too; max_len: the model's positions
+    (selfsup.load rebuilds a model with relative positions, which has no position table, from it).
     """
     config = {k: _plain(cfg_dict[k]) for k in ("objective", "architecture", "data", "seed") if k in cfg_dict}
-    return {"config": redact(config), "vocab_size": int(vocab_size), "tokenizer_hash": str(tokenizer_hash)}
+    return {
+        "config": redact(config),
+        "vocab_size": int(vocab_size),
+        "tokenizer_hash": str(tokenizer_hash),
+        "max_len": max_len,
+    }
 
 
 def _short(value: Any) -> str:
