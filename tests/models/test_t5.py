@@ -92,3 +92,16 @@ def test_a_model_no_transformers_class_computes_is_refused_in_one_line():
     with pytest.raises(UserError, match="architecture.tie_embeddings=True has no T5ForConditionalGeneration"):
         exporter(tied, "encoder_decoder")
     assert exporter(TransformerConfig(**T5).build(100, 16), "encoder_decoder") == "t5"
+
+
+def test_an_all_padding_encoder_row_is_finite_with_relative_positions():
+    """The stack folds padding into its position bias once (fold_mask); a row with no key reads nothing."""
+    model = TransformerConfig(**T5, d_model=32, n_layers=2, n_heads=4).build(100, 16).eval()
+    enc, dec = torch.randint(10, 100, (2, 8)), torch.randint(10, 100, (2, 5))
+    mask = torch.ones_like(enc)
+    mask[1] = 0
+    with torch.no_grad():
+        assert torch.isfinite(model(encoder_inputs=enc, decoder_inputs=dec, encoder_mask=mask)).all()
+        features = model(encoder_inputs=enc, encoder_mask=mask)
+    assert torch.isfinite(features).all()
+    assert torch.allclose(features[0], model(encoder_inputs=enc[:1], encoder_mask=mask[:1])[0], atol=1e-6)

@@ -54,8 +54,8 @@ class Attention(nn.Module):
         self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x, context=None, mask=None, is_causal=False, position_bias=None):
-        """mask: bool broadcastable to [B, 1, Lq, Lk], True = may attend; position_bias: float [1, H, Lq, Lk]
-        added to the scores."""
+        """mask: bool broadcastable to [B, 1, Lq, Lk], True = may attend; position_bias: the stack's float mask
+        (fold_mask: a relative position bias with mask and causality folded in), used in their place."""
         B, Lq, D = x.shape
         H = self.n_heads
         if context is None:
@@ -73,11 +73,8 @@ class Attention(nn.Module):
             # let it attend everywhere, then zero its output, so it reads nothing.
             has_key = mask.any(dim=-1, keepdim=True)
             mask = mask | ~has_key
-        if position_bias is not None:  # one float mask: the bias, -inf where a key may not be read
-            if is_causal:
-                causal = torch.ones(Lq, k.shape[2], dtype=torch.bool, device=x.device).tril()
-                mask, is_causal = causal if mask is None else mask & causal, False
-            mask = position_bias if mask is None else position_bias.masked_fill(~mask, float("-inf"))
+        if position_bias is not None:
+            mask, is_causal = position_bias, False
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -132,6 +129,17 @@ def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, bucket
     scaled = torch.log(relative.float() / exact) / math.log(max_distance / exact) * (buckets - exact)
     far = (exact + scaled.long()).clamp(max=buckets - 1)
     return bucket + torch.where(relative < exact, relative, far)
+
+
+def fold_mask(bias: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+    """A stack's position bias [1, H, L, L] with -inf where a query may not read a key (mask, causality), once
+    for all its layers; a query with no key at all keeps the bias (Attention zeroes what it reads)."""
+    if is_causal:
+        causal = torch.ones(bias.shape[-2:], dtype=torch.bool, device=bias.device).tril()
+        mask = causal if mask is None else mask & causal
+    if mask is None:
+        return bias
+    return bias.masked_fill(~(mask | ~mask.any(dim=-1, keepdim=True)), float("-inf"))
 
 
 class RelativePositionBias(nn.Module):
@@ -197,7 +205,9 @@ class Stack(nn.Module):
 
     def forward(self, tok, mask=None, is_causal=False, context=None, context_mask=None, activation_checkpointing=False):
         L = tok.shape[1]
-        bias = None if self.rel_bias is None else self.rel_bias(L, tok.device)
+        bias = None
+        if self.rel_bias is not None:  # T5's bias, with the masks folded in once for every layer
+            bias, is_causal = fold_mask(self.rel_bias(L, tok.device), mask, is_causal), False
         x = tok if self.pos_emb is None else tok + self.pos_emb(torch.arange(L, device=tok.device))
         x = self.dropout(x)
         for block in self.blocks:
