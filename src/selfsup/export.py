@@ -125,14 +125,16 @@ def gpt2(model, p) -> tuple[dict, dict]:
     return config, w
 
 
-def _qkv(attn, prefix: str, names: tuple[str, str, str], suffix: str = "") -> dict:
-    """The lab's one [3d, d] projection as three [d, d] ones (query, key, value)."""
+def _qkv(attn, prefix: str, names: tuple[str, str, str], suffix: str = "", biases: bool = True) -> dict:
+    """The lab's one [3d, d] projection as three [d, d] ones (query, key, value), with their biases (zeros where
+    the lab has none) unless biases=False (a class without them: T5)."""
     d = attn.qkv.weight.shape[1]
     out = {}
     for n, name in enumerate(names):
         rows = slice(n * d, (n + 1) * d)
         out[f"{prefix}{name}{suffix}.weight"] = attn.qkv.weight[rows]
-        out[f"{prefix}{name}{suffix}.bias"] = _bias(attn.qkv, rows)
+        if biases:
+            out[f"{prefix}{name}{suffix}.bias"] = _bias(attn.qkv, rows)
     return out
 
 
@@ -304,7 +306,7 @@ def t5(model, p) -> tuple[dict, dict]:
             )
             for n, (kind, attn, ln) in enumerate(layers):
                 h = f"{name}.block.{i}.layer.{n}."
-                w.update({k: v for k, v in _qkv(attn, h + kind + ".", ("q", "k", "v")).items() if k.endswith("weight")})
+                w.update(_qkv(attn, h + kind + ".", ("q", "k", "v"), biases=False))
                 w.update({h + kind + ".o.weight": attn.proj.weight, h + "layer_norm.weight": ln.weight})
             h = f"{name}.block.{i}.layer.{len(layers)}."
             ff = {"wi_0": b.mlp.gate, "wi_1": b.mlp.fc} if b.mlp.gate is not None else {"wi": b.mlp.fc}

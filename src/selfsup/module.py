@@ -121,14 +121,18 @@ class SelfSupModule(L.LightningModule):
     def generator(self, stream: str, *index: int) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(stream_seed(self.seed, stream, *index, self.global_rank))
 
+    def micro_batches(self, tokens: torch.Tensor, stream: str, *index: int) -> list[ObjectiveBatch]:
+        """The objective's batches of the trainer.accumulate chunks of tokens, each masked from its own stream."""
+        return [
+            self.objective(chunk, self.generator(stream, *index, i))
+            for i, chunk in enumerate(tokens.chunk(self.accumulate))
+        ]
+
     # ------------------------------------------------------------------ training
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
         opt, sched = self.optimizers(), self.lr_schedulers()
         step = self.global_step
-        micro = [
-            self.objective(chunk, self.generator("train", step, i))
-            for i, chunk in enumerate(tokens.chunk(self.accumulate))
-        ]
+        micro = self.micro_batches(tokens, "train", step)
         local = torch.stack([torch.stack([b.n_scored, b.n_inputs]) for b in micro]).sum(0).float()
         total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
         # accuracy costs an argmax: only when the loggers write (every log_every_n_steps, as Lightning decides)
@@ -192,9 +196,7 @@ class SelfSupModule(L.LightningModule):
         three in the forward pass when gradients are wanted, one without) and FlopCounterMode's 2.5 attentions
         per forward one (its kernels recompute the scores). Counted in eval mode (dropout draws no random numbers)
         and eagerly (Dynamo does not trace under FlopCounterMode)."""
-        micro = [
-            self.objective(chunk, self.generator("flops", i)) for i, chunk in enumerate(tokens.chunk(self.accumulate))
-        ]
+        micro = self.micro_batches(tokens, "flops")
         counter, training = FlopCounterMode(display=False), self.model.training
         self.model.eval()
         with torch.no_grad(), torch.compiler.set_stance("force_eager"), counter:
