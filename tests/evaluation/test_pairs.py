@@ -338,3 +338,31 @@ def test_a_run_scores_a_user_set_by_group_and_refuses_a_bad_one_before_writing(t
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1].startswith("error: eval.pairs.sets.mine.paths: ")
     assert "does not exist" in bad.stderr and not (tmp_path / "refused").exists()
+
+
+FIX = "convert it to UTF-8 or remove it from eval.pairs.sets.mine.paths"
+
+
+@pytest.mark.parametrize(
+    "name,content,words",
+    [
+        (
+            "nul.jsonl",
+            b'{"sentence_good": "a\x00b", "sentence_bad": "b a"}\n',
+            ["looks binary (it holds NUL bytes), not text: remove it from eval.pairs.sets.mine.paths"],
+        ),
+        ("latin1.jsonl", '{"sentence_good": "café b", "sentence_bad": "b a"}\n'.encode("latin-1"), ["offset 22", FIX]),
+        ("latin1.csv", "sentence_good,sentence_bad\ncafé b,b a\n".encode("latin-1"), ["offset 30", FIX]),
+        ("list.jsonl", b'["a b", "b a"]\n', ["p/list.jsonl:1: a JSON list, not an object", "'sentence_good'"]),
+    ],
+)
+def test_pair_files_are_read_as_training_text_is(tmp_path, name, content, words):
+    """The same reader as data.paths (selfsup.data.sources): one EvalError line naming the pair set's setting."""
+    (tmp_path / "p").mkdir()
+    path = tmp_path / "p" / name
+    path.write_bytes(content)
+    with pytest.raises(EvalError) as err:
+        MinimalPairs(builtin=False, sets={"mine": PairSource(paths=[str(path)])}).check()
+    assert "\n" not in str(err.value)
+    for w in words:
+        assert w in str(err.value)

@@ -145,17 +145,17 @@ def stdlib_docstrings(cache_dir: str | os.PathLike | None = None) -> dict:
 
 def _gather() -> dict:
     # Imported here, not at the top: run as a script (below), this file has no selfsup to import.
-    from selfsup.data.sources import DataError, _one_line
+    from selfsup.data.sources import DataError, one_line
 
     if sys.executable:
         command = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--stdlib-docstrings"]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.SubprocessError) as e:
-            raise DataError(f"data=builtin: could not gather standard-library docstrings: {_one_line(e)}") from e
+            raise DataError(f"data=builtin: could not gather standard-library docstrings: {one_line(e)}") from e
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["no error output"])[-1]
-            raise DataError(f"data=builtin: gathering standard-library docstrings failed: {_one_line(tail)}")
+            raise DataError(f"data=builtin: gathering standard-library docstrings failed: {one_line(tail)}")
         return json.loads(done.stdout)
     return _stdlib_docstrings()  # embedded interpreter with no executable to start: gather here
 

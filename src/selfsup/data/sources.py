@@ -10,12 +10,13 @@ A document is the unit that is never split across train / validation. Three sour
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import glob
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ MAX_TXT_DOCUMENT_CHARS = 64_000  # .txt files longer than this are cut (at blank
 _VAL_BUCKETS = 10_000
 
 
-def _one_line(message: object, limit: int = 200) -> str:
+def one_line(message: object, limit: int = 200) -> str:
     text = " ".join(str(message).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -144,41 +145,60 @@ def _txt_documents(path: Path, limit: int = MAX_TXT_DOCUMENT_CHARS, block_bytes:
         raise DataError(f"{path} is empty: add text to it or remove it from data.paths")
 
 
-def _jsonl_lines(path: Path):
-    """(line number, text) of a .jsonl file, read line by line: NUL bytes and invalid UTF-8 refused."""
+def text_lines(path: Path, fix: str, error: type[DataError] = DataError) -> Iterator[tuple[int, str]]:
+    """(line number, line with its end) of a text file, read a line at a time: NUL bytes and invalid UTF-8 are
+    refused in one line (an `error`) ending in `fix`, what to do about the file."""
     offset = 0
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             if b"\x00" in raw:
-                raise DataError(f"{path} looks binary (it holds NUL bytes), not text: remove it from data.paths")
+                raise error(f"{path} looks binary (it holds NUL bytes), not text: {fix}")
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as e:
-                raise DataError(
-                    f"{path} is not UTF-8 text (invalid byte at offset {offset + e.start}): "
-                    f"convert it to UTF-8 or remove it from data.paths"
+                raise error(
+                    f"{path} is not UTF-8 text (invalid byte at offset {offset + e.start}): convert it to UTF-8 or {fix}"
                 ) from None
             offset += len(raw)
             yield number, line
 
 
-def _jsonl_documents(path: Path, text_field: str):
-    """The documents of a .jsonl file, one line at a time."""
-    found = False
-    for number, line in _jsonl_lines(path):
+def jsonl_objects(path: Path, fix: str, needs: str, error: type[DataError] = DataError) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each non-blank line of a .jsonl file (text_lines); a line that is not a JSON
+    object is refused in one line saying each must be an object with `needs`."""
+    for number, line in text_lines(path, fix, error):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataError(
+            raise error(
                 f"{path}:{number}: not valid JSON ({e.msg}): each line of a .jsonl file must be one JSON object"
             ) from None
         if not isinstance(record, dict):
-            raise DataError(
+            raise error(
                 f"{path}:{number}: a JSON {type(record).__name__}, not an object: each line must be an object "
-                f"with a '{text_field}' field"
+                f"with {needs}"
             )
+        yield number, record
+
+
+def parquet_file(path: Path, fix: str, error: type[DataError] = DataError):
+    """pyarrow's ParquetFile of `path`, or one line (an `error`) ending in `fix`."""
+    try:  # pyarrow is imported here, not at the top: ~0.2 s, kept out of `import selfsup.data`
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise error(f"reading {path} needs pyarrow: pip install pyarrow") from None
+    try:
+        return pq.ParquetFile(path)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds
+        raise error(f"{path} is not a readable parquet file ({one_line(e)}): {fix}") from None
+
+
+def _jsonl_documents(path: Path, text_field: str):
+    """The documents of a .jsonl file, one line at a time."""
+    found = False
+    for number, record in jsonl_objects(path, "remove it from data.paths", f"a '{text_field}' field"):
         if text_field not in record:
             fields = ", ".join(map(str, list(record)[:10])) or "none"
             raise DataError(
@@ -201,15 +221,10 @@ def _jsonl_documents(path: Path, text_field: str):
 
 
 def _parquet_documents(path: Path, text_field: str):
-    try:  # pyarrow is imported here, not at the top: ~0.2 s, kept out of `import selfsup.data`
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise DataError(f"reading {path} needs pyarrow: pip install pyarrow") from None
-    try:
-        schema = pq.read_schema(path)
-    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds
-        raise DataError(f"{path} is not a readable parquet file ({_one_line(e)}): fix or remove it") from None
+    import pyarrow as pa
+
+    file = parquet_file(path, "fix or remove it")
+    schema = file.schema_arrow
     if text_field not in schema.names:
         columns = ", ".join(schema.names[:10]) or "none"
         raise DataError(
@@ -222,7 +237,7 @@ def _parquet_documents(path: Path, text_field: str):
             f"set data.text_field to the column holding the text"
         )
     found = False
-    for batch in pq.ParquetFile(path).iter_batches(columns=[text_field], batch_size=4096):
+    for batch in file.iter_batches(columns=[text_field], batch_size=4096):
         for value in drop_empty(batch.column(0).to_pylist()):
             found = True
             yield value
@@ -338,23 +353,60 @@ def iter_hf_documents(
     """
     if not name:
         raise DataError("data.hf_name is not set: name a data set (e.g. data.hf_name=wikitext) for data=hf_dataset")
+    where = f"data.hf_name={name}" + (f" (config {config})" if config else "") + f", split {split}"
+    dataset = load_hf(name, config, split, data_files, where, "data=hf_dataset", streaming=streaming, revision=revision)
+    with quiet_datasets():  # a streamed data set is read (and may log) as it goes
+        yield from _hf_rows(dataset, text_field, streaming, max_documents, where)
+
+
+@contextlib.contextmanager
+def quiet_datasets():
+    """`datasets`' own log lines silenced: its ERROR lines would precede the lab's one line."""
+    import datasets
+
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    try:
+        yield
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+
+
+def load_hf(name, config, split, data_files, where: str, needs: str, streaming=False, revision=None, error=DataError):
+    """One split of `datasets.load_dataset(name, config, split=split, data_files=..., streaming=..., revision=...)`;
+    a data set that does not load is refused in one line (an `error`) naming `where`, the settings that chose it;
+    `needs`: what needs the datasets package."""
     try:  # datasets is imported here, not at the top: it and pyarrow take ~1 s, kept out of `import selfsup.data`
         import datasets
     except ImportError:
-        raise DataError("data=hf_dataset needs the datasets package: pip install datasets") from None
+        raise error(f"{needs} needs the datasets package: pip install datasets") from None
     if isinstance(data_files, Mapping):  # plain containers: an OmegaConf one is not accepted by datasets
         data_files = {str(k): v if isinstance(v, str) else list(map(str, v)) for k, v in data_files.items()}
     elif data_files is not None and not isinstance(data_files, (str, os.PathLike)):
         data_files = list(map(str, data_files))
-    where = f"data.hf_name={name}" + (f" (config {config})" if config else "") + f", split {split}"
-    verbosity = datasets.logging.get_verbosity()
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its own ERROR lines would precede ours
     try:
-        yield from _hf_read(
-            datasets, name, config, split, text_field, data_files, streaming, max_documents, where, revision
-        )
-    finally:
-        datasets.logging.set_verbosity(verbosity)
+        with quiet_datasets():
+            dataset = datasets.load_dataset(
+                name, config, split=split, streaming=streaming, data_files=data_files, revision=revision
+            )
+    except Exception as e:  # noqa: BLE001 - load_dataset raises many kinds
+        full = out_of_space(e)
+        if full:  # load_dataset downloads and prepares into the datasets cache, not data.cache_dir
+            raise error(
+                f"could not load {where}: the datasets cache ran out of space ({full}): free space in "
+                f"{datasets.config.HF_DATASETS_CACHE} or set HF_DATASETS_CACHE to a folder with more "
+                f"room"
+            ) from None
+        cause = _root_cause(e)
+        raise error(
+            f"could not load {where}: {type(e).__name__}: {one_line(e)}"
+            + ("" if cause.startswith(type(e).__name__ + ":") else f" (caused by {cause})")
+            + ": check the name, config and split (and that the hub is reachable, or pass local data_files), "
+            "and that local files are UTF-8 text in the builder's format"
+        ) from None
+    if not isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
+        raise error(f"{where} did not give one split ({type(dataset).__name__}): name a single split")
+    return dataset
 
 
 def _root_cause(e: BaseException) -> str:
@@ -364,7 +416,7 @@ def _root_cause(e: BaseException) -> str:
         if inner is None:
             break
         e = inner
-    return f"{type(e).__name__}: {_one_line(e)}"
+    return f"{type(e).__name__}: {one_line(e)}"
 
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -386,29 +438,7 @@ def out_of_space(e: BaseException) -> str | None:
     return None
 
 
-def _hf_read(datasets, name, config, split, text_field, data_files, streaming, max_documents, where, revision=None):
-    try:
-        dataset = datasets.load_dataset(
-            name, config, split=split, streaming=streaming, data_files=data_files, revision=revision
-        )
-    except Exception as e:  # noqa: BLE001 - load_dataset raises many kinds
-        full = out_of_space(e)
-        if full:  # load_dataset downloads and prepares into the datasets cache, not data.cache_dir
-            raise DataError(
-                f"could not load {where}: the datasets cache ran out of space ({full}): free space in "
-                f"{datasets.config.HF_DATASETS_CACHE} or set HF_DATASETS_CACHE to a folder with more "
-                f"room"
-            ) from None
-        cause = _root_cause(e)
-        raise DataError(
-            f"could not load {where}: {type(e).__name__}: {_one_line(e)}"
-            + ("" if cause.startswith(type(e).__name__ + ":") else f" (caused by {cause})")
-            + ": check the name, config and split (and that the hub is reachable, or pass local data_files), "
-            "and that local files are UTF-8 text in the builder's format"
-        ) from None
-    if not isinstance(dataset, (datasets.Dataset, datasets.IterableDataset)):
-        raise DataError(f"{where} did not give one split ({type(dataset).__name__}): set data.hf_split")
-
+def _hf_rows(dataset, text_field, streaming, max_documents, where):
     columns = dataset.column_names  # None for some streaming data sets: then checked row by row
     if columns is not None and text_field not in columns:
         raise DataError(
