@@ -12,6 +12,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.errors import UserError
+from selfsup.names import override_key
 
 PRECISIONS = ("32-true", "32", "16-mixed", "16", "bf16-mixed", "bf16", "16-true", "bf16-true", "64-true", "64")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
@@ -30,6 +31,20 @@ def non_finite(tree, prefix: str = ""):
         if found:
             return found
     return None
+
+
+def check_overrides(overrides: list[str], cfg: DictConfig) -> None:
+    """A command line's key={} over a mapping that has entries leaves them all (Hydra merges a mapping into a
+    mapping), which is never what was meant: refused in one line naming what removes them."""
+    for override in overrides:
+        key = override_key(override)
+        if override.partition("=")[2].replace(" ", "") == "{}":
+            node = OmegaConf.select(cfg, key, default=None)
+            if isinstance(node, DictConfig) and len(node):
+                raise UserError(
+                    f"{override} keeps {key}'s entries ({', '.join(map(str, node))}): Hydra merges a mapping into a "
+                    f"mapping; use {key}=null for none, or ~{key}.NAME to drop one"
+                )
 
 
 def check_values(cfg: DictConfig) -> None:

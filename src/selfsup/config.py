@@ -118,7 +118,7 @@ class EvalConfig:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     # eval/<name>/...: the probe's tasks, each the keyword arguments of selfsup.evaluation.Task (or of the
     # class its _target_ names): source builtin | text_files | hf_dataset, paths, text_field, label_field, ...
-    tasks: Dict[str, Any] = field(default_factory=dict)
+    tasks: Optional[Dict[str, Any]] = field(default_factory=dict)  # (null: none)
 
 
 @dataclass

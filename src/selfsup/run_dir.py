@@ -27,6 +27,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from selfsup.checks import check_overrides
 from selfsup.distributed import launched_rank, shared_job_id
 from selfsup.errors import UserError
 from selfsup.names import SUMMARY, RunSummary, override_key
@@ -65,6 +66,7 @@ class RunDirGuard(Callback):
             # settings and data, checked before Hydra writes anything: a refused command leaves nothing
             from selfsup.build import check_objective, prepare  # (torch: after the claim, which is fast)
 
+            check_overrides(overrides, cfg)
             check_settings(cfg)
             check_objective(cfg)
             corpus = prepare(cfg)[0]  # the data's cache built (the run reads it back), or bad data refused

@@ -190,16 +190,13 @@ def train_and_evaluate(
         batch_size_per_device=cfg.data.batch_size,
         global_batch_size=cfg.data.batch_size * cfg.trainer.accumulate * trainer.world_size,
     )
+    shape = ("parameters", "code", "world_size", "batch_size_per_device", "global_batch_size")
     for lg in loggers:
         lg.log_hyperparams(
             {
-                "parameters": summary["parameters"],
+                **{k: summary[k] for k in shape},
                 "vocab_size": dm.corpus.vocab.size,
-                "code": summary["code"],
                 "raw_length": run.objective.raw_length,
-                "world_size": trainer.world_size,
-                "batch_size_per_device": cfg.data.batch_size,
-                "global_batch_size": summary["global_batch_size"],
             }
         )
     progress["training"] = True

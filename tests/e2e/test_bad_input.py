@@ -93,14 +93,22 @@ def test_config_mistakes_in_one_line(cache_dir, overrides, words):
     [
         (["objective=clm", "architecture=encoder"], ["see its own answer"]),  # the lab's own refusal
         (["objective=nope"], ["objective/nope", "mlm"]),  # Hydra's, folded into one line
+        # Hydra merges {} into the probe's mapping, which would keep it: the command says what removes it
+        (["eval.tasks={}"], ["eval.tasks={} keeps eval.tasks's entries (probe)", "eval.tasks=null for none"]),
     ],
 )
-def test_config_mistakes_on_the_command_line(train, overrides, words):
+def test_config_mistakes_on_the_command_line(train, tmp_path, overrides, words):
     out = train(*overrides)
     assert_refused(out, *words)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
-    assert out.returncode == 2
+    assert out.returncode == 2 and not (tmp_path / "run").exists()
+
+
+def test_a_sweep_that_would_keep_what_it_empties_is_refused_before_writing(train, tmp_path):
+    out = train("eval.tasks={}", "seed=0,1", multirun=True)
+    assert_refused(out, "eval.tasks={} keeps eval.tasks's entries (probe)")
+    assert out.returncode == 2 and not (tmp_path / "multirun").exists()
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import forked
 import pytest
 from conftest import TINY
 
-QUICK = ["logger=csv", "eval.fixed=null", "eval.pairs=null", "eval.tasks={}"]  # eval off (TINY sizes its probe)
+QUICK = ["logger=csv", "eval.fixed=null", "eval.pairs=null", "eval.tasks=null"]  # eval off (TINY sizes its probe)
 
 
 def write_corpus(path: Path, n: int = 400) -> Path:

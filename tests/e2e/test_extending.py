@@ -18,7 +18,7 @@ def test_an_objective_from_outside_the_package_trains_and_declares_its_architect
         "objective=replaced_token",
         *TINY,
         "logger=csv",
-        "eval.tasks={}",
+        "eval.tasks=null",
         f"data.cache_dir={cache_dir}",
     ]
     out = forked.run(

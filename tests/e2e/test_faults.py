@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import TINY
 
-QUICK = ["logger=csv", "eval.fixed=null", "eval.pairs=null", "eval.tasks={}"]  # eval off (TINY sizes its probe)
+QUICK = ["logger=csv", "eval.fixed=null", "eval.pairs=null", "eval.tasks=null"]  # eval off (TINY sizes its probe)
 
 
 def one_error_line(out) -> str:
@@ -226,7 +226,7 @@ def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_pat
                 *TINY,
                 "eval.fixed=null",
                 "eval.pairs=null",
-                "eval.tasks={}",
+                "eval.tasks=null",
                 f"data.cache_dir={cache_dir}",
                 f"hydra.run.dir={disk / 'run'}",
                 "trainer.max_steps=40",
@@ -263,7 +263,7 @@ def test_a_secret_is_redacted_in_the_wandb_run_files(train, tmp_path):
     out = train(
         "eval.fixed=null",
         "eval.pairs=null",
-        "eval.tasks={}",
+        "eval.tasks=null",
         f"+logger.my_token={token}",
         f"logger.name=run-{secret}",
         "logger.tags=[t-" + token + "]",

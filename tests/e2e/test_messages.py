@@ -57,7 +57,7 @@ def lab(tmp_path_factory, cache_dir):
         f"data.cache_dir={cache_dir}",
         "data.source=text_files",
         "data.paths=[corpus.jsonl]",
-        "eval.tasks={}",
+        "eval.tasks=null",
         "trainer.progress_bar=true",
         "trainer.max_steps=40",
         "trainer.val_check_interval=20",

@@ -287,7 +287,7 @@ def test_compare_flops_stops_every_objective_at_the_same_training_flops(cache_di
         f"trainer.max_flops={budget}",
         "trainer.max_steps=1000",
         "trainer.val_check_interval=1000",
-        "eval.tasks={}",
+        "eval.tasks=null",
         "logger=csv",
     )
     assert out.returncode == 0, out.stderr[-3000:]

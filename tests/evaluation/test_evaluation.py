@@ -52,9 +52,10 @@ def cache_dir(tmp_path_factory):
 def test_fixed_exam_masks_are_the_same_whatever_the_run_trained_with(cache_dir, family, runs):
     exams = []
     for overrides in runs:
-        cfg = config(cache_dir, f"objective={family}", "eval.tasks={}", *overrides)
+        cfg = config(cache_dir, f"objective={family}", "eval.tasks=null", *overrides)
         run = build(cfg)
         module = run.module
+        assert module.evaluation.tasks == {}  # eval.tasks=null: no probe
         exam = module.evaluation.exam
         exams.append({member: list(exam.batches(member=member)) for member in exam.members})
     first = exams[0]
@@ -70,7 +71,7 @@ def test_fixed_exam_masks_are_the_same_whatever_the_run_trained_with(cache_dir, 
 
 
 def test_fixed_exam_is_mlm_at_each_panel_rate_and_its_loss_is_the_mean_of_token_weighted_losses(cache_dir):
-    cfg = config(cache_dir, "objective.mask_rate=0.4", "eval.tasks={}")
+    cfg = config(cache_dir, "objective.mask_rate=0.4", "eval.tasks=null")
     run = build(cfg)
     model, module = run.model, run.module
     exam = module.evaluation.exam
@@ -119,7 +120,7 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
     from selfsup.evaluation.fixed import KINDS, UNSCORED
     from selfsup.evaluation.scoring import unigram_logprobs
 
-    cfg = config(cache_dir, f"objective={family}", "eval.tasks={}", "eval.fixed.max_tokens=null")
+    cfg = config(cache_dir, f"objective={family}", "eval.tasks=null", "eval.fixed.max_tokens=null")
     run = build(cfg)
     model, exam = run.model, run.module.evaluation.exam
     model.eval()
@@ -194,7 +195,7 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
 
 
 def test_decoder_exam_is_next_token_loss(cache_dir):
-    cfg = config(cache_dir, "objective=prefix_lm", "eval.tasks={}")
+    cfg = config(cache_dir, "objective=prefix_lm", "eval.tasks=null")
     run = build(cfg)
     model, module = run.model, run.module
     exam = module.evaluation.exam
@@ -327,7 +328,7 @@ def test_bad_tasks_are_refused_in_one_line_before_training(cache_dir, tmp_path, 
     if "few" in str(task.get("paths")):
         task["max_train_examples"] = 3
     settings = ", ".join(f"{k}: {json.dumps(v)}" for k, v in task.items())
-    cfg = config(cache_dir, "eval.tasks={}", f"+eval.tasks.t={{{settings}}}")
+    cfg = config(cache_dir, "~eval.tasks.probe", f"+eval.tasks.t={{{settings}}}")
     with pytest.raises(EvalError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
         prepare(cfg)
     assert "\n" not in str(err.value)
@@ -342,7 +343,7 @@ def test_a_probe_task_that_holds_pretraining_documents_is_refused(cache_dir, tmp
         f"data.paths=[{tmp_path / 'corpus.jsonl'}]",
         "data.batch_size=2",
         "data.seq_len=16",
-        "eval.tasks={}",
+        "~eval.tasks.probe",
         f"+eval.tasks.t={{source: text_files, paths: [{tmp_path / 'corpus.jsonl'}]}}",
     )
     with pytest.raises(EvalError, match="documents of the pretraining data"):
@@ -383,7 +384,7 @@ def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
         "trainer.max_steps=50",
         f"trainer.max_flops={3.5 * per_step}",
         "eval.fixed=null",
-        "eval.tasks={}",
+        "eval.tasks=null",
         "optim.warmup_steps=1",
         "optim.lr=1e-3",
     )

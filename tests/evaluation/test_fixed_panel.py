@@ -225,7 +225,7 @@ def test_the_panel_is_set_from_the_config(tmp_path):
             overrides=[
                 "debug=tiny",
                 "eval.pairs=null",
-                "eval.tasks={}",
+                "eval.tasks=null",
                 f"data.cache_dir={tmp_path}",
                 "eval.fixed.mask_rates=[0.2,0.3]",
             ],
@@ -235,7 +235,7 @@ def test_the_panel_is_set_from_the_config(tmp_path):
             overrides=[
                 "debug=tiny",
                 "eval.pairs=null",
-                "eval.tasks={}",
+                "eval.tasks=null",
                 f"data.cache_dir={tmp_path}",
                 "eval.fixed.span_lengths=[0.5]",
             ],

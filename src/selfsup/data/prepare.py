@@ -9,6 +9,7 @@ slice becoming one shard; meta.json is written last and the Arrow scratch delete
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from selfsup.data.cache import FORMAT_VERSION, TokenCache, build_or_load, cache_key, chunk_checksums, end_checksum
-from selfsup.data.sources import DataError, document_key, split_keys
+from selfsup.data.sources import DataError, document_key, quiet_datasets, split_keys
 from selfsup.data.tokenizer import check_vocab_size, load_tokenizer_json, train_tokenizer
 from selfsup.data.vocab import Vocab
 
@@ -179,6 +180,54 @@ def _write_split(
     return shards, total, longest
 
 
+def _splits(folder: Path, documents, val_documents, val_fraction: float, scratch: Path, source: str):
+    """((Dataset, indices, characters) of the training split, the same of the validation split): the documents
+    split by their keys, or the validation documents read the same way; the training keys saved (train_keys.npy)."""
+    dataset, keys, chars = _arrow_documents(documents, scratch / "train", source)
+    if val_documents is None:
+        is_val = split_keys(keys, val_fraction)
+        train_idx, val_idx = np.flatnonzero(~is_val), np.flatnonzero(is_val)
+        val_set, val_chars = dataset, chars
+    else:
+        if len(keys) < 1:
+            raise DataError(f"{source}: the training split has no documents with text")
+        train_idx = np.arange(len(keys))
+        val_set, val_keys, val_chars = _arrow_documents(val_documents, scratch / "val", f"{source} (validation)")
+        val_idx = np.arange(len(val_keys))
+        if not len(val_idx):
+            raise DataError(
+                f"{source}: the validation split has no documents with text: set data.val_split to "
+                f"a split that has some, or null to hold out data.val_fraction of the training split"
+            )
+    np.save(folder / "train_keys.npy", np.sort(keys[train_idx]))
+    return (dataset, train_idx, chars), (val_set, val_idx, val_chars)
+
+
+def _write_meta(folder: Path, meta: dict, quiet: bool) -> None:
+    """meta.json (written last: a cache without it is unfinished) with each file's size and checksums."""
+    names = ["tokenizer.json", "train_keys.npy", *(s["name"] for split in meta["shards"].values() for s in split)]
+    meta["files"] = {
+        name: {
+            "bytes": (folder / name).stat().st_size,
+            "ends": end_checksum(folder / name),
+            **({"chunks": chunk_checksums(folder / name)} if name.endswith(".bin") else {}),
+        }
+        for name in names
+    }
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if not quiet:
+        mb = sum(meta["characters"].values()) / 1e6
+        shards = sum(len(split) for split in meta["shards"].values())
+        seconds = meta["build_seconds"]
+        print(
+            f"prepared {mb:,.1f} MB, {sum(meta['documents'].values()):,} documents -> "
+            f"{sum(meta['tokens'].values()):,} tokens ({shards} shards) in {seconds:.1f} s, "
+            f"{mb / max(seconds, 1e-9):.1f} MB/s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def build(
     folder: Path,
     documents: Callable[[], Iterable[str]],
@@ -194,33 +243,14 @@ def build(
     shard_chars: int = SHARD_CHARS,
 ) -> None:
     """Stream, split, train/prepare the tokenizer, tokenize into shards, write meta.json last."""
-    import datasets  # here, not at the top: it and pyarrow take ~1 s, kept out of `import selfsup.data`
-
     started = time.perf_counter()
     scratch = folder / ".arrow"
-    bars = datasets.utils.logging.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    verbosity = datasets.logging.get_verbosity()
-    datasets.logging.set_verbosity(datasets.logging.ERROR)
-    try:
+    with quiet_datasets(), contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
         phases = {}
-        dataset, keys, chars = _arrow_documents(documents, scratch / "train", source)
-        if val_documents is None:
-            is_val = split_keys(keys, val_fraction)
-            train_idx, val_idx = np.flatnonzero(~is_val), np.flatnonzero(is_val)
-            val_set, val_chars = dataset, chars
-        else:
-            if len(keys) < 1:
-                raise DataError(f"{source}: the training split has no documents with text")
-            train_idx = np.arange(len(keys))
-            val_set, val_keys, val_chars = _arrow_documents(val_documents, scratch / "val", f"{source} (validation)")
-            val_idx = np.arange(len(val_keys))
-            if not len(val_idx):
-                raise DataError(
-                    f"{source}: the validation split has no documents with text: set data.val_split to "
-                    f"a split that has some, or null to hold out data.val_fraction of the training split"
-                )
-        np.save(folder / "train_keys.npy", np.sort(keys[train_idx]))
+        (dataset, train_idx, chars), (val_set, val_idx, val_chars) = _splits(
+            folder, documents, val_documents, val_fraction, scratch, source
+        )
         phases["read"] = time.perf_counter() - started
         tokenizer = make_tokenizer(
             _sample(dataset, train_idx, chars, identity.get("tokenizer_sample_chars") or int(chars.sum()) + 1)
@@ -232,27 +262,19 @@ def build(
         dtype = np.uint16 if vocab_size <= 2**16 else np.uint32
         tokenizer_json = tokenizer.to_str()
         progress = Progress(int(chars[train_idx].sum() + val_chars[val_idx].sum()), quiet)
-        shards, tokens, longest = {}, {}, 0
+        shards, tokens, longest = {}, {}, {}
         for split, data, idx, lengths in (("train", dataset, train_idx, chars), ("val", val_set, val_idx, val_chars)):
-            shards[split], tokens[split], longest_here = _write_split(
+            shards[split], tokens[split], longest[split] = _write_split(
                 data, idx, lengths, split, folder, tokenizer_json, eos_id, dtype, num_proc, progress, shard_chars
             )
-            if split == "train":
-                longest = longest_here
-        if longest < 2:
+        if longest["train"] < 2:
             first = dataset[int(train_idx[0])]["text"]
             raise DataError(
                 f"{source or 'the corpus'}: each of its {len(train_idx)} training documents is a single token "
                 f"(such as {first[:30]!r}), so no objective has context to learn from: put several words in "
                 f"each document (one document is a .txt file, a .jsonl line, a .parquet row or a data set row)"
             )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        datasets.logging.set_verbosity(verbosity)
-        if bars:
-            datasets.enable_progress_bars()
     seconds = time.perf_counter() - started
-    names = ["tokenizer.json", "train_keys.npy", *(s["name"] for split in shards.values() for s in split)]
     meta = {
         "format_version": FORMAT_VERSION,
         "identity": identity,
@@ -270,25 +292,8 @@ def build(
             "tokenizer": round(phases["tokenizer"], 3),
             "tokenize and write": round(seconds - phases["read"] - phases["tokenizer"], 3),
         },
-        "files": {
-            name: {
-                "bytes": (folder / name).stat().st_size,
-                "ends": end_checksum(folder / name),
-                **({"chunks": chunk_checksums(folder / name)} if name.endswith(".bin") else {}),
-            }
-            for name in names
-        },
     }
-    (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    if not quiet:
-        mb = (meta["characters"]["train"] + meta["characters"]["val"]) / 1e6
-        print(
-            f"prepared {mb:,.1f} MB, {len(train_idx) + len(val_idx):,} documents -> "
-            f"{tokens['train'] + tokens['val']:,} tokens ({len(shards['train']) + len(shards['val'])} shards) in "
-            f"{seconds:.1f} s, {mb / max(seconds, 1e-9):.1f} MB/s",
-            file=sys.stderr,
-            flush=True,
-        )
+    _write_meta(folder, meta, quiet)
 
 
 def build_or_load_cache(

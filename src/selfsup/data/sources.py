@@ -361,15 +361,18 @@ def iter_hf_documents(
 
 @contextlib.contextmanager
 def quiet_datasets():
-    """`datasets`' own log lines silenced: its ERROR lines would precede the lab's one line."""
+    """`datasets`' own log lines and progress bars off: its ERROR lines would precede the lab's one line."""
     import datasets
 
-    verbosity = datasets.logging.get_verbosity()
+    verbosity, bars = datasets.logging.get_verbosity(), datasets.utils.logging.is_progress_bar_enabled()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    datasets.disable_progress_bars()
     try:
         yield
     finally:
         datasets.logging.set_verbosity(verbosity)
+        if bars:
+            datasets.enable_progress_bars()
 
 
 def load_hf(name, config, split, data_files, where: str, needs: str, streaming=False, revision=None, error=DataError):

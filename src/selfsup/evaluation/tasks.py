@@ -108,7 +108,7 @@ class Task:
             raise EvalError(f"{self.setting('perturb')}={self.perturb} must be at least 1 (words changed per sentence)")
         examples = builtin_examples(self.task, self.perturb)
         cut = 2 * int(len(examples) / 2 * (1 - self.test_fraction))  # a sentence and its change: one split
-        return examples[:cut][: self.max_train_examples], examples[cut:][: self.max_test_examples]
+        return list(examples[:cut][: self.max_train_examples]), list(examples[cut:][: self.max_test_examples])
 
     def _files(self) -> tuple[list, list]:
         if not self.paths:
@@ -275,7 +275,8 @@ def probe_sentences() -> list[str]:
     return found
 
 
-def builtin_examples(task: str, perturb: int) -> list[tuple[str, int]]:
+@functools.cache
+def builtin_examples(task: str, perturb: int) -> tuple[tuple[str, int], ...]:
     """Each sentence twice, in order: as written (label 0) and changed (label 1); deterministic.
 
     Only lower-case plain words change (never the first word or one with punctuation), and a replaced
@@ -290,7 +291,7 @@ def builtin_examples(task: str, perturb: int) -> list[tuple[str, int]]:
     for sentence in found:
         changed = perturb_words(sentence.split(), task, perturb, rng, words)
         examples += [(sentence, 0), (" ".join(changed), 1)]
-    return examples
+    return tuple(examples)
 
 
 PLAIN = re.compile(r"^[a-z]+$")
