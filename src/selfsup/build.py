@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from selfsup.checks import check_devices, check_values
 from selfsup.data import Corpus
+from selfsup.data.builtin import stdlib_docstrings
 from selfsup.data.vocab import Vocab
 from selfsup.errors import UserError
 from selfsup.evaluation import EvalError, Evaluation, PairSource, Task
@@ -180,6 +181,9 @@ def prepare(cfg: DictConfig, quiet: bool = False) -> tuple[Corpus, Objective, Ev
     corpus.set_window(objective.raw_length, cfg.trainer.accumulate)
     evaluation = make_evaluation(cfg)
     if evaluation is not None:
+        # the built-in tasks' and pairs' sentences come from the standard library's docstrings: read from the data
+        # cache (a JSON file per interpreter) instead of gathered in a fresh interpreter (~0.4 s)
+        stdlib_docstrings(cfg.data.get("cache_dir"))
         evaluation.check(corpus.training_keys, sharded=cfg.trainer.strategy == "fsdp")
     return corpus, objective, evaluation
 

@@ -11,7 +11,6 @@ import sys
 import threading
 from pathlib import Path
 
-import wandb
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
@@ -103,10 +102,17 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
                     id=id_file.read_text().strip(),
                     resume="allow",
                     # W&B records the command line with the run's metadata: not when it holds a secret
-                    **({"settings": wandb.Settings(x_disable_meta=True)} if redact(sys.argv) != sys.argv else {}),
+                    **({"settings": _wandb().Settings(x_disable_meta=True)} if redact(sys.argv) != sys.argv else {}),
                 )
             )
     return loggers + ([csv] if csv else [])
+
+
+def _wandb():
+    """The wandb package, imported when a run uses it (~0.9 s: a logger=csv run never pays it)."""
+    import wandb
+
+    return wandb
 
 
 def define_wandb_axes(loggers: list) -> None:
@@ -203,7 +209,7 @@ class SafeWandbLogger(WandbLogger):
         log.warning(f"W&B stopped at step {self.last_step}: {reason}; training goes on, {goes_on}; {sync}")
         # forgets the dead service and its exit hook (else a traceback at exit); raises
         # ConnectionResetError itself; in a thread, should a stuck service have outlived the kill
-        _call_in_thread(wandb.teardown, errors=[]).join(self.timeout)
+        _call_in_thread(_wandb().teardown, errors=[]).join(self.timeout)
         forget_wandb_run(wandb_run(self))  # the next run in this process (a sweep) starts afresh
 
     def log_hyperparams(self, params) -> None:
@@ -225,7 +231,7 @@ class SafeWandbLogger(WandbLogger):
 
         def upload():
             run = wandb_run(self)
-            artifact = wandb.Artifact(f"{name}-{run.id}", type="model", metadata=metadata)
+            artifact = _wandb().Artifact(f"{name}-{run.id}", type="model", metadata=metadata)
             for path in files:
                 artifact.add_file(str(path), name=path.name)
             run.log_artifact(artifact, aliases=["latest"])
