@@ -105,3 +105,17 @@ def test_successive_halving_keeps_each_rung_in_a_completed_rung_attribute():
     rung, key = upstream.completed_rung(attrs)
     assert rung >= 1 and attrs[key] == 1.0
     assert upstream.completed_rung({}) == (0, "completed_rung_0")
+
+
+def test_optuna_trial_id_is_the_storage_id_a_trial_is_rebuilt_from(tmp_path):
+    """The heartbeat of the selfsup_optuna sweeper and the job's `optuna.trial.Trial(study, trial_id)` (selfsup.tune)
+    need a trial's storage id, which counts across the studies of a storage (its `number` counts within one)."""
+    optuna = pytest.importorskip("optuna")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    optuna.create_study(study_name="first", storage=storage).ask()
+    study = optuna.create_study(study_name="second", storage=storage)
+    trial = study.ask()
+    assert (trial.number, upstream.optuna_trial_id(trial)) == (0, 2)
+    rebuilt = optuna.trial.Trial(study, upstream.optuna_trial_id(trial))
+    rebuilt.set_user_attr("seen", True)
+    assert study.trials[0].user_attrs == {"seen": True}

@@ -11,11 +11,10 @@ from selfsup.data import (
     DataError,
     builtin_documents,
     document_bucket,
-    hf_documents,
     split_documents,
     text_file_documents,
 )
-from selfsup.data.sources import MAX_TXT_DOCUMENT_CHARS, split_long_text
+from selfsup.data.sources import MAX_TXT_DOCUMENT_CHARS, iter_hf_documents, split_long_text
 
 
 @pytest.fixture(scope="module")
@@ -207,27 +206,27 @@ def hf_local(tmp_path, monkeypatch):
 
 
 def test_hf_dataset_from_local_json(hf_local):
-    docs = hf_documents("json", data_files=hf_local)
+    docs = list(iter_hf_documents("json", data_files=hf_local))
     assert docs == [f"document number {i}." for i in range(20)]
-    assert hf_documents("json", data_files=hf_local, max_documents=3) == docs[:3]
+    assert list(iter_hf_documents("json", data_files=hf_local, max_documents=3)) == docs[:3]
 
 
 def test_hf_dataset_streaming(hf_local):
-    docs = hf_documents("json", data_files=hf_local, streaming=True, max_documents=5)
+    docs = list(iter_hf_documents("json", data_files=hf_local, streaming=True, max_documents=5))
     assert docs == [f"document number {i}." for i in range(5)]
-    assert len(hf_documents("json", data_files=hf_local, streaming=True)) == 20
+    assert len(list(iter_hf_documents("json", data_files=hf_local, streaming=True))) == 20
 
 
 def test_hf_dataset_errors(hf_local, tmp_path):
     for streaming in (False, True):
         with pytest.raises(DataError, match=r"no column 'body' \(columns: text, id\): set data.text_field"):
-            hf_documents("json", data_files=hf_local, text_field="body", streaming=streaming)
+            list(iter_hf_documents("json", data_files=hf_local, text_field="body", streaming=streaming))
     missing = str(tmp_path / "no_such_dataset")
     with pytest.raises(DataError, match=r"could not load data.hf_name=.*no_such_dataset") as e:
-        hf_documents(missing)
+        list(iter_hf_documents(missing))
     one_line(e)
     with pytest.raises(DataError, match="data.hf_name is not set"):
-        hf_documents(None)
+        list(iter_hf_documents(None))
 
 
 @pytest.mark.parametrize("streaming", [False, True])
@@ -236,17 +235,17 @@ def test_hf_dataset_bad_local_files(hf_local, tmp_path, streaming):
     latin = tmp_path / "latin.txt"
     latin.write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1") * 50)
     with pytest.raises(DataError, match="UnicodeDecodeError") as e:
-        hf_documents("text", data_files=str(latin), streaming=streaming)
+        list(iter_hf_documents("text", data_files=str(latin), streaming=streaming))
     one_line(e)
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"text": "fine"}\nnot json\n')
     with pytest.raises(DataError, match="data.hf_name=json") as e:
-        hf_documents("json", data_files=str(broken), streaming=streaming)
+        list(iter_hf_documents("json", data_files=str(broken), streaming=streaming))
     one_line(e)
     binary = tmp_path / "binary.txt"
     binary.write_bytes(b"text\x00with\x00nul\n" * 50)
     with pytest.raises(DataError, match="row 0 holds NUL bytes"):
-        hf_documents("text", data_files=str(binary), streaming=streaming)
+        list(iter_hf_documents("text", data_files=str(binary), streaming=streaming))
 
 
 def test_a_fifo_is_refused_instead_of_read_for_ever(tmp_path):

@@ -8,7 +8,6 @@ from selfsup.data.prepare import build_or_load_cache
 from selfsup.data.sources import (
     DataError,
     document_bucket,
-    hf_documents,
     split_documents,
     text_file_documents,
 )
@@ -37,7 +36,6 @@ __all__ = [
     "builtin_documents",
     "cache_key",
     "document_bucket",
-    "hf_documents",
     "load_tokenizer",
     "min_vocab_size",
     "special_tokens",

@@ -4,7 +4,7 @@ A document is the unit that is never split across train / validation. Three sour
 
 - `builtin_documents()` (in builtin.py): English prose that ships with Python (pydoc topics + stdlib docstrings).
 - `text_file_documents(paths, text_field)`: .txt / .jsonl / .parquet files or folders.
-- `hf_documents(name, ...)`: a data set loaded with `datasets.load_dataset`.
+- `iter_hf_documents(name, ...)`: a data set loaded with `datasets.load_dataset`.
 """
 
 from __future__ import annotations
@@ -320,20 +320,6 @@ def local_stats(value, content: bool = False):
 # --------------------------------------------------------------------------------------------
 # hf_dataset
 # --------------------------------------------------------------------------------------------
-
-
-def hf_documents(
-    name: str | None,
-    config: str | None = None,
-    split: str = "train",
-    text_field: str = "text",
-    data_files=None,
-    streaming: bool = False,
-    max_documents: int | None = None,
-    revision: str | None = None,
-) -> list[str]:
-    """The documents of iter_hf_documents as a list."""
-    return list(iter_hf_documents(name, config, split, text_field, data_files, streaming, max_documents, revision))
 
 
 def iter_hf_documents(
