@@ -221,9 +221,9 @@ def _jsonl_documents(path: Path, text_field: str):
 
 
 def _parquet_documents(path: Path, text_field: str):
+    file = parquet_file(path, "fix or remove it")  # (without pyarrow: its one line, before the import below)
     import pyarrow as pa
 
-    file = parquet_file(path, "fix or remove it")
     schema = file.schema_arrow
     if text_field not in schema.names:
         columns = ", ".join(schema.names[:10]) or "none"
