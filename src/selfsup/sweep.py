@@ -9,7 +9,6 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from selfsup.checks import check_overrides
 from selfsup.errors import UserError
 from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PROBE, RunSummary, override_key, shown
 from selfsup.summary import DEFINITIONS, read_summaries, shown_path, summary_table, value
@@ -33,11 +32,6 @@ class SweepSummary(Callback):
         # through the environment, not a module global: it reaches the jobs a launcher starts in other processes
         # (submitit, local or SLURM), and a job's own config holds only its values, not which of them are swept
         os.environ["SELFSUP_SWEPT"] = ",".join(sorted({o.get_key_element() for o in parsed if o.is_sweep_override()}))
-        try:
-            check_overrides(list(config.hydra.overrides.task), config)
-        except UserError as err:
-            print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(2) from None
         if "Optuna" not in str(config.hydra.sweeper.get("_target_", "")):  # (a study checks its own corners)
             check_jobs(job_overrides(parsed))  # before anything is written
         from selfsup.run_dir import claim, own
@@ -129,11 +123,12 @@ def check_jobs(jobs: list[list[str]], label: str = "job") -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from selfsup.build import check_objective, check_settings
-    from selfsup.checks import config_error_line
+    from selfsup.checks import check_overrides, config_error_line
 
     for number, overrides in enumerate(jobs):
         try:
             cfg = compose(config_name="train", overrides=overrides)
+            check_overrides(overrides, cfg)
             check_settings(cfg)
             check_objective(cfg)
         except (HydraException, OmegaConfBaseException) as err:
