@@ -11,11 +11,6 @@ import pytest
 TINY = ["debug=tiny", "eval.tasks.probe.max_train_examples=400", "eval.tasks.probe.max_test_examples=200"]
 
 
-@pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
 @pytest.fixture
 def train(cache_dir, tmp_path):
     """train(*overrides, multirun=False) -> CompletedProcess; runs land under tmp_path."""

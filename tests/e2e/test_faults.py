@@ -101,7 +101,7 @@ def test_two_runs_into_one_dir_one_is_refused(cache_dir, tmp_path):
         "trainer.max_steps=200",
         "trainer.val_check_interval=100",
     ]
-    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first = forked.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 120
     while not (run / ".hydra" / "config.yaml").is_file() and time.time() < deadline:
         time.sleep(0.2)
@@ -118,7 +118,7 @@ def test_two_runs_into_one_dir_one_is_refused(cache_dir, tmp_path):
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, cache_dir, tmp_path):
     run = tmp_path / "killed"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    proc = subprocess.Popen(
+    proc = forked.Popen(
         [
             "selfsup-train",
             *TINY,
@@ -160,7 +160,7 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     slow = ["architecture.d_model=256", "architecture.n_layers=4", "data.seq_len=128", "data.batch_size=32"]
-    proc = subprocess.Popen(
+    proc = forked.Popen(
         [
             "selfsup-train",
             *TINY,
@@ -336,7 +336,7 @@ def test_a_run_killed_in_its_final_validation_validates_when_resumed(train, cach
     resume trains nothing, runs them, and reports the validation loss and the evaluation."""
     run = tmp_path / "killed"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    proc = subprocess.Popen(
+    proc = forked.Popen(
         ["selfsup-train", *TINY, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}", "trainer.max_steps=6"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -15,7 +15,7 @@ from conftest import TINY, wandb_summary
 def test_sigterm_saves_a_checkpoint_and_the_run_resumes(cache_dir, tmp_path):
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    proc = subprocess.Popen(
+    proc = forked.Popen(
         [
             "selfsup-train",
             *TINY,

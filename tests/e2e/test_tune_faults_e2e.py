@@ -109,7 +109,7 @@ def test_a_sweep_killed_during_a_trial_is_rerun_with_the_same_params_when_the_st
     from selfsup.report import main as report
 
     first = tmp_path / "first"
-    sweep = subprocess.Popen(
+    sweep = forked.Popen(
         tune(cache_dir, first, "hydra.sweeper.n_trials=2", "trainer.max_steps=100000"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -157,7 +157,7 @@ def test_two_continuations_at_once_run_distinct_points(cache_dir, tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     storage = f"sqlite:///{tmp_path / 'first' / 'optuna.db'}"
     both = [
-        subprocess.Popen(
+        forked.Popen(
             tune(cache_dir, tmp_path / name, "hydra.sweeper.n_trials=1", f"hydra.sweeper.storage={storage}"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import forked
 import pytest
 from conftest import TINY
 
@@ -49,7 +50,7 @@ def test_wandb_service_killed_or_frozen_mid_run_training_goes_on(fault, cache_di
     buffer fills, and finishing the run waits for an answer that never comes, until logger.timeout."""
     run, steps = tmp_path / "run", 60 if fault == "killed" else 20  # frozen: W&B stops at the end anyway
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    proc = subprocess.Popen(
+    proc = forked.Popen(
         [
             "selfsup-train",
             *TINY,

@@ -26,11 +26,6 @@ def config(cache_dir, *overrides):
         return compose("train", overrides=[*TINY, f"data.cache_dir={cache_dir}", *overrides])
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
 # ---------------------------------------------------------------------------------------- fixed exam
 @pytest.mark.parametrize(
     "family,runs",

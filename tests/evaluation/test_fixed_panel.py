@@ -217,7 +217,7 @@ def test_bad_panel_settings_are_refused_in_one_line(fixed, message):
     assert "\n" not in str(err.value)
 
 
-def test_the_panel_is_set_from_the_config(tmp_path):
+def test_the_panel_is_set_from_the_config(cache_dir):
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose(
@@ -226,7 +226,7 @@ def test_the_panel_is_set_from_the_config(tmp_path):
                 "debug=tiny",
                 "eval.pairs=null",
                 "eval.tasks=null",
-                f"data.cache_dir={tmp_path}",
+                f"data.cache_dir={cache_dir}",
                 "eval.fixed.mask_rates=[0.2,0.3]",
             ],
         )
@@ -236,7 +236,7 @@ def test_the_panel_is_set_from_the_config(tmp_path):
                 "debug=tiny",
                 "eval.pairs=null",
                 "eval.tasks=null",
-                f"data.cache_dir={tmp_path}",
+                f"data.cache_dir={cache_dir}",
                 "eval.fixed.span_lengths=[0.5]",
             ],
         )
