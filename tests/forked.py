@@ -49,7 +49,7 @@ def run(args, *, env=None, cwd=None, timeout=None, capture_output=False, text=No
     return done
 
 
-def Popen(args, *, stdout=None, stderr=None, text=None, env=None, start_new_session=False):
+def Popen(args, *, stdout=None, stderr=None, text=None, env=None, cwd=None, start_new_session=False):
     """subprocess.Popen(args, ...) for a lab command that is sent signals or run beside others; forked when its
     output is piped as text or dropped (stdout, stderr: PIPE, DEVNULL, or stderr STDOUT)."""
     env = dict(os.environ if env is None else env)
@@ -62,23 +62,23 @@ def Popen(args, *, stdout=None, stderr=None, text=None, env=None, start_new_sess
         or not _forkable(args, env)
     ):
         return subprocess.Popen(
-            args, stdout=stdout, stderr=stderr, text=text, env=env, start_new_session=start_new_session
+            args, stdout=stdout, stderr=stderr, text=text, env=env, cwd=cwd, start_new_session=start_new_session
         )
-    return _Forked(args, stdout, stderr, env, start_new_session)
+    return _Forked(args, stdout, stderr, env, cwd, start_new_session)
 
 
 class _Forked:
     """A command forked by the server, as subprocess.Popen shows one: pid, returncode, poll, wait, send_signal,
     kill, communicate; a piped stream is its file, followed as the command writes it until the command ends."""
 
-    def __init__(self, args, stdout, stderr, env, start_new_session):
+    def __init__(self, args, stdout, stderr, env, cwd, start_new_session):
         self.args, self.returncode = args, None
         self._tmp = Path(tempfile.mkdtemp(prefix="selfsup-forked-"))
         self._status = self._tmp / "status"
         weakref.finalize(self, shutil.rmtree, self._tmp, True)
         out = self._tmp / "stdout" if stdout == subprocess.PIPE else Path(os.devnull)
         err = {subprocess.STDOUT: out, subprocess.PIPE: self._tmp / "stderr"}.get(stderr, Path(os.devnull))
-        answer = _ask(args, env, None, out, err, status=self._status, session=start_new_session)
+        answer = _ask(args, env, cwd, out, err, status=self._status, session=start_new_session)
         self.pid = answer["pid"]
         self.stdout = _Follow(out, self) if stdout == subprocess.PIPE else None
         self.stderr = _Follow(err, self) if stderr == subprocess.PIPE else None

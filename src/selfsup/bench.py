@@ -163,9 +163,6 @@ def bench_head(shapes: list[tuple[int, int, int]], repeats: int, device: str = "
 
 
 # ---------------------------------------------------------------------------- training step
-SHAPES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_decoder"}
-
-
 def hf_model(
     objective: str,
     vocab_size: int,

@@ -28,7 +28,7 @@ from selfsup.report.model import (
     ReportError,
     Run,
 )
-from selfsup.report.plots import make_plots, plot_curves, plot_loss_vs_tokens, plot_metric_vs_knob
+from selfsup.report.plots import make_plots, plot_loss_vs_tokens
 from selfsup.report.publish import build_wandb_report, publish_wandb
 from selfsup.report.render import (
     COMPARISON_NOTE,
@@ -71,9 +71,7 @@ __all__ = [
     "main",
     "make_plots",
     "parse_args",
-    "plot_curves",
     "plot_loss_vs_tokens",
-    "plot_metric_vs_knob",
     "publish_wandb",
     "read_summaries",
     "render_html",

@@ -267,7 +267,7 @@ def curves_figure(
     keys: list[str] | None = None,
     with_baselines: bool = False,
 ):
-    """The figure of `plot_curves` and the series it left out (a single point: no curve), or (None, left out)
+    """y against x (`curve_series`) and the series it left out (a single point: no curve), or (None, left out)
     when no series has two points."""
     series = curve_series(runs, y_key, x_key, keys)
     drawn = [s for s in series if len(s["x"]) > 1]
@@ -303,33 +303,13 @@ def curves_figure(
     return fig, left_out
 
 
-def plot_curves(
-    runs: list[Run],
-    y_key: str,
-    x_key: str,
-    ylabel: str,
-    xlabel: str,
-    title: str,
-    keys: list[str] | None = None,
-    with_baselines: bool = False,
-) -> bytes | None:
-    """y against x, one colour per setting (`curve_series`): seeds as their mean and a min-max band; a series of
-    one point is left out, and None when none has two."""
-    fig, _ = curves_figure(runs, y_key, x_key, ylabel, xlabel, title, keys, with_baselines)
-    return None if fig is None else _png(fig)
-
-
 def plot_loss_vs_tokens(runs: list[Run], keys: list[str] | None = None, key: str = "val/loss") -> bytes | None:
+    """A loss against tokens seen, one colour per setting (`curve_series`): seeds as their mean and a min-max
+    band; a series of one point is left out, and None when none has two."""
     what = "Validation" if key.startswith("val/") else "Training"
-    return plot_curves(
-        runs,
-        key,
-        "train/tokens_seen",
-        key.replace("/", " ").replace("_", " "),
-        "tokens seen (train/tokens_seen)",
-        f"{what} loss against tokens seen",
-        keys,
-    )
+    ylabel, xlabel = key.replace("/", " ").replace("_", " "), "tokens seen (train/tokens_seen)"
+    fig, _ = curves_figure(runs, key, "train/tokens_seen", ylabel, xlabel, f"{what} loss against tokens seen", keys)
+    return None if fig is None else _png(fig)
 
 
 def trial_baseline(trial) -> tuple[float, float | None] | None:
@@ -495,9 +475,10 @@ def knob_figure(
     xlabel: str,
     ylabel: str,
 ):
-    """The figure of `plot_metric_vs_knob` (None when fewer than 2 distinct x values) and whether it is a scatter:
-    when the other swept values differ from run to run (an Optuna study's sampled values: every line would be one
-    point), the runs are one scatter instead of lines."""
+    """A final metric (a key of Run.metrics()) against one config value: one line per setting of the other swept
+    values (seed aside), points = mean over seeds, bars = min-max over seeds, with the metric's baselines (None
+    when fewer than 2 distinct x values); and whether it is a scatter: when the other swept values differ from run
+    to run (an Optuna study's sampled values: every line would be one point), the runs are one scatter instead."""
     chosen = [
         r
         for r in runs
@@ -569,23 +550,6 @@ def knob_figure(
     ax.grid(alpha=0.3)
     outside_legend(ax, 8)
     return fig, scattered
-
-
-def plot_metric_vs_knob(
-    runs: list[Run],
-    keys: list[str],
-    x_key: str,
-    objectives: set[str],
-    metric: str,
-    title: str,
-    xlabel: str,
-    ylabel: str,
-) -> bytes | None:
-    """A final metric (a key of Run.metrics()) against one config value: one line per setting of the other
-    swept values (seed aside), points = mean over seeds, bars = min-max over seeds, with the metric's baselines.
-    None when fewer than 2 distinct x values."""
-    fig, _ = knob_figure(runs, keys, x_key, objectives, metric, title, xlabel, ylabel)
-    return None if fig is None else _png(fig)
 
 
 def setting_figure(runs: list[Run], keys: list[str], metric: str, title: str, ylabel: str):
