@@ -105,3 +105,31 @@ def test_an_all_padding_encoder_row_is_finite_with_relative_positions():
         features = model(encoder_inputs=enc, encoder_mask=mask)
     assert torch.isfinite(features).all()
     assert torch.allclose(features[0], model(encoder_inputs=enc[:1], encoder_mask=mask[:1])[0], atol=1e-6)
+
+
+def test_init_t5_draws_each_weight_as_transformers_initialises_t5():
+    """init=t5: every tensor the export maps has the mean and spread of transformers' T5 initialisation (its
+    T5PreTrainedModel._init_weights) within 4 standard errors of the two samples."""
+    from selfsup.parity import twin
+
+    vocab = Vocab(size=500)
+    torch.manual_seed(0)
+    model = TransformerConfig(**T5, init="t5", d_model=64, n_layers=2, n_decoder_layers=1, n_heads=4).build(500, 64)
+    hf = twin(model, "encoder_decoder", vocab)
+    assert hf.lm_head.weight is not hf.shared.weight
+    _, weights = t5(model, types.SimpleNamespace(vocab=vocab))
+    theirs = hf.state_dict()
+    for name, mine in weights.items():
+        mine, other = mine.detach().flatten().double(), theirs[name].flatten().double()
+        n = mine.numel()
+        if other.std() == 0:  # the norms: ones
+            assert torch.equal(mine, other), name
+            continue
+        assert abs(mine.mean() - other.mean()) < 4 * other.std() * (2 / n) ** 0.5, name
+        assert abs(mine.std() / other.std() - 1) < 4 / n**0.5, (name, float(mine.std()), float(other.std()))
+
+
+def test_init_gpt2_is_the_default_and_init_is_checked():
+    assert TransformerConfig().init == "gpt2"
+    with pytest.raises(ValueError, match="architecture.init=xavier is unknown: use one of gpt2, t5"):
+        TransformerConfig(init="xavier")

@@ -241,6 +241,7 @@ class TransformerConfig:
     relative_buckets: int = 32  # positions=relative: buckets of relative distance (T5's)
     relative_max_distance: int = 128  # positions=relative: distances beyond it share the last bucket
     scale_attention: bool = True  # scores q.k / sqrt(d_head); false: unscaled (T5)
+    init: str = "gpt2"  # gpt2: N(0, 0.02), residual projections / sqrt(2 n_layers) | t5: T5's (transformers')
     activation_checkpointing: bool = field(default=False, metadata={"fingerprint": False})
 
     def __post_init__(self):
@@ -263,7 +264,11 @@ class TransformerConfig:
             )
         if not 0 <= self.dropout < 1:
             raise ValueError(f"architecture.dropout={self.dropout} must be in [0, 1)")
-        for key, allowed in (("norm", ("layernorm", "rmsnorm")), ("positions", ("learned", "relative"))):
+        for key, allowed in (
+            ("norm", ("layernorm", "rmsnorm")),
+            ("positions", ("learned", "relative")),
+            ("init", ("gpt2", "t5")),
+        ):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"architecture.{key}={getattr(self, key)} is unknown: use one of {', '.join(allowed)}")
         if self.relative_buckets < 4 or self.relative_max_distance <= self.relative_buckets // 4:
@@ -305,7 +310,9 @@ class TransformerModel(nn.Module):
         return Stack(self.config, n_layers, self.max_len, self.d_ff, cross_attention, causal)
 
     def _init_weights(self):
-        """GPT-2 init: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2*n_layers)."""
+        """GPT-2 init: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2*n_layers); or T5's."""
+        if self.config.init == "t5":
+            return self._init_t5()
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
@@ -317,6 +324,22 @@ class TransformerModel(nn.Module):
                 for name, p in stack.named_parameters():
                     if name.endswith("proj.weight"):  # attn.proj, cross_attn.proj, mlp.proj
                         nn.init.normal_(p, mean=0.0, std=std)
+
+    def _init_t5(self):
+        """T5's init as transformers' T5PreTrainedModel does it (factor 1): embeddings and an untied head N(0, 1);
+        a layer reading d_model features N(0, d_model^-0.5) (the query's rows N(0, (d_model d_head)^-0.5)), the
+        feed-forward's output N(0, d_ff^-0.5); the relative position bias N(0, d_model^-0.5); norms 1."""
+        d = self.d_model
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, RelativePositionBias)):
+                nn.init.normal_(module.weight if isinstance(module, nn.Linear) else module.bias.weight, std=d**-0.5)
+        for module in self.modules():  # (after: modules() yields an Attention before its qkv Linear)
+            if isinstance(module, Attention):
+                nn.init.normal_(module.qkv.weight[:d], std=(d * d // self.n_heads) ** -0.5)
+            if isinstance(module, MLP):
+                nn.init.normal_(module.proj.weight, std=self.d_ff**-0.5)
+        nn.init.normal_(self.tok_emb.weight, std=1.0)
+        nn.init.normal_(self.lm_head.weight, std=1.0)
 
     def _embed(self, ids: torch.Tensor, what: str) -> torch.Tensor:
         if ids is None:
