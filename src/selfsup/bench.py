@@ -5,6 +5,8 @@ selfsup-bench objectives   tokens/s of each objective on a 256x512 batch, beside
 selfsup-bench train        training tokens/s of the full Lightning step per objective for the
                            default model, beside same-shape Hugging Face models trained in a
                            plain PyTorch loop on the same batches (needs the `bench` extra)
+selfsup-bench parity       validation loss of each architecture after identical steps on the built-in corpus,
+                           beside the transformers class its export writes (needs the `bench` extra)
 selfsup-bench head         forward+backward of the output head and cross-entropy: the dense
                            logits + F.cross_entropy against selfsup.loss's fused chunks
 selfsup-bench data         preparing generated corpora of 10 and 200 MB (--big: 1 GB too), cold and warm:
@@ -33,6 +35,7 @@ from selfsup.data.vocab import Vocab, special_tokens
 from selfsup.evaluation.bench import bench_eval
 from selfsup.loss import linear_cross_entropy
 from selfsup.objectives import OBJECTIVES, build_objective
+from selfsup.parity import PARITY, parity
 
 
 def timed(fn, repeats: int, warmup: int = 2) -> float:
@@ -436,6 +439,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-hf", action="store_true", help="skip the Hugging Face comparison")
     p.add_argument("--out", help="also write the table to this file")
     p.add_argument("--threads", type=int, default=2)
+    p = sub.add_parser(
+        "parity", help="validation loss after identical training steps vs the export's transformers model"
+    )
+    p.add_argument("--architectures", default=",".join(PARITY))
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--threads", type=int, default=2)
     p = sub.add_parser("head", help="dense vs fused output head + cross-entropy, forward and backward")
     p.add_argument(
         "--shapes", default="2048x128x4096,480x128x4096,2048x512x8192", help="comma-separated ROWSxD_MODELxVOCAB"
@@ -469,6 +479,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     if args.what == "objectives":
         print_table(bench_objectives(args.batch, args.length, args.repeats))
+    elif args.what == "parity":
+        seeds = [int(x) for x in args.seeds.split(",")]
+        print(f"{args.steps} steps, seeds {args.seeds}: validation loss as mean +- sd over the seeds")
+        print_table(parity(args.architectures.split(","), args.steps, seeds))
     elif args.what == "head":
         shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
         print_table(bench_head(shapes, args.repeats, args.device))
