@@ -185,20 +185,7 @@ def train_and_evaluate(
         return getattr(callbacks.get("preemption"), "preempted", None)
 
     trainer = make_trainer(cfg, run_dir, loggers, list(callbacks.values()), rank_zero)
-    summary.update(
-        world_size=trainer.world_size,
-        batch_size_per_device=cfg.data.batch_size,
-        global_batch_size=cfg.data.batch_size * cfg.trainer.accumulate * trainer.world_size,
-    )
-    shape = ("parameters", "code", "world_size", "batch_size_per_device", "global_batch_size")
-    for lg in loggers:
-        lg.log_hyperparams(
-            {
-                **{k: summary[k] for k in shape},
-                "vocab_size": dm.corpus.vocab.size,
-                "raw_length": run.objective.raw_length,
-            }
-        )
+    log_shape(cfg, run, trainer, loggers, summary)
     progress["training"] = True
     trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
     if "val/loss" not in trainer.callback_metrics and trainer.global_step and not preempted():
@@ -222,6 +209,19 @@ def train_and_evaluate(
     if preempted():
         summary["preempted_by"] = preempted()
         mark_preempting(loggers)
+
+
+def log_shape(cfg: DictConfig, run, trainer, loggers: list, summary: dict) -> None:
+    """The run's size and batch, into the summary and each logger's hyperparameters (beside the config)."""
+    summary.update(
+        world_size=trainer.world_size,
+        batch_size_per_device=cfg.data.batch_size,
+        global_batch_size=cfg.data.batch_size * cfg.trainer.accumulate * trainer.world_size,
+    )
+    shape = ("parameters", "code", "world_size", "batch_size_per_device", "global_batch_size")
+    sizes = {"vocab_size": run.data.corpus.vocab.size, "raw_length": run.objective.raw_length}
+    for lg in loggers:
+        lg.log_hyperparams({**{k: summary[k] for k in shape}, **sizes})
 
 
 def keep_resume_record(cfg: DictConfig, plain: dict, run, run_dir: Path, rank_zero: bool) -> None:
