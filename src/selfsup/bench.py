@@ -445,6 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--architectures", default=",".join(PARITY))
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("overrides", nargs="*", help="settings for both models, e.g. optim.lr=1e-2")
     p.add_argument("--threads", type=int, default=2)
     p = sub.add_parser("head", help="dense vs fused output head + cross-entropy, forward and backward")
     p.add_argument(
@@ -481,8 +482,11 @@ def main(argv: list[str] | None = None) -> None:
         print_table(bench_objectives(args.batch, args.length, args.repeats))
     elif args.what == "parity":
         seeds = [int(x) for x in args.seeds.split(",")]
-        print(f"{args.steps} steps, seeds {args.seeds}: validation loss as mean +- sd over the seeds")
-        print_table(parity(args.architectures.split(","), args.steps, seeds))
+        print(
+            f"{args.steps} steps, seeds {args.seeds}, {' '.join(args.overrides) or 'conf/ defaults'}: validation "
+            f"loss as mean +- sd over the seeds"
+        )
+        print_table(parity(args.architectures.split(","), args.steps, seeds, args.overrides))
     elif args.what == "head":
         shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
         print_table(bench_head(shapes, args.repeats, args.device))

@@ -55,9 +55,12 @@ def twin_sums(hf, batch) -> tuple[torch.Tensor, torch.Tensor]:
     return nll, scored.sum()
 
 
-def parity(architectures: list[str], steps: int, seeds: list[int], val_batches: int = 20) -> list[dict]:
+def parity(
+    architectures: list[str], steps: int, seeds: list[int], overrides: list[str] = (), val_batches: int = 20
+) -> list[dict]:
     """One row per architecture: the validation loss of the lab's model and of its twin after `steps` identical
-    steps, as mean +- standard deviation over `seeds` (each seed: both models' initialisation and the masks)."""
+    steps, as mean +- standard deviation over `seeds` (each seed: both models' initialisation and the masks);
+    overrides: settings for both (optim.lr=..., data.batch_size=..., architecture.init=...)."""
     # Imported here, not at the top: Lightning (selfsup.module, the data module) takes ~5 s, which the other
     # selfsup-bench commands do not pay
     from hydra import compose, initialize_config_dir
@@ -71,9 +74,9 @@ def parity(architectures: list[str], steps: int, seeds: list[int], val_batches: 
     register()
     rows = []
     for architecture in architectures:
-        overrides = [f"objective={PARITY[architecture]}", f"architecture={architecture}", "eval=none"]
+        chosen = [f"objective={PARITY[architecture]}", f"architecture={architecture}", "eval=none", *overrides]
         with initialize_config_dir(str(CONF_DIR), version_base=None):
-            cfg = compose("train", overrides=overrides)
+            cfg = compose("train", overrides=chosen)
         corpus, objective, _ = prepare(cfg, quiet=True)
         data = SelfSupDataModule(corpus)
         train_windows = [w for _, w in zip(range(steps), data.train_dataloader())]
