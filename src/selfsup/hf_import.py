@@ -1,0 +1,151 @@
+"""Models in: a transformers checkpoint of a class `selfsup-export` writes, as the lab's model.
+
+    config, model = import_model("gpt2-folder/")   # a local transformers folder, or a hub name
+
+The mapping is the export's, run backwards. The lab model that the checkpoint's config describes is built; the
+exporter names, for every transformers tensor, the lab tensor or view of one it writes there (a transpose, a slice
+of the joint query-key-value projection, the real rows of the padded vocabulary); the checkpoint's tensors are
+copied into those views. Then the export of the result is compared with the checkpoint, setting by setting and
+tensor by tensor: what the lab's model cannot hold (GPT-2's tanh GELU, a tied T5 head, BERT's token types, a head
+transform that is not the export's identity, a bias where the checkpoint has some and the lab none) is refused in
+one line naming it. An import that succeeds exports back exactly.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from selfsup.errors import UserError
+from selfsup.export import EXPORTERS, HF_CLASSES, T5_SETTINGS, exporter
+from selfsup.models import TransformerConfig
+
+
+def _settings(kind: str, c) -> dict:
+    """The lab's TransformerConfig settings that a transformers config of the export's class `kind` describes."""
+    if kind == "decoder":
+        return dict(
+            name="decoder",
+            d_model=c.n_embd,
+            n_layers=c.n_layer,
+            n_heads=c.n_head,
+            d_ff=c.n_inner or 4 * c.n_embd,
+            activation=c.activation_function,
+            dropout=c.resid_pdrop,
+        )
+    if kind == "encoder":
+        return dict(
+            name="encoder",
+            d_model=c.hidden_size,
+            n_layers=c.num_hidden_layers,
+            n_heads=c.num_attention_heads,
+            d_ff=c.intermediate_size,
+            activation=c.hidden_act,
+            dropout=c.hidden_dropout_prob,
+        )
+    if kind == "encoder_decoder":
+        return dict(
+            name="encoder_decoder",
+            d_model=c.d_model,
+            n_layers=c.encoder_layers,
+            n_decoder_layers=c.decoder_layers,
+            n_heads=c.encoder_attention_heads,
+            d_ff=c.encoder_ffn_dim,
+            activation=c.activation_function,
+            dropout=c.dropout,
+        )
+    return dict(
+        name="encoder_decoder",
+        d_model=c.d_model,
+        n_layers=c.num_layers,
+        n_decoder_layers=c.num_decoder_layers,
+        n_heads=c.num_heads,
+        d_ff=c.d_ff,
+        activation=c.feed_forward_proj,
+        dropout=c.dropout_rate,
+        relative_buckets=c.relative_attention_num_buckets,
+        relative_max_distance=c.relative_attention_max_distance,
+        **T5_SETTINGS,
+        init="t5",
+    )
+
+
+# the export's config keys that name tokens or the class, not what the model computes (tie_word_embeddings:
+# transformers 5's T5Config says True whatever it loads; the tensors are compared instead)
+NOT_COMPUTED = {
+    "architectures",
+    "model_type",
+    "torch_dtype",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "forced_eos_token_id",
+    "tie_word_embeddings",
+}
+
+
+def import_model(source: str, max_len: int = 512) -> tuple[TransformerConfig, torch.nn.Module]:
+    """The lab's architecture settings and model holding the weights of a transformers checkpoint (a folder or a
+    hub name) of a class the export writes; max_len: positions of a class without a table of them (T5)."""
+    import transformers  # the `bench` extra: only an import needs it
+
+    try:
+        hf = _load(transformers, source)
+    except OSError as err:
+        raise UserError(f"init.from={source}: {str(err).splitlines()[0]}") from None
+    name = type(hf).__name__
+    kinds = {cls: kind for kind, (_, cls, _) in HF_CLASSES.items()}
+    if name not in kinds:
+        raise UserError(f"init.from={source} is a {name}: the lab imports {', '.join(kinds)} (the classes it exports)")
+    kind, c = kinds[name], hf.config
+    state = {k: v.detach() for k, v in hf.state_dict().items()}
+    biased = [k for k, v in state.items() if k.endswith(".bias") and bool(v.any()) and "predictions" not in k]
+    tied = hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()
+    settings = {"bias": bool(biased), "tie_embeddings": tied, **_settings(kind, c)}
+    positions = getattr(c, "n_positions", None) or getattr(c, "max_position_embeddings", None) or max_len
+    try:
+        shape = TransformerConfig(**settings)
+        model = shape.build(c.vocab_size, positions)
+    except ValueError as err:
+        raise UserError(f"init.from={source} ({name}) does not map onto the lab's model: {err}") from None
+    ids = {f"{t}_id": getattr(c, f"{t}_token_id", None) for t in ("pad", "bos", "eos")}
+    vocab = SimpleNamespace(size=c.vocab_size, **ids)
+    if kind != exporter(model, shape.name):
+        raise UserError(f"init.from={source} ({name}) maps onto a model that exports as {exporter(model, shape.name)}")
+    with torch.no_grad():
+        ours, views = EXPORTERS[kind](model, SimpleNamespace(vocab=vocab))
+        config = c.to_dict()
+        for key, value in ours.items():
+            if key not in NOT_COMPUTED and config.get(key) is not None and config[key] != value:
+                raise UserError(
+                    f"init.from={source} ({name}) has {key}={config[key]}: the lab's model computes {key}={value}"
+                )
+        for key, view in views.items():
+            if key not in state or state[key].shape != view.shape:
+                needs = f"{key} of shape {tuple(view.shape)}, which the lab's {shape.name} needs"
+                raise UserError(f"init.from={source} ({name}) has no {needs}")
+            view.copy_(state[key])
+    check_tensors(source, name, kind, model, vocab, state)
+    return shape, model
+
+
+def _load(transformers, source: str):
+    """The checkpoint as its own class (config.json's architectures), else transformers' base class for it."""
+    config = transformers.AutoConfig.from_pretrained(source)
+    cls = getattr(transformers, (config.architectures or [""])[0], None) or transformers.AutoModel
+    return cls.from_pretrained(source)
+
+
+def check_tensors(source: str, name: str, kind: str, model, vocab, state: dict) -> None:
+    """The export of the imported model holds the checkpoint's tensors (those it does not write must be zeros);
+    else one line naming the first that differs."""
+    _, weights = EXPORTERS[kind](model, SimpleNamespace(vocab=vocab))
+    tied = {state[k].data_ptr() for k in weights if k in state}  # a tied head is the embedding, written once
+    for key, tensor in state.items():
+        written = weights.get(key)
+        if written is None and tensor.data_ptr() in tied:
+            continue
+        if (written is None and bool(tensor.any())) or (written is not None and not torch.equal(written, tensor)):
+            raise UserError(f"init.from={source} ({name}): the lab's model cannot hold its {key}")
