@@ -21,54 +21,53 @@ from selfsup.errors import UserError
 from selfsup.export import EXPORTERS, HF_CLASSES, T5_SETTINGS, exporter
 from selfsup.models import TransformerConfig
 
+# per class the export writes: the lab's TransformerConfig setting <- the transformers config attribute
+SETTINGS = {
+    "decoder": dict(
+        d_model="n_embd",
+        n_layers="n_layer",
+        n_heads="n_head",
+        d_ff="n_inner",
+        activation="activation_function",
+        dropout="resid_pdrop",
+    ),
+    "encoder": dict(
+        d_model="hidden_size",
+        n_layers="num_hidden_layers",
+        n_heads="num_attention_heads",
+        d_ff="intermediate_size",
+        activation="hidden_act",
+        dropout="hidden_dropout_prob",
+    ),
+    "encoder_decoder": dict(
+        d_model="d_model",
+        n_layers="encoder_layers",
+        n_decoder_layers="decoder_layers",
+        n_heads="encoder_attention_heads",
+        d_ff="encoder_ffn_dim",
+        activation="activation_function",
+        dropout="dropout",
+    ),
+    "t5": dict(
+        d_model="d_model",
+        n_layers="num_layers",
+        n_decoder_layers="num_decoder_layers",
+        n_heads="num_heads",
+        d_ff="d_ff",
+        activation="feed_forward_proj",
+        dropout="dropout_rate",
+        relative_buckets="relative_attention_num_buckets",
+        relative_max_distance="relative_attention_max_distance",
+    ),
+}
+
 
 def _settings(kind: str, c) -> dict:
     """The lab's TransformerConfig settings that a transformers config of the export's class `kind` describes."""
-    if kind == "decoder":
-        return dict(
-            name="decoder",
-            d_model=c.n_embd,
-            n_layers=c.n_layer,
-            n_heads=c.n_head,
-            d_ff=c.n_inner or 4 * c.n_embd,
-            activation=c.activation_function,
-            dropout=c.resid_pdrop,
-        )
-    if kind == "encoder":
-        return dict(
-            name="encoder",
-            d_model=c.hidden_size,
-            n_layers=c.num_hidden_layers,
-            n_heads=c.num_attention_heads,
-            d_ff=c.intermediate_size,
-            activation=c.hidden_act,
-            dropout=c.hidden_dropout_prob,
-        )
-    if kind == "encoder_decoder":
-        return dict(
-            name="encoder_decoder",
-            d_model=c.d_model,
-            n_layers=c.encoder_layers,
-            n_decoder_layers=c.decoder_layers,
-            n_heads=c.encoder_attention_heads,
-            d_ff=c.encoder_ffn_dim,
-            activation=c.activation_function,
-            dropout=c.dropout,
-        )
-    return dict(
-        name="encoder_decoder",
-        d_model=c.d_model,
-        n_layers=c.num_layers,
-        n_decoder_layers=c.num_decoder_layers,
-        n_heads=c.num_heads,
-        d_ff=c.d_ff,
-        activation=c.feed_forward_proj,
-        dropout=c.dropout_rate,
-        relative_buckets=c.relative_attention_num_buckets,
-        relative_max_distance=c.relative_attention_max_distance,
-        **T5_SETTINGS,
-        init="t5",
-    )
+    found = {key: getattr(c, attribute) for key, attribute in SETTINGS[kind].items()}
+    if kind == "t5":
+        return {**found, "name": "encoder_decoder", **T5_SETTINGS, "init": "t5"}
+    return {**found, "name": kind}
 
 
 # the export's config keys that name tokens or the class, not what the model computes (tie_word_embeddings:
