@@ -100,6 +100,7 @@ def import_model(source: str, max_len: int = 512) -> tuple[TransformerConfig, to
         raise UserError(f"init.from={source} is a {name}: the lab imports {', '.join(kinds)} (the classes it exports)")
     kind, c = kinds[name], hf.config
     state = {k: v.detach() for k, v in hf.state_dict().items()}
+    # (Megatron-BERT's head transform has a bias the export computes whatever architecture.bias is)
     biased = [k for k, v in state.items() if k.endswith(".bias") and bool(v.any()) and "predictions" not in k]
     tied = hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()
     settings = {"bias": bool(biased), "tie_embeddings": tied, **_settings(kind, c)}
@@ -111,8 +112,9 @@ def import_model(source: str, max_len: int = 512) -> tuple[TransformerConfig, to
         raise UserError(f"init.from={source} ({name}) does not map onto the lab's model: {err}") from None
     ids = {f"{t}_id": getattr(c, f"{t}_token_id", None) for t in ("pad", "bos", "eos")}
     vocab = SimpleNamespace(size=c.vocab_size, **ids)
-    if kind != exporter(model, shape.name):
-        raise UserError(f"init.from={source} ({name}) maps onto a model that exports as {exporter(model, shape.name)}")
+    exported_as = exporter(model, shape.name)
+    if kind != exported_as:
+        raise UserError(f"init.from={source} ({name}) maps onto a model that exports as {exported_as}")
     with torch.no_grad():
         ours, views = EXPORTERS[kind](model, SimpleNamespace(vocab=vocab))
         config = c.to_dict()
