@@ -53,6 +53,35 @@ def gpt2_like_tokenizer(path, texts):
     return tok
 
 
+def hf_checkpoint(kind, folder, texts, roles=(), **more):
+    """A transformers model of `kind` (gpt2 | t5) with its own init and a tokenizer trained on `texts` (with the
+    special tokens `roles` besides its own), saved in `folder` as a transformers folder with a tokenizer.json."""
+    import torch
+    import transformers
+
+    tok = (gpt2_like_tokenizer if kind == "gpt2" else t5_like_tokenizer)(folder.with_suffix(".json"), texts)
+    tok.add_special_tokens([r for r in roles if tok.token_to_id(r) is None and r != "</s>"])
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        eos = tok.token_to_id("<|endoftext|>")
+        config = transformers.GPT2Config(
+            vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=64,
+            activation_function="gelu", bos_token_id=eos, eos_token_id=eos, **more,
+        )  # fmt: skip
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.T5Config(
+            vocab_size=tok.get_vocab_size(), d_model=32, d_ff=48, d_kv=8, num_layers=2, num_heads=4,
+            feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0, **more,
+        )  # fmt: skip
+        model = transformers.T5ForConditionalGeneration(config)
+        model.config.tie_word_embeddings = False  # (transformers 5 ties T5's head whatever the config says)
+        model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.lm_head.weight))
+    model.save_pretrained(folder)
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
 def write_records(path, rows, fmt=None, row_group_size=None):
     """rows (dicts) as a .jsonl, .csv or .parquet file (fmt, else the path's suffix); returns str(path)."""
     import csv

@@ -121,3 +121,43 @@ def test_a_checkpoint_the_lab_cannot_compute_is_refused_in_one_line(cls, config,
     with pytest.raises(UserError, match=f"^init.from={tmp_path / 'hf'} .*{words}") as err:
         import_model(str(tmp_path / "hf"))
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "t5"])
+def test_a_run_from_a_checkpoint_takes_each_tokens_rows_to_its_new_id(kind, tmp_path):
+    """start_from: the run's tokenizer is the checkpoint's in the lab's layout; each token's embedding and head row
+    moves by its string, the positions are cut to the run's length; a special token the lab adds takes the mean
+    row plus the model's own initial row, but a missing <s> (it starts the lab's decoders) takes the row of the
+    checkpoint's decoder_start_token_id."""
+    from helpers import hf_checkpoint
+
+    from selfsup.data.pretrained_tokenizer import lab_layout, load_pretrained
+    from selfsup.data.tokenizer import vocab_from_tokenizer
+    from selfsup.hf_import import run_settings, start_from
+
+    texts = [f"document {i}: the module returns a list of {i % 7} files" for i in range(200)]
+    folder = str(hf_checkpoint(kind, tmp_path / kind, texts))
+    old = load_pretrained(folder)
+    tokenizer = lab_layout(old, n_sentinels=10)
+    vocab = vocab_from_tokenizer(tokenizer, 10)
+    torch.manual_seed(1)
+    model = TransformerConfig(**run_settings(folder)).build(vocab.size, 24)
+    fresh = {k: v.detach().clone() for k, v in model.named_parameters()}
+    moved = start_from(folder, model, tokenizer, vocab.bos_id)
+    hf = getattr(transformers, "GPT2LMHeadModel" if kind == "gpt2" else "T5ForConditionalGeneration")
+    hf = hf.from_pretrained(folder)
+    embedding, head = hf.get_input_embeddings().weight, hf.get_output_embeddings().weight
+    rows = {tokenizer.token_to_id(t): i for t, i in old.get_vocab(with_added_tokens=True).items()}
+    new, was = torch.tensor(list(rows)), torch.tensor(list(rows.values()))
+    assert torch.equal(model.tok_emb.weight[new], embedding[was]) and torch.equal(model.lm_head.weight[new], head[was])
+    added = [i for i in range(vocab.size) if i not in rows and not (kind == "t5" and i == vocab.bos_id)]
+    assert len(added) == vocab.size - old.get_vocab_size() - (kind == "t5") > 0
+    for ours, theirs, name in ((model.tok_emb, embedding, "tok_emb.weight"), (model.lm_head, head, "lm_head.weight")):
+        initial = fresh.get(name, fresh["tok_emb.weight"])[added]  # (a tied head is the embedding)
+        assert torch.allclose(ours.weight[added], theirs[: hf.config.vocab_size].mean(dim=0) + initial)
+    if kind == "t5":  # T5 has no <s>: the lab's decoders start from the row of its decoder start, <pad>
+        assert moved == len(rows) + 1
+        assert torch.equal(model.tok_emb.weight[vocab.bos_id], embedding[0])
+        assert torch.equal(model.lm_head.weight[vocab.bos_id], head[0])
+    else:
+        assert moved == len(rows) and torch.equal(model.decoder.pos_emb.weight, hf.transformer.wpe.weight[:24])

@@ -122,11 +122,58 @@ def make_objective(cfg: DictConfig, vocab: Vocab) -> Objective:
 
 
 def check_objective(cfg: DictConfig) -> None:
-    """The objective's settings, before any data is read: built once over a stand-in vocabulary."""
+    """The objective's settings, before any data is read: built once over a stand-in vocabulary (and the
+    positions of an init.from checkpoint against the length it asks for)."""
     size = max(cfg.data.vocab_size, 1_000_000)
-    make_objective(
+    objective = make_objective(
         cfg, Vocab(size=size, n_sentinels=cfg.data.n_sentinels, word_start=torch.ones(size, dtype=torch.bool))
     )
+    if init_source(cfg):
+        from selfsup.hf_import import check_positions
+
+        check_positions(init_source(cfg), model_length(cfg, objective))
+
+
+def model_length(cfg: DictConfig, objective: Objective) -> int:
+    """The model's positions: the objective's sequences and data.seq_len ones (the fixed exam's, the probe's)."""
+    return max(objective.model_length, cfg.data.seq_len)
+
+
+def init_source(cfg: DictConfig) -> str | None:
+    """init.from: the transformers checkpoint (a folder or hub name) a run starts from, if any."""
+    return (cfg.get("init") or {}).get("from")
+
+
+def with_init(cfg: DictConfig) -> DictConfig:
+    """A run from init.from=<checkpoint>: its architecture settings are the checkpoint's (selfsup.hf_import.
+    run_settings: its checkpoints, a resume and the export record them) and data.tokenizer its tokenizer."""
+    source = init_source(cfg)
+    if not source:
+        return cfg
+    if cfg.data.tokenizer not in (None, source):
+        raise UserError(
+            f"init.from={source} brings its own tokenizer, data.tokenizer={cfg.data.tokenizer} another: drop "
+            f"data.tokenizer (the checkpoint's rows belong to its tokens)"
+        )
+    folder = Path(source).expanduser()
+    if not folder.exists() and (source.startswith(("/", ".", "~")) or source.count("/") > 1):
+        raise UserError(
+            f"init.from={source} does not exist: pass a transformers folder (config.json, weights, tokenizer.json) "
+            f"or a hub name such as gpt2"
+        )
+    if folder.is_dir() and not (folder / "tokenizer.json").is_file():
+        raise UserError(
+            f"init.from={source} has no tokenizer.json: save the model's fast tokenizer beside it "
+            f"(transformers.AutoTokenizer.from_pretrained(...).save_pretrained('{source}'))"
+        )
+    from selfsup.hf_import import run_settings
+
+    settings = run_settings(source)
+    cls = objective_class(cfg)
+    problem = cls.incompatibility(settings["name"]) if hasattr(cls, "incompatibility") else None
+    if problem:
+        raise UserError(f"init.from={source} is architecture={settings['name']}: {problem}")
+    return OmegaConf.merge(cfg, {"architecture": settings, "data": {"tokenizer": source}})
 
 
 def make_evaluation(cfg: DictConfig) -> Evaluation | None:
@@ -208,12 +255,15 @@ def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
     corpus, objective, evaluation = prepared or prepare(cfg)
     vocab = corpus.vocab
     shape = make(cfg.architecture, "architecture")
-    # positions for the objective's sequences and for data.seq_len ones (the fixed exam's, the probe's)
-    max_len = max(objective.model_length, cfg.data.seq_len)
+    max_len = model_length(cfg, objective)
     try:
         model = shape.build(vocab.size, max_len)
     except ValueError as err:
         raise UserError(f"architecture: {err}") from None
+    if init_source(cfg) and not cfg.ckpt_path:  # (a checkpoint of the run holds its weights)
+        from selfsup.hf_import import start_from
+
+        start_from(init_source(cfg), model, corpus.tokenizer, vocab.bos_id)
     if cfg.trainer.compile:
         # Dynamo keeps compiled graphs per code object across models: the jobs of a multirun in one process
         # (e.g. a d_model sweep) would add theirs to one cache until its recompile limit, then run eagerly

@@ -45,6 +45,7 @@ class TrainerConfig:
     )
     nonfinite: str = "stop"  # NaN/inf loss: stop (the checkpoints keep finite weights) | skip the batch
     nonfinite_max_skips: int = 10  # skip: at most this many non-finite batches in a row, then stop
+    validate_at_start: Optional[bool] = None  # validate before the first step, val/... at step 0 (null: with init.from)
 
 
 @dataclass
@@ -137,6 +138,9 @@ class TrainConfig:
     optimized_metric: str = "val/loss"  # the value a sweep's job returns (Optuna's objective)
     trial: Optional[Any] = None  # set by the selfsup_optuna sweeper: {storage, study, id} of this job's trial
     ckpt_path: Optional[str] = None  # start from this checkpoint, in a new run dir
+    # init.from: start from a transformers checkpoint (a folder or hub name) of a class selfsup-export writes: its
+    # architecture settings, tokenizer and weights (a dataclass cannot name a field `from`: a mapping, typos refused)
+    init: Dict[str, Optional[str]] = field(default_factory=lambda: {"from": None})
     resume: Optional[str] = None  # a run dir: continue that run (its config, last checkpoint, W&B run)
 
 

@@ -9,14 +9,23 @@ copied into those views. Then the export of the result is compared with the chec
 tensor by tensor: what the lab's model cannot hold (GPT-2's tanh GELU, a tied T5 head, BERT's token types, a head
 transform that is not the export's identity, a bias where the checkpoint has some and the lab none) is refused in
 one line naming it. An import that succeeds exports back exactly.
+
+A run starts from a checkpoint with `selfsup-train init.from=<folder | hub name>` (selfsup.build.with_init): the
+checkpoint's settings become the run's architecture, its tokenizer (renumbered to the lab's layout) the run's, and
+`start_from` moves its weights into the run's model, each token's row from its old id to its new one.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import torch
+from tokenizers import Tokenizer
 
+from selfsup.data.pretrained_tokenizer import load_pretrained
 from selfsup.errors import UserError
 from selfsup.export import EXPORTERS, HF_CLASSES, T5_SETTINGS, exporter
 from selfsup.models import TransformerConfig
@@ -136,7 +145,19 @@ def _load(transformers, source: str):
     """The checkpoint as its own class (config.json's architectures), else transformers' base class for it."""
     config = transformers.AutoConfig.from_pretrained(source)
     cls = getattr(transformers, (config.architectures or [""])[0], None) or transformers.AutoModel
-    return cls.from_pretrained(source)
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # ("Loading weights" on stderr: the run prints its own lines)
+    # transformers 5's T5Config says tie_word_embeddings=True whatever config.json says, and warns when the checkpoint
+    # holds an untied head (T5 v1.1's): the import reads the tie from the tensors
+    untied = logging.getLogger("transformers.modeling_utils")
+    quiet = lambda record: "tie_word_embeddings=False" not in record.getMessage()  # noqa: E731
+    untied.addFilter(quiet)
+    try:
+        return cls.from_pretrained(source)
+    finally:
+        untied.removeFilter(quiet)
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
 
 
 def check_tensors(source: str, name: str, kind: str, model, vocab, state: dict) -> None:
@@ -150,3 +171,59 @@ def check_tensors(source: str, name: str, kind: str, model, vocab, state: dict) 
             continue
         if (written is None and bool(tensor.any())) or (written is not None and not torch.equal(written, tensor)):
             raise UserError(f"init.from={source} ({name}): the lab's model cannot hold its {key}")
+
+
+@functools.lru_cache(maxsize=1)
+def imported(source: str) -> tuple[TransformerConfig, torch.nn.Module]:
+    """import_model(source), once per process: a run reads the checkpoint for its settings, then for its weights."""
+    return import_model(source)
+
+
+def run_settings(source: str) -> dict:
+    """The architecture settings of a run from init.from=source: the checkpoint's, but for the run's own training
+    settings (dropout, activation checkpointing)."""
+    return {k: v for k, v in asdict(imported(source)[0]).items() if k not in ("dropout", "activation_checkpointing")}
+
+
+def check_positions(source: str, length: int) -> None:
+    """A checkpoint with a table of positions has one for each of the run's `length` positions."""
+    shape, checkpoint = imported(source)
+    if shape.positions == "learned" and checkpoint.max_len < length:
+        raise UserError(
+            f"init.from={source} has {checkpoint.max_len} positions, this run's sequences take {length}: set "
+            f"data.seq_len={checkpoint.max_len} or less"
+        )
+
+
+def start_from(source: str, model: torch.nn.Module, tokenizer: Tokenizer, bos_id: int) -> int:
+    """The weights of the checkpoint at `source` in the run's `model` (built with run_settings(source)), for the
+    run's `tokenizer` (the checkpoint's own, renumbered: selfsup.data.pretrained_tokenizer.lab_layout): each token's
+    embedding (and untied head) row moves from its old id to its new one; a token the checkpoint has no row for
+    (a special token the lab added) takes the mean of its rows plus the model's own initial row, except <s>, which
+    starts the lab's decoders: without a <s> of its own it takes the row of the checkpoint's decoder_start_token_id
+    (T5's <pad>). The position table is cut to the model's length. The number of tokens moved."""
+    import transformers
+
+    shape, checkpoint = imported(source)
+    check_positions(source, model.max_len)
+    old = load_pretrained(source)
+    moves = {}  # new id -> old id
+    for token, old_id in sorted(old.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1]):
+        new_id = tokenizer.token_to_id(token)
+        if new_id is not None and new_id < model.vocab_size and old_id < checkpoint.vocab_size:
+            moves.setdefault(new_id, old_id)
+    start = getattr(transformers.AutoConfig.from_pretrained(source), "decoder_start_token_id", None)
+    if bos_id not in moves and start is not None and start < checkpoint.vocab_size:
+        moves[bos_id] = start
+    new_ids, old_ids = torch.tensor(list(moves)), torch.tensor(list(moves.values()))
+    theirs = dict(checkpoint.named_parameters())
+    with torch.no_grad():
+        for key, tensor in model.named_parameters():  # (a tied head is the embedding: named once)
+            if key in ("tok_emb.weight", "lm_head.weight"):
+                tensor.add_(theirs[key][: checkpoint.vocab_size].mean(dim=0))
+                tensor[new_ids] = theirs[key][old_ids]
+            elif key.endswith("pos_emb.weight"):
+                tensor.copy_(theirs[key][: len(tensor)])
+            else:
+                tensor.copy_(theirs[key])
+    return len(moves)

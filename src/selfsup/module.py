@@ -281,8 +281,12 @@ class SelfSupModule(L.LightningModule):
             },
             rank_zero_only=True,
         )
-        # trainer.validate: the final validation of a run resumed at its last step (train.fit)
-        last = self.trainer.should_stop or self.trainer.state.fn == "validate"  # (trainer.validating: fit's too)
+        # trainer.validate: the final validation of a run resumed at its last step (train.fit), or the validation
+        # before the first step (trainer.validate_at_start), which evaluates nothing
+        validating = self.trainer.state.fn == "validate"  # (trainer.validating: fit's too)
+        if validating and self.trainer.global_step == 0:
+            return
+        last = self.trainer.should_stop or validating
         if self.evaluation is not None and self.evaluation.due(last=last):
             results = self.evaluation(self.model)
             self.last_eval = (self.trainer.global_step, results)  # (for the console's line)
@@ -309,6 +313,8 @@ class SelfSupModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self._align_log_step = True
+        for metric in (self.val_nll, self.val_correct, self.val_scored, self.val_inputs):
+            metric.reset()  # states a validation before training reset in inference mode: fit's cannot add to them
         # this run's optimizer settings, also over those a resumed checkpoint restored: `resume=RUN
         # optim.lr=...` trains at the new rate, on the new schedule, from the restored step on
         self.optim.apply(self.optimizers(use_pl_optimizer=False), self.lr_schedulers())

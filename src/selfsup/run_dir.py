@@ -62,7 +62,9 @@ class RunDirGuard(Callback):
                     # the dir of this torchrun/srun launch: its other ranks may have written .hydra/ already
                     ranks = shared_job_id() is not None and shared_job_id() in run_dir.name
                     check_new_run_dir(run_dir, other_ranks_write=ranks)
-                cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])  # the job's settings
+                from selfsup.build import with_init
+
+                cfg = with_init(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]))  # the job's
             # settings and data, checked before Hydra writes anything: a refused command leaves nothing
             from selfsup.build import check_objective, prepare  # (torch: after the claim, which is fast)
 
@@ -206,10 +208,14 @@ def resume_checkpoint(run_dir: Path, overrides: list[str]) -> Path:
 
 
 def merged_config(run_dir: Path, overrides: list[str]) -> DictConfig:
-    """The run's recorded config with this command's key=value overrides on top."""
-    return OmegaConf.merge(
-        OmegaConf.load(run_dir / ".hydra" / "config.yaml"),
-        OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides(overrides, run_dir)]),
+    """The run's recorded config with this command's key=value overrides on top (and init.from's settings)."""
+    from selfsup.build import with_init
+
+    return with_init(
+        OmegaConf.merge(
+            OmegaConf.load(run_dir / ".hydra" / "config.yaml"),
+            OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides(overrides, run_dir)]),
+        )
     )
 
 

@@ -120,6 +120,7 @@ def run_lines(row: dict) -> list[str]:
         p
         for p in (
             part("val_loss", "val loss"),
+            part("start_val_loss", "at step 0"),
             part(FIXED_LOSS, "fixed loss"),
             part("signal_per_token", "signal/token"),
         )

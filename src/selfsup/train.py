@@ -30,7 +30,17 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from selfsup.build import build, check_objective, check_settings, make, objective_name, prepare, tokenizer_hash
+from selfsup.build import (
+    build,
+    check_objective,
+    check_settings,
+    init_source,
+    make,
+    objective_name,
+    prepare,
+    tokenizer_hash,
+    with_init,
+)
 from selfsup.checks import config_error_line
 from selfsup.config import register
 from selfsup.distributed import launched_rank, leave_distributed
@@ -117,6 +127,7 @@ def fit(
         "objective": objective_name(cfg),
         "architecture": cfg.architecture.name,
         "swept": swept_values(cfg),
+        **({"init_from": init_source(cfg)} if init_source(cfg) else {}),
         "run_dir": str(run_dir),
         "code": code_version(),
         "status": "failed",
@@ -187,6 +198,7 @@ def train_and_evaluate(
     trainer = make_trainer(cfg, run_dir, loggers, list(callbacks.values()), rank_zero)
     log_shape(cfg, run, trainer, loggers, summary)
     progress["training"] = True
+    validate_at_start(cfg, trainer, module, dm, summary)
     trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
     if "val/loss" not in trainer.callback_metrics and trainer.global_step and not preempted():
         # resumed from a checkpoint of its last step (killed in the final validation): nothing trained,
@@ -222,6 +234,15 @@ def log_shape(cfg: DictConfig, run, trainer, loggers: list, summary: dict) -> No
     sizes = {"vocab_size": run.data.corpus.vocab.size, "raw_length": run.objective.raw_length}
     for lg in loggers:
         lg.log_hyperparams({**{k: summary[k] for k in shape}, **sizes})
+
+
+def validate_at_start(cfg: DictConfig, trainer, module, dm, summary: dict) -> None:
+    """trainer.validate_at_start (null: a run from init.from): val/... at step 0, the model as it starts (a resume
+    does not); summary.json's start_val_loss."""
+    wanted = cfg.trainer.get("validate_at_start")
+    if (bool(init_source(cfg)) if wanted is None else wanted) and not cfg.ckpt_path:
+        trainer.validate(module, datamodule=dm, verbose=False)
+        summary["start_val_loss"] = float(trainer.callback_metrics["val/loss"])
 
 
 def keep_resume_record(cfg: DictConfig, plain: dict, run, run_dir: Path, rank_zero: bool) -> None:
@@ -450,6 +471,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
             cfg = resumed_config(
                 run_dir, list(hc.overrides.task), record=Path(hc.runtime.output_dir) / hc.output_subdir / "config.yaml"
             )
+        cfg = with_init(cfg)
         if not multirun:  # (in a sweep, after its W&B run has started: a failed job is a failed W&B run)
             check_settings(cfg)
             check_objective(cfg)

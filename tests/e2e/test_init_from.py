@@ -1,0 +1,140 @@
+"""init.from=<transformers folder>: a run starts from a GPT-2 or T5 checkpoint made by transformers, with its
+architecture and tokenizer, and reports at step 0 the validation loss transformers computes on the same batches."""
+
+import json
+
+import pytest
+import torch
+from helpers import hf_checkpoint
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+
+from selfsup.build import build, with_init
+from selfsup.config import register
+from selfsup.data import text_file_documents
+from selfsup.data.vocab import special_tokens
+from selfsup.train import CONF_DIR
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from helpers import write_corpus
+
+    folder = write_corpus(tmp_path_factory.mktemp("init") / "corpus", n_files=3, docs_per_file=80)
+    return folder, list(text_file_documents([folder]))
+
+
+def transformers_loss(hf, run, old, limit: int) -> float:
+    """What transformers computes on the run's first `limit` validation batches (the same masks as the run's), each
+    token id taken back to the checkpoint's tokenizer by its string."""
+    new = run.data.corpus.tokenizer
+    back = torch.tensor([old.token_to_id(new.id_to_token(i)) for i in range(new.get_vocab_size())])
+    run.data.setup("validate")
+    nll, count = 0.0, 0
+    for i, tokens in zip(range(limit), run.data.val_dataloader()):
+        batch = run.objective(tokens, run.module.generator("val", i))
+        assert batch.encoder_mask is None or bool(batch.encoder_mask.all())
+        scored = batch.targets != -100
+        with torch.no_grad():
+            if batch.encoder_inputs is None:
+                logits = hf(input_ids=back[batch.decoder_inputs]).logits
+            else:
+                logits = hf(input_ids=back[batch.encoder_inputs], decoder_input_ids=back[batch.decoder_inputs]).logits
+        targets = back[batch.targets.clamp(min=0)]
+        nll -= float(torch.log_softmax(logits.double(), -1).gather(-1, targets[..., None])[..., 0][scored].sum())
+        count += int(scored.sum())
+    return nll / count
+
+
+@pytest.mark.parametrize("kind,objective", [("gpt2", "clm"), ("t5", "span_corruption")])
+def test_a_run_from_a_checkpoint_starts_at_the_checkpoints_own_loss(
+    kind, objective, corpus, train, cache_dir, tmp_path
+):
+    folder = hf_checkpoint(kind, tmp_path / kind, corpus[1], roles=special_tokens(100))
+    overrides = [
+        f"objective={objective}",
+        f"init.from={folder}",
+        "data=text_files",
+        f"data.paths=[{corpus[0]}]",
+        "eval=none",
+        "logger=csv",
+    ]
+    out = train(*overrides, "debug=tiny", "trainer.max_steps=3", tiny=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 3 and summary["init_from"] == str(folder)
+    assert "at step 0 " in out.stdout
+    assert [line for line in out.stderr.splitlines() if not line.startswith("prepared ")] == []  # no warning
+    # a resume reads the checkpoint's settings again (its checkpoint holds them) and continues, not from step 0
+    out = train(f"resume={run_dir}", "trainer.max_steps=6", tiny=False, run_dir=run_dir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    resumed = json.loads((run_dir / "summary.json").read_text())
+    assert resumed["steps"] == 6 and "start_val_loss" not in resumed
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("train", overrides=[*overrides, "debug=tiny", f"data.cache_dir={cache_dir}"])
+    with open_dict(cfg):
+        cfg = with_init(cfg)
+    run = build(cfg)
+    hf = getattr(transformers, "GPT2LMHeadModel" if kind == "gpt2" else "T5ForConditionalGeneration")
+    hf = hf.from_pretrained(folder).eval()
+    from selfsup.data.pretrained_tokenizer import load_pretrained
+
+    expected = transformers_loss(hf, run, load_pretrained(str(folder)), limit=cfg.trainer.limit_val_batches)
+    assert summary["start_val_loss"] == pytest.approx(expected, rel=1e-5, abs=1e-5)
+    # the run's checkpoints record the checkpoint's settings: the model comes back as it was trained
+    stored = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["selfsup"]["config"]["architecture"]
+    assert stored["n_layers"] == 2 and stored["d_model"] == 32 and stored["name"] == run.model.config.name
+
+
+@pytest.fixture(scope="module")
+def gpt2(corpus, tmp_path_factory):
+    return hf_checkpoint("gpt2", tmp_path_factory.mktemp("gpt2") / "gpt2", corpus[1])
+
+
+@pytest.mark.parametrize(
+    "overrides,words",
+    [
+        (["data.tokenizer=t5.json"], "brings its own tokenizer, data.tokenizer=t5.json another: drop data.tokenizer"),
+        (["objective=mlm"], "is architecture=decoder: objective=mlm cannot train architecture=decoder"),
+        (["objective=clm", "data.seq_len=100"], "has 64 positions, this run's sequences take 100: set data.seq_len=64"),
+        (["objective=clm", "init.from=/nowhere/gpt2"], "init.from=/nowhere/gpt2 does not exist: pass a transformers"),
+        (["objective=clm", "init.from={weights}"], "has no tokenizer.json: save the model's fast tokenizer beside it"),
+        (["objective=clm", "init.form=gpt2"], "Key 'form' is not in struct"),
+    ],
+)
+def test_a_checkpoint_a_run_cannot_start_from_is_refused_in_one_line(overrides, words, gpt2, tmp_path):
+    from hydra.errors import HydraException
+
+    from selfsup.build import check_objective, check_settings
+    from selfsup.checks import config_error_line
+    from selfsup.errors import UserError
+
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (weights / name).write_bytes((gpt2 / name).read_bytes())
+    register()
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            cfg = compose("train", overrides=[f"init.from={gpt2}", *(o.format(weights=weights) for o in overrides)])
+        cfg = with_init(cfg)
+        check_settings(cfg)
+        check_objective(cfg)
+        message = None
+    except HydraException as err:
+        message = config_error_line(err)
+    except UserError as err:
+        message = str(err)
+    assert message is not None and words in message and "\n" not in message, message
+
+
+def test_the_command_line_refuses_it_before_writing_anything(gpt2, train, tmp_path):
+    out = train(f"init.from={gpt2}", "objective=clm", "data.seq_len=100", "debug=tiny", tiny=False)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        f"error: init.from={gpt2} has 64 positions, this run's sequences take 100: set data.seq_len=64 or less"
+    ]
+    assert not (tmp_path / "run").exists()
