@@ -150,6 +150,14 @@ def per_stack(blocks: int, architecture: str) -> int:
     return max(1, blocks // 2) if architecture == "encoder_decoder" else blocks
 
 
+def architecture_preset(architecture) -> str:
+    """The run's architecture as conf/architecture/ names it: t5 for an encoder-decoder with T5's relative positions
+    and RMSNorm (architecture=t5, or a T5 checkpoint's init.from), else architecture.name (the family, which the
+    evaluation, report and plots group by)."""
+    t5 = architecture.get("positions") == "relative" and architecture.get("norm") == "rmsnorm"
+    return "t5" if architecture.name == "encoder_decoder" and t5 else architecture.name
+
+
 def run_dir(resume: Optional[str], fresh: str) -> str:
     """hydra.run.dir: the run being resumed; for a job whose ranks were all started by torchrun or
     srun, outputs/<date>/<job id> (every rank resolves the same dir, so there are no stray dirs);

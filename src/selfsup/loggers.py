@@ -16,6 +16,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from omegaconf import DictConfig, OmegaConf
 
+from selfsup.config import architecture_preset
 from selfsup.names import override_key, shown
 from selfsup.reliability.redact import redact, register_secrets
 from selfsup.upstream import drop_anonymous, forget_wandb_run, kill_wandb_service, wandb_run
@@ -41,7 +42,7 @@ def run_identity(cfg: DictConfig, run_dir: Path) -> tuple[str, str | None, list[
     name = cfg.logger.name or "-".join(
         [
             objective,
-            cfg.architecture.name,
+            architecture_preset(cfg.architecture),
             *(f"{k.split('.')[-1]}={v}" for k, v in values if k not in ("objective", "architecture")),
         ]
     )
@@ -52,7 +53,7 @@ def run_identity(cfg: DictConfig, run_dir: Path) -> tuple[str, str | None, list[
         group = f"{label}-{sweep.parent.name}-{sweep.name}"
     tags = (
         list(cfg.logger.tags)
-        + [f"objective={objective}", f"architecture={cfg.architecture.name}"]
+        + [f"objective={objective}", f"architecture={architecture_preset(cfg.architecture)}"]
         + [f"{k}={v}" for k, v in values]
     )
     identity = (redact(name), group, [t[:64] for t in dict.fromkeys(redact(tags))])

@@ -92,6 +92,8 @@ def value(row: dict, key: str):
         return row["swept"][key]
     if key == "job":
         return Path(row["run_dir"]).name if row.get("run_dir") else None
+    if key == "architecture":  # t5 where the family is encoder_decoder
+        return row.get("architecture_preset") or row.get(key)
     return row.get(key)
 
 
@@ -112,7 +114,7 @@ def run_lines(row: dict) -> list[str]:
 
     wall = row.get("wall_seconds")
     head = (
-        f"{row.get('status', '?')}: {row.get('objective')} on {row.get('architecture')}, "
+        f"{row.get('status', '?')}: {row.get('objective')} on {value(row, 'architecture')}, "
         f"{_fmt('parameters', row.get('parameters'))} parameters, {row.get('steps', 0)} steps"
         + (f", wall time {_fmt('wall_seconds', wall)}" if wall is not None else "")
     )

@@ -42,7 +42,7 @@ from selfsup.build import (
     with_init,
 )
 from selfsup.checks import config_error_line
-from selfsup.config import register
+from selfsup.config import architecture_preset, register
 from selfsup.distributed import launched_rank, leave_distributed
 from selfsup.errors import UserError, error_line
 from selfsup.names import (
@@ -126,6 +126,7 @@ def fit(
     summary = {
         "objective": objective_name(cfg),
         "architecture": cfg.architecture.name,
+        "architecture_preset": architecture_preset(cfg.architecture),
         "swept": swept_values(cfg),
         **({"init_from": init_source(cfg)} if init_source(cfg) else {}),
         "run_dir": str(run_dir),

@@ -66,6 +66,7 @@ def test_a_run_from_a_checkpoint_starts_at_the_checkpoints_own_loss(
     run_dir = tmp_path / "run"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 3 and summary["init_from"] == str(folder)
+    assert summary["architecture_preset"] == {"gpt2": "decoder", "t5": "t5"}[kind]
     assert "at step 0 " in out.stdout
     assert [line for line in out.stderr.splitlines() if not line.startswith("prepared ")] == []  # no warning
     # a resume reads the checkpoint's settings again (its checkpoint holds them) and continues, not from step 0
@@ -132,9 +133,31 @@ def test_a_checkpoint_a_run_cannot_start_from_is_refused_in_one_line(overrides, 
     assert message is not None and words in message and "\n" not in message, message
 
 
+@pytest.mark.slow  # the guard that refuses every bad setting before writing (tests/e2e/test_bad_input.py)
 def test_the_command_line_refuses_it_before_writing_anything(gpt2, train, tmp_path):
     out = train(f"init.from={gpt2}", "objective=clm", "data.seq_len=100", "debug=tiny", tiny=False)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         f"error: init.from={gpt2} has 64 positions, this run's sequences take 100: set data.seq_len=64 or less"
     ]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # two runs and an export per architecture (the model-level round trip: tests/test_hf_import.py)
+@pytest.mark.parametrize(
+    "objective,architecture",
+    [("mlm", "encoder"), ("clm", "decoder"), ("span_corruption", "encoder_decoder"), ("span_corruption", "t5")],
+)
+def test_a_run_exported_and_taken_back_in_starts_at_the_loss_it_ended_with(objective, architecture, train, tmp_path):
+    """selfsup-export, then init.from= the export: the tokenizer comes back in the same layout (no row moves), the
+    weights bit for bit, so the new run's step-0 validation is the first run's last one (same data, same masks)."""
+    from selfsup.export import export
+
+    settings = [f"objective={objective}", f"architecture={architecture}", "eval=none", "logger=csv"]
+    out = train(*settings, run_dir=tmp_path / "first")
+    assert out.returncode == 0, out.stderr[-3000:]
+    export(tmp_path / "first" / "checkpoints" / "last.ckpt", tmp_path / "hf")
+    out = train(*settings, f"init.from={tmp_path / 'hf'}", run_dir=tmp_path / "second")
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, second = (json.loads((tmp_path / r / "summary.json").read_text()) for r in ("first", "second"))
+    assert second["architecture_preset"] == first["architecture_preset"] == architecture
+    assert second["start_val_loss"] == pytest.approx(first["val_loss"], rel=1e-5)

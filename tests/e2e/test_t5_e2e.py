@@ -1,6 +1,8 @@
 """architecture=t5 end to end: span corruption trains it, selfsup-export writes T5ForConditionalGeneration with the
 lab's logits and the sentinels as <extra_id_N>, and selfsup.load rebuilds it (relative positions: no table)."""
 
+import json
+
 import pytest
 import torch
 
@@ -13,6 +15,10 @@ def test_a_t5_run_exports_as_t5_with_the_labs_logits(train, tmp_path):
     run = tmp_path / "run"
     out = train("objective=span_corruption", "architecture=t5", "logger=csv", run_dir=run)
     assert out.returncode == 0, out.stderr[-2000:]
+    # the family (what the evaluation, report and plots group by) and the preset, which the run's lines show
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["architecture"], summary["architecture_preset"]) == ("encoder_decoder", "t5")
+    assert "finished: span_corruption on t5," in out.stdout
     from selfsup.export import main as export
 
     export([str(run), str(tmp_path / "hf")])

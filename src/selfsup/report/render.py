@@ -93,7 +93,7 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
             [
                 run.label,
                 run.objective or "-",
-                run.architecture or "-",
+                run.summary.get("architecture_preset") or run.architecture or "-",
                 *[_show(run.value(k)) for k in keys],
                 number("val_loss", ".4f"),
                 number("val_perplexity", ".2f"),
