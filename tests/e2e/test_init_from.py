@@ -153,10 +153,10 @@ def test_a_run_exported_and_taken_back_in_starts_at_the_loss_it_ended_with(objec
     from selfsup.export import export
 
     settings = [f"objective={objective}", f"architecture={architecture}", "eval=none", "logger=csv"]
-    out = train(*settings, run_dir=tmp_path / "first")
+    out = train(*settings, "debug=tiny", tiny=False, run_dir=tmp_path / "first")
     assert out.returncode == 0, out.stderr[-3000:]
     export(tmp_path / "first" / "checkpoints" / "last.ckpt", tmp_path / "hf")
-    out = train(*settings, f"init.from={tmp_path / 'hf'}", run_dir=tmp_path / "second")
+    out = train(*settings, "debug=tiny", f"init.from={tmp_path / 'hf'}", tiny=False, run_dir=tmp_path / "second")
     assert out.returncode == 0, out.stderr[-3000:]
     first, second = (json.loads((tmp_path / r / "summary.json").read_text()) for r in ("first", "second"))
     assert second["architecture_preset"] == first["architecture_preset"] == architecture
