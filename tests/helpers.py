@@ -66,7 +66,7 @@ def hf_checkpoint(kind, folder, texts, roles=(), **more):
         eos = tok.token_to_id("<|endoftext|>")
         config = transformers.GPT2Config(
             vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=64,
-            activation_function="gelu", bos_token_id=eos, eos_token_id=eos, **more,
+            bos_token_id=eos, eos_token_id=eos, **more,
         )  # fmt: skip
         model = transformers.GPT2LMHeadModel(config)
     else:

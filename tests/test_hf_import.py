@@ -70,7 +70,7 @@ def test_an_export_comes_back_as_the_same_model_and_exports_back_exactly(archite
 @pytest.mark.parametrize(
     "cls,config",
     [
-        ("GPT2LMHeadModel", dict(n_embd=32, n_layer=2, n_head=4, n_positions=40, activation_function="gelu")),
+        ("GPT2LMHeadModel", dict(n_embd=32, n_layer=2, n_head=4, n_positions=40)),  # GPT-2's own gelu_new
         (
             "T5ForConditionalGeneration",
             dict(d_model=32, d_ff=48, d_kv=8, num_layers=2, num_heads=4, feed_forward_proj="gated-gelu"),
@@ -89,12 +89,23 @@ def test_a_model_transformers_made_comes_in_and_exports_back_exactly(cls, config
     _, weights = EXPORTERS[exporter(model, shape.name)](model, types.SimpleNamespace(vocab=VOCAB))
     state = hf.state_dict()
     assert weights.keys() <= state.keys() and all(torch.equal(weights[k], state[k]) for k in weights)
+    ids = torch.randint(3, 300, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():  # the same function: GPT-2's tanh GELU and T5's gated one computed as transformers does
+        if cls.startswith("T5"):
+            ours, theirs = model.eval()(encoder_inputs=ids, decoder_inputs=ids), hf.eval()(ids, decoder_input_ids=ids)
+        else:
+            ours, theirs = model.eval()(decoder_inputs=ids), hf.eval()(ids)
+    assert (model.head(ours)[..., :300] - theirs.logits).abs().max() <= 1e-5
 
 
 @pytest.mark.parametrize(
     "cls,config,words",
     [
-        ("GPT2LMHeadModel", dict(n_embd=32, n_layer=1, n_head=4), "activation=gelu_new is unknown"),
+        (
+            "GPT2LMHeadModel",
+            dict(n_embd=32, n_layer=1, n_head=4, activation_function="silu"),
+            "activation=silu is unknown",
+        ),
         ("BertForMaskedLM", dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4), "is a BertForMaskedLM"),
         (
             "MegatronBertForMaskedLM",

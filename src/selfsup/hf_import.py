@@ -6,7 +6,7 @@ The mapping is the export's, run backwards. The lab model that the checkpoint's 
 exporter names, for every transformers tensor, the lab tensor or view of one it writes there (a transpose, a slice
 of the joint query-key-value projection, the real rows of the padded vocabulary); the checkpoint's tensors are
 copied into those views. Then the export of the result is compared with the checkpoint, setting by setting and
-tensor by tensor: what the lab's model cannot hold (GPT-2's tanh GELU, a tied T5 head, BERT's token types, a head
+tensor by tensor: what the lab's model cannot hold (an activation it lacks, a tied T5 head, BERT's token types, a head
 transform that is not the export's identity, a bias where the checkpoint has some and the lab none) is refused in
 one line naming it. An import that succeeds exports back exactly.
 

@@ -64,7 +64,8 @@ class RunDirGuard(Callback):
                     check_new_run_dir(run_dir, other_ranks_write=ranks)
                 from selfsup.build import with_init
 
-                cfg = with_init(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]))  # the job's
+                # the job's settings (with a checkpoint's, for init.from)
+                cfg = with_init(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]))
             # settings and data, checked before Hydra writes anything: a refused command leaves nothing
             from selfsup.build import check_objective, prepare  # (torch: after the claim, which is fast)
 

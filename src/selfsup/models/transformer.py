@@ -94,9 +94,9 @@ def _gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
-# relu in place on the fc output (which no backward needs); gated-gelu: T5 v1.1's gelu(x W_gate) * (x W_fc),
-# with GELU's tanh approximation (transformers' gelu_new)
-ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu_, "gated-gelu": _gelu_tanh}
+# relu in place on the fc output (which no backward needs); gelu_new: GELU's tanh approximation (GPT-2's, as
+# transformers names it); gated-gelu: T5 v1.1's gelu_new(x W_gate) * (x W_fc)
+ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu_, "gelu_new": _gelu_tanh, "gated-gelu": _gelu_tanh}
 
 
 class MLP(nn.Module):
@@ -234,7 +234,7 @@ class TransformerConfig:
     n_decoder_layers: Optional[int] = None  # encoder_decoder; default n_layers
     dropout: float = 0.0
     tie_embeddings: bool = True
-    activation: str = "gelu"  # feed-forward: gelu (BERT, GPT-2) | relu (T5 v1.0) | gated-gelu (T5 v1.1)
+    activation: str = "gelu"  # feed-forward: gelu (BERT) | gelu_new (GPT-2) | relu (T5 v1.0) | gated-gelu (T5 v1.1)
     bias: bool = True  # biases in linear layers and LayerNorms (T5 has none)
     norm: str = "layernorm"  # layernorm (BERT, GPT-2) | rmsnorm (T5: no mean, no bias)
     positions: str = "learned"  # learned absolute embeddings | relative (T5's bias per head and distance bucket)
