@@ -24,6 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from selfsup.checks import check_devices, check_values
 from selfsup.data import Corpus
 from selfsup.data.builtin import stdlib_docstrings
+from selfsup.data.pretrained_tokenizer import load_pretrained
+from selfsup.data.sources import DataError
 from selfsup.data.vocab import Vocab
 from selfsup.errors import UserError
 from selfsup.evaluation import EvalError, Evaluation, PairSource, Task
@@ -161,11 +163,15 @@ def with_init(cfg: DictConfig) -> DictConfig:
             f"init.from={source} does not exist: pass a transformers folder (config.json, weights, tokenizer.json) "
             f"or a hub name such as gpt2"
         )
-    if folder.is_dir() and not (folder / "tokenizer.json").is_file():
+    try:  # (T5 v1.1's hub repositories hold spiece.model, no tokenizer.json)
+        load_pretrained(source)
+    except DataError:
+        missing = folder.is_dir() and not (folder / "tokenizer.json").is_file()
         raise UserError(
-            f"init.from={source} has no tokenizer.json: save the model's fast tokenizer beside it "
-            f"(transformers.AutoTokenizer.from_pretrained(...).save_pretrained('{source}'))"
-        )
+            f"init.from={source} {'has no tokenizer.json' if missing else 'brings no tokenizer.json the lab can read'}"
+            f": save the model and its fast tokenizer in one folder F (model.save_pretrained(F); "
+            f"transformers.AutoTokenizer.from_pretrained(...).save_pretrained(F)) and pass init.from=F"
+        ) from None
     from selfsup.hf_import import run_settings
 
     settings = run_settings(source)

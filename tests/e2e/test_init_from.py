@@ -103,11 +103,13 @@ def gpt2(corpus, tmp_path_factory):
         (["objective=mlm"], "is architecture=decoder: objective=mlm cannot train architecture=decoder"),
         (["objective=clm", "data.seq_len=100"], "has 64 positions, this run's sequences take 100: set data.seq_len=64"),
         (["objective=clm", "init.from=/nowhere/gpt2"], "init.from=/nowhere/gpt2 does not exist: pass a transformers"),
-        (["objective=clm", "init.from={weights}"], "has no tokenizer.json: save the model's fast tokenizer beside it"),
+        (["objective=clm", "init.from={weights}"], "has no tokenizer.json: save the model and its fast tokenizer in"),
+        (["objective=clm", "init.from=nobody/no-model"], "init.from=nobody/no-model brings no tokenizer.json the lab"),
         (["objective=clm", "init.form=gpt2"], "Key 'form' is not in struct"),
     ],
 )
-def test_a_checkpoint_a_run_cannot_start_from_is_refused_in_one_line(overrides, words, gpt2, tmp_path):
+def test_a_checkpoint_a_run_cannot_start_from_is_refused_in_one_line(overrides, words, gpt2, tmp_path, monkeypatch):
+    from huggingface_hub import constants
     from hydra.errors import HydraException
 
     from selfsup.build import check_objective, check_settings
@@ -118,6 +120,7 @@ def test_a_checkpoint_a_run_cannot_start_from_is_refused_in_one_line(overrides, 
     weights.mkdir()
     for name in ("config.json", "model.safetensors"):
         (weights / name).write_bytes((gpt2 / name).read_bytes())
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # a hub name: its local cache only (HF_HUB_OFFLINE=1)
     register()
     try:
         with initialize_config_dir(str(CONF_DIR), version_base=None):
