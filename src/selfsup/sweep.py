@@ -122,13 +122,14 @@ def check_jobs(jobs: list[list[str]], label: str = "job") -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from selfsup.build import check_objective, check_settings
+    from selfsup.build import check_objective, check_settings, with_init
     from selfsup.checks import check_overrides, config_error_line
 
     for number, overrides in enumerate(jobs):
         try:
             cfg = compose(config_name="train", overrides=overrides)
             check_overrides(overrides, cfg)
+            cfg = with_init(cfg)
             check_settings(cfg)
             check_objective(cfg)
         except (HydraException, OmegaConfBaseException) as err:
