@@ -164,3 +164,17 @@ def test_a_run_exported_and_taken_back_in_starts_at_the_loss_it_ended_with(objec
     first, second = (json.loads((tmp_path / r / "summary.json").read_text()) for r in ("first", "second"))
     assert second["architecture_preset"] == first["architecture_preset"] == architecture
     assert second["start_val_loss"] == pytest.approx(first["val_loss"], rel=1e-5)
+
+
+def test_a_sweep_checks_each_job_with_its_checkpoints_settings(gpt2, capsys):
+    """selfsup.sweep.check_jobs (before any job runs): a job whose objective cannot train the checkpoint refuses
+    the sweep in one line naming the job."""
+    from selfsup.sweep import check_jobs
+
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None), pytest.raises(SystemExit) as done:
+        check_jobs([[f"init.from={gpt2}", "data.seq_len=64", f"objective={o}"] for o in ("clm", "mlm")])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.startswith(
+        f"error: job 1 of 2 (init.from={gpt2} data.seq_len=64 objective=mlm): init.from={gpt2} is architecture=decoder"
+    )
