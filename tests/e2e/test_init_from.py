@@ -48,7 +48,12 @@ def transformers_loss(hf, run, old, limit: int) -> float:
     return nll / count
 
 
-@pytest.mark.parametrize("kind,objective", [("gpt2", "clm"), ("t5", "span_corruption")])
+@pytest.mark.parametrize(
+    "kind,objective",
+    # T5 (untied head, decoding from <pad>'s rows, relative positions) is slow: the suite's time; its rows are
+    # checked in tests/test_hf_import.py, and its export taken back in below
+    [("gpt2", "clm"), pytest.param("t5", "span_corruption", marks=pytest.mark.slow)],
+)
 def test_a_run_from_a_checkpoint_starts_at_the_checkpoints_own_loss(
     kind, objective, corpus, train, cache_dir, tmp_path
 ):
