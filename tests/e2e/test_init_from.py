@@ -1,6 +1,7 @@
 """init.from=<transformers folder>: a run starts from a GPT-2 or T5 checkpoint made by transformers, with its
 architecture and tokenizer, and reports at step 0 the validation loss transformers computes on the same batches."""
 
+import csv
 import json
 
 import pytest
@@ -73,6 +74,9 @@ def test_a_run_from_a_checkpoint_starts_at_the_checkpoints_own_loss(
     assert summary["status"] == "finished" and summary["steps"] == 3 and summary["init_from"] == str(folder)
     assert summary["architecture_preset"] == {"gpt2": "decoder", "t5": "t5"}[kind]
     assert "at step 0 " in out.stdout
+    with open(run_dir / "csv" / "metrics.csv", newline="") as f:  # the first point of the val curve: step 0
+        first = next(row for row in csv.DictReader(f) if row["val/loss"])
+    assert float(first["step"]) == 0 and float(first["val/loss"]) == pytest.approx(summary["start_val_loss"])
     assert [line for line in out.stderr.splitlines() if not line.startswith("prepared ")] == []  # no warning
     # a resume reads the checkpoint's settings again (its checkpoint holds them) and continues, not from step 0
     out = train(f"resume={run_dir}", "trainer.max_steps=6", tiny=False, run_dir=run_dir)
