@@ -45,7 +45,7 @@ class TrainerConfig:
     )
     nonfinite: str = "stop"  # NaN/inf loss: stop (the checkpoints keep finite weights) | skip the batch
     nonfinite_max_skips: int = 10  # skip: at most this many non-finite batches in a row, then stop
-    validate_at_start: Optional[bool] = None  # validate before the first step, val/... at step 0 (null: with init.from)
+    validate_at_start: Optional[bool] = None  # val/... and eval/... at step 0 (null: with init.from)
 
 
 @dataclass

@@ -282,12 +282,11 @@ class SelfSupModule(L.LightningModule):
             rank_zero_only=True,
         )
         # trainer.validate: the final validation of a run resumed at its last step (train.fit), or the validation
-        # before the first step (trainer.validate_at_start), which evaluates nothing
+        # before the first step (trainer.validate_at_start: the starting model's scores, not counted by `due`)
         validating = self.trainer.state.fn == "validate"  # (trainer.validating: fit's too)
-        if validating and self.trainer.global_step == 0:
-            return
+        start = validating and self.trainer.global_step == 0
         last = self.trainer.should_stop or validating
-        if self.evaluation is not None and self.evaluation.due(last=last):
+        if self.evaluation is not None and (start or self.evaluation.due(last=last)):
             results = self.evaluation(self.model)
             self.last_eval = (self.trainer.global_step, results)  # (for the console's line)
             self.log_dict(results, rank_zero_only=True)

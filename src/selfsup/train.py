@@ -238,12 +238,15 @@ def log_shape(cfg: DictConfig, run, trainer, loggers: list, summary: dict) -> No
 
 
 def validate_at_start(cfg: DictConfig, trainer, module, dm, summary: dict) -> None:
-    """trainer.validate_at_start (null: a run from init.from): val/... at step 0, the model as it starts (a resume
-    does not); summary.json's start_val_loss."""
+    """trainer.validate_at_start (null: a run from init.from): val/... and the evaluation's eval/... at step 0, the
+    model as it starts (a resume does not); summary.json's start_val_loss and start_eval."""
     wanted = cfg.trainer.get("validate_at_start")
     if (bool(init_source(cfg)) if wanted is None else wanted) and not cfg.ckpt_path:
         trainer.validate(module, datamodule=dm, verbose=False)
         summary["start_val_loss"] = float(trainer.callback_metrics["val/loss"])
+        if getattr(module, "last_eval", None) is not None:
+            summary["start_eval"] = module.last_eval[1]
+            del module.last_eval  # the run's eval/... are its last evaluation's (trained_values)
 
 
 def keep_resume_record(cfg: DictConfig, plain: dict, run, run_dir: Path, rank_zero: bool) -> None:

@@ -3,6 +3,7 @@ architecture and tokenizer, and reports at step 0 the validation loss transforme
 
 import csv
 import json
+import math
 
 import pytest
 import torch
@@ -64,13 +65,15 @@ def test_a_run_from_a_checkpoint_starts_at_the_checkpoints_own_loss(
         f"init.from={folder}",
         "data=text_files",
         f"data.paths=[{corpus[0]}]",
-        "eval=none",
         "logger=csv",
     ]
-    out = train(*overrides, "debug=tiny", "trainer.max_steps=3", tiny=False)
+    exam = ["eval=tiny", "eval.pairs=null", "eval.tasks=null"]  # the fixed exam alone: evaluated at step 0 too
+    out = train(*overrides, *exam, "debug=tiny", "trainer.max_steps=3", tiny=False)
     assert out.returncode == 0, out.stderr[-3000:]
     run_dir = tmp_path / "run"
     summary = json.loads((run_dir / "summary.json").read_text())
+    start, end = summary["start_eval"]["eval/fixed/loss"], summary["eval"]["eval/fixed/loss"]
+    assert math.isfinite(start) and start != end  # the starting model's score, and the trained one's
     assert summary["status"] == "finished" and summary["steps"] == 3 and summary["init_from"] == str(folder)
     assert summary["architecture_preset"] == {"gpt2": "decoder", "t5": "t5"}[kind]
     assert "at step 0 " in out.stdout
@@ -79,13 +82,13 @@ def test_a_run_from_a_checkpoint_starts_at_the_checkpoints_own_loss(
     assert float(first["step"]) == 0 and float(first["val/loss"]) == pytest.approx(summary["start_val_loss"])
     assert [line for line in out.stderr.splitlines() if not line.startswith("prepared ")] == []  # no warning
     # a resume reads the checkpoint's settings again (its checkpoint holds them) and continues, not from step 0
-    out = train(f"resume={run_dir}", "trainer.max_steps=6", tiny=False, run_dir=run_dir)
+    out = train(f"resume={run_dir}", "trainer.max_steps=6", *exam, tiny=False, run_dir=run_dir)
     assert out.returncode == 0, out.stderr[-3000:]
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["steps"] == 6 and "start_val_loss" not in resumed
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose("train", overrides=[*overrides, "debug=tiny", f"data.cache_dir={cache_dir}"])
+        cfg = compose("train", overrides=[*overrides, "debug=tiny", "eval=none", f"data.cache_dir={cache_dir}"])
     with open_dict(cfg):
         cfg = with_init(cfg)
     run = build(cfg)
