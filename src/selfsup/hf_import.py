@@ -226,4 +226,5 @@ def start_from(source: str, model: torch.nn.Module, tokenizer: Tokenizer, bos_id
                 tensor.copy_(theirs[key][: len(tensor)])
             else:
                 tensor.copy_(theirs[key])
+    imported.cache_clear()  # the run's model holds the weights now: the checkpoint's copy is not kept for training
     return len(moves)
