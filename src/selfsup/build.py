@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from selfsup.checks import check_devices, check_values
 from selfsup.data import Corpus
 from selfsup.data.builtin import stdlib_docstrings
-from selfsup.data.pretrained_tokenizer import load_pretrained
+from selfsup.data.pretrained_tokenizer import is_path, load_pretrained
 from selfsup.data.sources import DataError
 from selfsup.data.vocab import Vocab
 from selfsup.errors import UserError
@@ -158,7 +158,7 @@ def with_init(cfg: DictConfig) -> DictConfig:
             f"data.tokenizer (the checkpoint's rows belong to its tokens)"
         )
     folder = Path(source).expanduser()
-    if not folder.exists() and (source.startswith(("/", ".", "~")) or source.count("/") > 1):
+    if not folder.exists() and is_path(source):
         raise UserError(
             f"init.from={source} does not exist: pass a transformers folder (config.json, weights, tokenizer.json) "
             f"or a hub name such as gpt2"

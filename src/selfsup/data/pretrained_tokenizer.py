@@ -28,6 +28,12 @@ OWN_NAMES = {
 MODELS = ("BPE", "WordPiece", "WordLevel", "Unigram")
 
 
+def is_path(spec: str) -> bool:
+    """A local path rather than a hub name (`gpt2`, `google-t5/t5-small`): absolute, relative with ./ or ~, or
+    deeper than a hub repository's owner/name."""
+    return spec.startswith(("/", ".", "~")) or spec.count("/") > 1
+
+
 def load_pretrained(spec: str, hub_cache: str | None = None) -> Tokenizer:
     """A tokenizer.json file (or a folder holding one), or the tokenizer.json of a Hugging Face hub repository
     (`gpt2`, `google-t5/t5-small`): from the hub's local cache, else downloaded (unless HF_HUB_OFFLINE=1)."""
@@ -42,7 +48,7 @@ def load_pretrained(spec: str, hub_cache: str | None = None) -> Tokenizer:
                 f"data.tokenizer={spec} is not a tokenizers tokenizer.json ({str(err)[:120]}): pass the "
                 f"tokenizer.json of a fast tokenizer"
             ) from None
-    if path.suffix == ".json" or spec.startswith(("/", ".", "~")) or spec.count("/") > 1:
+    if path.suffix == ".json" or is_path(spec):
         raise DataError(
             f"data.tokenizer={spec} does not exist: pass a tokenizer.json file (or a hub name such as gpt2)"
         )
