@@ -797,3 +797,18 @@ def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
     ckpt = load_checkpoint_safely(result["checkpoint"])
     assert ckpt["global_step"] >= 3 and ckpt["global_step"] == result["global_step"]
     assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_sigterm_once_a_run_has_ended_is_noted_and_a_second_one_stops_at_once():
+    """selfsup-train's handler after fit: the run's records are written; a sweep starts no further job."""
+    from selfsup.reliability import stop
+    from selfsup.train import after_run
+
+    previous = signal.signal(signal.SIGTERM, after_run)
+    try:
+        stop.clear()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.received == "SIGTERM" and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        stop.clear()

@@ -167,14 +167,27 @@ def with_init(cfg: DictConfig) -> DictConfig:
         load_pretrained(source)
     except DataError:
         missing = folder.is_dir() and not (folder / "tokenizer.json").is_file()
+        from huggingface_hub import constants
+
+        if not folder.exists() and constants.HF_HUB_OFFLINE:
+            raise UserError(
+                f"init.from={source} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: download it "
+                f"where the hub can be reached (save_pretrained to a folder F, then init.from=F), or unset HF_HUB_OFFLINE"
+            ) from None
         raise UserError(
             f"init.from={source} {'has no tokenizer.json' if missing else 'brings no tokenizer.json the lab can read'}"
             f": save the model and its fast tokenizer in one folder F (model.save_pretrained(F); "
             f"transformers.AutoTokenizer.from_pretrained(...).save_pretrained(F)) and pass init.from=F"
         ) from None
-    from selfsup.hf_import import run_settings
+    from selfsup.hf_import import imported, run_settings
 
     settings = run_settings(source)
+    rows, tokens = imported(source)[1].vocab_size, load_pretrained(source).get_vocab_size(with_added_tokens=True)
+    if tokens > rows:
+        raise UserError(
+            f"init.from={source}: its tokenizer has {tokens} tokens, its embedding {rows} rows: the tokenizer is not "
+            f"the model's; save both from the same checkpoint into one folder"
+        )
     cls = objective_class(cfg)
     problem = cls.incompatibility(settings["name"]) if hasattr(cls, "incompatibility") else None
     if problem:

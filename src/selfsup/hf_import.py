@@ -98,11 +98,17 @@ def import_model(source: str, max_len: int = 512) -> tuple[TransformerConfig, to
     """The lab's architecture settings and model holding the weights of a transformers checkpoint (a folder or a
     hub name) of a class the export writes; max_len: positions of a class without a table of them (T5)."""
     import transformers  # the `bench` extra: only an import needs it
+    from safetensors import SafetensorError
 
     try:
         hf = _load(transformers, source)
     except OSError as err:
         raise UserError(f"init.from={source}: {str(err).splitlines()[0]}") from None
+    except SafetensorError as err:  # a truncated, empty or damaged model.safetensors
+        raise UserError(
+            f"init.from={source}: its weights cannot be read ({str(err).splitlines()[0]}): the file is damaged or "
+            f"incomplete; save the model again (model.save_pretrained)"
+        ) from None
     name = type(hf).__name__
     kinds = {cls: kind for kind, (_, cls, _) in HF_CLASSES.items()}
     if name not in kinds:
@@ -166,6 +172,10 @@ def check_tensors(source: str, name: str, kind: str, model, vocab, state: dict) 
     _, weights = EXPORTERS[kind](model, SimpleNamespace(vocab=vocab))
     tied = {state[k].data_ptr() for k in weights if k in state}  # a tied head is the embedding, written once
     for key, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise UserError(
+                f"init.from={source} ({name}): its {key} holds NaN or inf values: the checkpoint is damaged"
+            )
         written = weights.get(key)
         if written is None and tensor.data_ptr() in tied:
             continue

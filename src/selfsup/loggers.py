@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from selfsup.config import architecture_preset
 from selfsup.names import override_key, shown
 from selfsup.reliability.redact import redact, register_secrets
+from selfsup.run_dir import sweep_group, sweep_of
 from selfsup.upstream import drop_anonymous, forget_wandb_run, kill_wandb_service, wandb_run
 from selfsup.wandb_utils import api_key_configured, wandb_mode
 
@@ -48,9 +49,10 @@ def run_identity(cfg: DictConfig, run_dir: Path) -> tuple[str, str | None, list[
     )
     group = cfg.logger.group
     if group is None and hc.mode.name == "MULTIRUN":
-        sweep = Path(hc.sweep.dir)
-        label = hc.runtime.choices.get("sweeps") or hc.runtime.choices.get("experiment") or "sweep"
-        group = f"{label}-{sweep.parent.name}-{sweep.name}"
+        group = sweep_group(Path(hc.sweep.dir), hc.runtime.choices)
+    elif group is None and sweep_of(run_dir) is not None:  # a job a stopped sweep did not run, run on its own
+        sweep = sweep_of(run_dir)
+        group = sweep_group(sweep, OmegaConf.load(sweep / "multirun.yaml").hydra.runtime.choices)
     tags = (
         list(cfg.logger.tags)
         + [f"objective={objective}", f"architecture={architecture_preset(cfg.architecture)}"]

@@ -288,6 +288,8 @@ class SelfSupModule(L.LightningModule):
         last = self.trainer.should_stop or validating
         if self.evaluation is not None and (start or self.evaluation.due(last=last)):
             results = self.evaluation(self.model)
+            if results is None:  # a stop signal ended it (the PreemptionHandler saves the checkpoint next)
+                return
             self.last_eval = (self.trainer.global_step, results)  # (for the console's line)
             self.log_dict(results, rank_zero_only=True)
             if self.evaluation.examples and self.trainer.is_global_zero:

@@ -52,6 +52,36 @@ def _strict(value):
     return [_strict(v) for v in value] if isinstance(value, list) else value
 
 
+NUMBERS = (
+    "steps", "val_loss", "val_perplexity", "val_accuracy", "signal_per_token", "tokens_seen", "targets_seen",
+    "flops_seen", "parameters", "wall_seconds", "eval_seconds", "tokens_per_sec",
+)  # fmt: skip
+TEXTS = ("status", "objective", "architecture", "run_dir", "error")
+SCORES = ("/accuracy", "/margin", "/margin_low", "/margin_high", "/loss", "/random_init_accuracy")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def mistyped(values: dict) -> str | None:
+    """What is wrong with a summary.json's values (a number that is text or not finite, an eval that is not
+    {metric: number}), in one line; None when the values the lab reads have their types."""
+    for key in NUMBERS:
+        if values.get(key) is not None and not _number(values[key]):
+            return f"{key} is {values[key]!r}, not a finite number"
+    for key in TEXTS:
+        if values.get(key) is not None and not isinstance(values[key], str):
+            return f"{key} is {values[key]!r}, not text"
+    evaluated = values.get("eval")
+    if evaluated is not None and not isinstance(evaluated, dict):
+        return f"eval is a {type(evaluated).__name__}, not {{metric: number}}"
+    for key, value in (evaluated or {}).items():  # the scores the table and the verdict read
+        if key.endswith(SCORES) and value is not None and not _number(value):
+            return f"eval {key} is {value!r}, not a finite number"
+    return None
+
+
 @dataclass
 class RunSummary:
     """A run dir's summary.json: what a run reports when it ends (status, objective, architecture, steps,
@@ -75,6 +105,9 @@ class RunSummary:
             return cls(found=True, problem=str(err).splitlines()[0] if str(err) else type(err).__name__)
         if not isinstance(values, dict):
             return cls(found=True, problem=f"a JSON {type(values).__name__}, not an object")
+        wrong = mistyped(values)
+        if wrong:
+            return cls(found=True, problem=wrong)
         return cls(values, found=True)
 
     def write(self, run_dir: Path) -> None:

@@ -24,8 +24,10 @@ import os
 import sys
 from pathlib import Path
 
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from selfsup.checks import check_overrides
 from selfsup.distributed import launched_rank, shared_job_id
@@ -336,3 +338,47 @@ def requeue_checkpoint(cfg: DictConfig, run_dir: Path) -> Path | None:
     from selfsup.reliability.checkpoints import slurm_resume_checkpoint
 
     return slurm_resume_checkpoint(run_dir)
+
+
+# ---------------------------------------------------------------------------- a job folder of a sweep
+def command_swept(sweep_dir: Path) -> list[str] | None:
+    """The keys (or config groups, e.g. `objective`) the sweep's command swept, from its multirun.yaml:
+    the sweep overrides of the command line and the sweeper's params (an experiment's own sweep); None
+    without a readable multirun.yaml, or for a study (its sweeper samples its own params)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        hydra_cfg = OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra
+        task = list(hydra_cfg.overrides.task)
+        params = dict(hydra_cfg.sweeper.get("params") or {})
+        sweeper = str(hydra_cfg.sweeper.get("_target_", ""))
+    except (OSError, ValueError, AttributeError, OmegaConfBaseException):
+        return None
+    if "optuna" in sweeper:
+        params = {}  # sampled, not swept (the study section has them); the command line's sweeps still count
+    try:
+        overrides = OverridesParser.create().parse_overrides([*task, *(f"{k}={v}" for k, v in params.items())])
+    except HydraException:
+        return None
+    return list(dict.fromkeys(o.key_or_group for o in overrides if o.is_sweep_override()))
+
+
+def sweep_of(run_dir: Path) -> Path | None:
+    """The sweep dir whose job folder `run_dir` is (its parent holds Hydra's multirun.yaml), else None."""
+    parent = Path(run_dir).resolve().parent
+    return parent if (parent / "multirun.yaml").is_file() else None
+
+
+def sweep_group(sweep_dir: Path, choices) -> str:
+    """A sweep's W&B group: `<sweep or experiment name>-<date>-<time>` (the sweep dir's last two parts)."""
+    label = choices.get("sweeps") or choices.get("experiment") or "sweep"
+    return f"{label}-{sweep_dir.parent.name}-{sweep_dir.name}"
+
+
+def join_sweep(run_dir: Path) -> Path | None:
+    """A single run into a job folder of a sweep (a job a stopped sweep did not run): the sweep's swept keys for
+    its W&B name, tags and summary (SELFSUP_SWEPT, as the sweep sets it for its jobs). The sweep dir, or None."""
+    sweep = sweep_of(run_dir)
+    if sweep is not None and "SELFSUP_SWEPT" not in os.environ:
+        os.environ["SELFSUP_SWEPT"] = ",".join(sorted(command_swept(sweep) or []))
+    return sweep

@@ -193,8 +193,12 @@ def read_summaries(sweep_dir: Path) -> list[dict]:
     rows = []
     for job in sorted((p for p in Path(sweep_dir).iterdir() if p.is_dir()), key=_job_key):
         summary, error = RunSummary.read(job), job / ERROR
-        if summary.found:
-            rows.append(summary.values)
+        if summary.problem:
+            rows.append(
+                {"status": "failed", "error": f"summary.json unreadable: {summary.problem}", "run_dir": str(job)}
+            )
+        elif summary.found:  # its outcomes are read from where it is now (a sweep moved or copied), not where it ran
+            rows.append({**summary.values, "run_dir": str(job)})
         elif error.is_file():
             rows.append({"status": "failed", "error": error.read_text().strip(), "run_dir": str(job)})
     return rows

@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import signal
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
 from selfsup.errors import UserError
 from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PROBE, RunSummary, override_key, shown
+from selfsup.reliability import stop
 from selfsup.summary import DEFINITIONS, read_summaries, shown_path, summary_table, value
 from selfsup.upstream import failed_job_value
 from selfsup.verdict import save_verdict, verdict_lines
 
 
 class SweepSummary(Callback):
-    """Hydra callback: one line per finished job, and the table of all jobs when the sweep ends."""
+    """Hydra callback: one line per finished job, and the table of all jobs when the sweep ends (or when a stop
+    signal ends it early: then the jobs not run, and how to run them)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[list[str]] = []  # a grid sweep's jobs, in order (a study samples its own)
 
     def on_multirun_start(self, config, **kwargs) -> None:
         """Tell the jobs which keys this sweep varies (for W&B names and tags); make the sweep dir
@@ -32,16 +41,21 @@ class SweepSummary(Callback):
         # through the environment, not a module global: it reaches the jobs a launcher starts in other processes
         # (submitit, local or SLURM), and a job's own config holds only its values, not which of them are swept
         os.environ["SELFSUP_SWEPT"] = ",".join(sorted({o.get_key_element() for o in parsed if o.is_sweep_override()}))
+        stop.clear()
         if "Optuna" not in str(config.hydra.sweeper.get("_target_", "")):  # (a study checks its own corners)
-            check_jobs(job_overrides(parsed))  # before anything is written
-        from selfsup.run_dir import claim, own
+            self.jobs = job_overrides(parsed)
+            check_jobs(self.jobs)  # before anything is written
+        from selfsup.run_dir import LOCK, claim, own
 
+        had_lock = (sweep_dir / LOCK).exists()
         try:  # one sweep at a time in a sweep dir (two launched in the same second share the default one)
             claim(sweep_dir)
         except UserError as err:
             print(f"error: {err}".replace("hydra.run.dir", "hydra.sweep.dir"), file=sys.stderr)
             raise SystemExit(2) from None
         if any(p.is_dir() or p.name == "optuna.db" for p in sweep_dir.iterdir()):
+            if not had_lock:  # the refused sweep leaves the folder as it was
+                (sweep_dir / LOCK).unlink(missing_ok=True)
             print(
                 f"error: hydra.sweep.dir={sweep_dir} already holds a sweep: nothing was overwritten; pick a "
                 f"new hydra.sweep.dir (or leave it out for a fresh timestamped one)",
@@ -49,6 +63,15 @@ class SweepSummary(Callback):
             )
             raise SystemExit(2)
         own(sweep_dir)
+
+    def on_job_start(self, config, **kwargs) -> None:
+        """A stop signal between two jobs: this one is not run (its fresh folder, only Hydra's record, removed)."""
+        if config.hydra.mode.name != "MULTIRUN" or not stop.received:
+            return
+        job_dir = Path(config.hydra.runtime.output_dir)
+        if job_dir.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in job_dir.iterdir()):
+            shutil.rmtree(job_dir, ignore_errors=True)
+        self.stop_sweep(config, int(config.hydra.job.num))
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
         from hydra.core.utils import JobStatus
@@ -63,7 +86,9 @@ class SweepSummary(Callback):
             what = "FAILED: " + error.read_text().strip().removeprefix("error: ")
         else:
             summary = RunSummary.read(job_dir).values
-            parts = [
+            status, by = summary.get("status"), summary.get("preempted_by")
+            parts = [f"{status} by {by}" if by else status] if status not in ("finished", None) else []
+            parts += [
                 f"{name} {v:.3f}"
                 for name, v in (
                     ("val loss", summary.get("val_loss")),
@@ -81,26 +106,58 @@ class SweepSummary(Callback):
             if override_key(o) in swept
         )
         print(f"[job {config.hydra.job.num}] {label}: {what}  ({shown_path(job_dir)})", flush=True)
+        if stop.received:
+            self.stop_sweep(config, int(config.hydra.job.num) + 1)
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        rows = read_summaries(Path(config.hydra.sweep.dir))
+        if rows:
+            raise SystemExit(self.sweep_end(config, rows))
+
+    def sweep_end(self, config, rows: list[dict]) -> int:
+        """The table, the verdict (verdict.json), where the outputs are, and each job that did not finish with its
+        status and what to do; the sweep's exit status (1 when a job failed, was preempted or interrupted)."""
         sweep_dir = shown_path(config.hydra.sweep.dir)
-        rows = read_summaries(Path(sweep_dir))
-        if not rows:
-            return
         print(summary_table(rows))
         print(textwrap.fill(DEFINITIONS, 100))
         print("\n".join(verdict_lines(rows)))
         save_verdict(Path(config.hydra.sweep.dir), rows)
-        failed = [r for r in rows if r.get("status") not in ("finished", "pruned")]  # pruned: Optuna stopped it
+        unfinished = [r for r in rows if r.get("status") not in ("finished", "pruned")]  # pruned: Optuna stopped it
         wandb_dirs = [r["wandb_dir"] for r in rows if r.get("wandb_dir")]
         print(f"Sweep outputs: {sweep_dir}   (report: selfsup-report {sweep_dir})")
         if wandb_dirs:
             print(f"W&B offline runs: {len(wandb_dirs)} (upload: wandb sync {sweep_dir}/*/wandb/offline-run-*)")
-        if failed:
-            for r in failed:
-                print(f"failed: {r['run_dir']}: {r.get('error')}")
-            print(f"{len(failed)} of {len(rows)} jobs failed", file=sys.stderr)
-            raise SystemExit(1)
+        for r in unfinished:
+            status = r.get("status") or "failed"
+            if status in ("preempted", "interrupted"):
+                print(f"{status}: {shown_path(r['run_dir'])}: continue it with selfsup-train resume={r['run_dir']}")
+            else:
+                print(f"failed: {shown_path(r['run_dir'])}: {r.get('error')}")
+        if unfinished:
+            counts = Counter(r.get("status") or "failed" for r in unfinished)
+            print(", ".join(f"{n} of {len(rows)} jobs {status}" for status, n in counts.items()), file=sys.stderr)
+            return 1
+        return 0
+
+    def stop_sweep(self, config, first_not_run: int) -> None:
+        """A stop signal reached the sweep: the jobs so far summed up, the jobs not run named with the command
+        that runs each (into this sweep's folder), and the sweep ends with 128 + the signal's number."""
+        rows = read_summaries(Path(config.hydra.sweep.dir))
+        if rows:
+            self.sweep_end(config, rows)
+        name = stop.received or "SIGTERM"
+        left = self.jobs[first_not_run:]
+        print(f"stopped by {name}: no further job was started", file=sys.stderr)
+        if left:
+            sweep_dir = Path(config.hydra.runtime.output_dir).parent
+            print(f"{len(left)} of {len(self.jobs)} jobs not run; each runs into this sweep with:", file=sys.stderr)
+            for number, overrides in enumerate(left, start=first_not_run):
+                words = [*overrides, "hydra.mode=RUN", f"hydra.run.dir={sweep_dir / str(number)}"]
+                print(f"  selfsup-train {' '.join(shlex.quote(w) for w in words)}", file=sys.stderr)
+        elif not self.jobs:  # a study: its sampler picks the next trials
+            study = Path(config.hydra.sweep.dir) / "optuna.db"
+            print(f"continue the study: the same command with hydra.sweeper.storage=sqlite:///{study}", file=sys.stderr)
+        raise SystemExit(128 + signal.Signals[name].value)
 
 
 def job_overrides(parsed) -> list[list[str]]:

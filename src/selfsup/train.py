@@ -56,9 +56,10 @@ from selfsup.names import (
     VAL_PERPLEXITY,
     RunSummary,
 )
+from selfsup.reliability import stop
 from selfsup.reliability.checkpoints import check_resume_compatible, resume_state
-from selfsup.run_dir import requeue_checkpoint, resumed_config
-from selfsup.verdict import verdict_text
+from selfsup.run_dir import join_sweep, requeue_checkpoint, resumed_config
+from selfsup.verdict import VERDICT, verdict_text
 from selfsup.version import code_version
 
 log = logging.getLogger("selfsup")
@@ -144,6 +145,7 @@ def fit(
         # Lightning turns Ctrl-C into sys.exit(1), and a second SIGTERM (the first one preempts) into its
         # SIGTERMException, a SystemExit with status 0: either is an interrupted run, exit 130 / 143
         error = "interrupted by SIGTERM" if isinstance(err, SIGTERMException) else "interrupted (Ctrl-C)"
+        stop.note(signal.SIGTERM if isinstance(err, SIGTERMException) else signal.SIGINT)
         summary.update(status="interrupted", error=error)
         if rank_zero:
             print(f"{error}: continue the run with selfsup-train resume={run_dir}", file=sys.stderr, flush=True)
@@ -153,7 +155,7 @@ def fit(
         raise
     finally:
         if before_sigterm is not None:
-            signal.signal(signal.SIGTERM, before_sigterm)
+            signal.signal(signal.SIGTERM, after_run)
         summary.update(
             wall_seconds=round(time.perf_counter() - began, 1),
             wandb_dir=finish_wandb(loggers, 0 if summary["status"] in ("finished", "preempted") else 1),
@@ -416,10 +418,23 @@ def stop_on_sigterm(SIGTERMException):
     if threading.current_thread() is not threading.main_thread():
         return None
 
-    def stop(signum, frame):
+    def stop_now(signum, frame):
+        stop.note(signum)
         raise SIGTERMException(143)
 
-    return signal.signal(signal.SIGTERM, stop)
+    return signal.signal(signal.SIGTERM, stop_now)
+
+
+def after_run(signum, frame) -> None:
+    """SIGTERM once the run has ended (its status is decided): noted, so that a sweep starts no further job, while
+    the run's records are written; a second one ends the process at once (the default action)."""
+    print(
+        f"received {stop.note(signum)}: the run has ended; writing its records, then stopping (send it again to "
+        f"stop at once)",
+        file=sys.stderr,
+        flush=True,
+    )
+    signal.signal(signum, signal.SIG_DFL)
 
 
 def save_outcomes(run_dir: Path, outcomes: dict) -> None:
@@ -466,6 +481,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     # rank 0 owns the loggers, the summary and the error files, as with selfsup's own launch
     rank = launched_rank()
     progress = {}
+    sweep = None if multirun else join_sweep(run_dir)
     try:
         requeued = requeue_checkpoint(cfg, run_dir)
         if requeued:  # a SLURM job requeued by Lightning after SIGUSR1: same command, same run dir
@@ -477,9 +493,14 @@ def hydra_main(cfg: DictConfig) -> float | None:
             )
         cfg = with_init(cfg)
         if not multirun:  # (in a sweep, after its W&B run has started: a failed job is a failed W&B run)
+            stop.clear()
             check_settings(cfg)
             check_objective(cfg)
         summary = fit(cfg, run_dir, rank_zero=rank == 0, loggers_first=multirun, progress=progress)
+    except SystemExit:
+        if multirun and stop.received:  # an interrupted job: the sweep's callback stops the sweep at its end
+            return float("nan")
+        raise
     except Exception as err:
         user_error = isinstance(err, UserError)
         message = f"error: {error_line(err)}" if user_error else f"error: {type(err).__name__}: {err}"
@@ -506,6 +527,14 @@ def hydra_main(cfg: DictConfig) -> float | None:
         from selfsup.summary import run_lines
 
         print("\n".join(run_lines(summary)))
+        if sweep is not None:  # a job of a sweep run on its own (resumed, or not run by a stopped sweep)
+            from selfsup.summary import read_summaries, shown_path
+            from selfsup.verdict import save_verdict
+
+            save_verdict(sweep, read_summaries(sweep))
+            print(
+                f"the sweep's verdict, with this run: {shown_path(sweep / VERDICT)} (selfsup-report {shown_path(sweep)})"
+            )
     return optimized_value(cfg, summary)
 
 

@@ -15,7 +15,8 @@ different families are never ranked. Runs of the same setting at different seeds
                            the interval of the difference holds 0, or the difference is within the seed
                            spread; with one seed per group the spread is not measured and no lead is called
 
-The first line says what the runs held equal (steps, input tokens, FLOPs) and what they did not.
+The first line says what the runs held equal (steps, input tokens, FLOPs) and what they did not; the last
+names each run it left out and why (preempted, interrupted, failed, pruned, no scores).
 """
 
 from __future__ import annotations
@@ -132,22 +133,41 @@ def held_equal(rows: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ comparisons
-def load_outcomes(row: dict) -> dict[str, np.ndarray] | None:
-    """A run's per-example outcomes (selfsup.evaluation.Evaluation.outcomes), or None where it kept none."""
+def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
+    """A run's per-example outcomes (selfsup.evaluation.Evaluation.outcomes) from its run dir, checked against its
+    summary: None where it kept none, else what is wrong with them in a few words (read by compare)."""
     path = Path(row.get("run_dir") or "") / OUTCOMES
     if not row.get("run_dir") or not path.is_file():
         return None
     try:
-        with np.load(path) as data:
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError):
-        return None
+        with np.load(path, allow_pickle=False) as data:
+            found = {k: data[k] for k in data.files}
+    except Exception as err:  # noqa: BLE001 - a truncated zip (BadZipFile), a damaged array: said, not raised
+        return f"outcomes.npz unreadable ({type(err).__name__})"
+    evaluated = row.get("eval") or {}
+    for key in [k for k in found if "|" not in k]:
+        trained, untrained = found[key], found.get(f"{key}|random_init")
+        if trained.ndim != 1 or untrained is None or untrained.ndim != 2 or untrained.shape[1] != len(trained):
+            return "outcomes.npz holds arrays of the wrong shape"
+        if not (np.issubdtype(trained.dtype, np.number) and np.issubdtype(untrained.dtype, np.number)):
+            return "outcomes.npz holds values that are not numbers"
+        if not (np.isfinite(trained).all() and np.isfinite(untrained).all()):
+            return "outcomes.npz holds values that are not finite"
+        for array, metric in ((trained, "accuracy"), (untrained, "random_init_accuracy")):
+            expected = evaluated.get(f"{key}/{metric}")
+            if expected is not None and abs(float(array.mean()) - expected) > 1e-6:
+                return "outcomes do not match summary.json"
+    return found
 
 
-def pooled(group: Group, key: str, outcomes: dict) -> tuple[np.ndarray, np.ndarray, str] | None:
+def pooled(group: Group, key: str, outcomes: dict) -> tuple[np.ndarray, np.ndarray, str] | str | None:
     """The group's outcomes on `key`: trained [n] (the mean over its seeds), random-init [seeds, n] (shared by
-    the runs of a shape), and the examples' hash; None where a run kept none or its runs saw other examples."""
+    the runs of a shape), and the examples' hash; None where a run kept none or its runs saw other examples; what
+    is wrong with a run's outcomes (load_outcomes)."""
     kept = [outcomes.get(id(row)) for row in group.rows]
+    wrong = [o for o in kept if isinstance(o, str)]
+    if wrong:
+        return wrong[0]
     if any(o is None or key not in o or f"{key}|random_init" not in o for o in kept):
         return None
     examples = {str(o[f"{key}|examples"]) for o in kept}
@@ -163,9 +183,16 @@ def compare(a: Group, b: Group, key: str, outcomes: dict) -> tuple[str, str | No
     """(the difference of a's and b's margins on `key` and what it says, or it alone and a note shared by the
     comparisons it ends with: one seed)."""
     x, y = pooled(a, key, outcomes), pooled(b, key, outcomes)
-    if x is None or y is None or x[2] != y[2]:
+    if x is None or y is None or isinstance(x, str) or isinstance(y, str) or x[2] != y[2]:
         gap = statistics.fmean(m.value for m in a.margins(key)) - statistics.fmean(m.value for m in b.margins(key))
-        why = "scored on other examples" if x is not None and y is not None else "no per-example outcomes kept"
+        problems = [p for p in (x, y) if isinstance(p, str)]
+        why = (
+            problems[0]
+            if problems
+            else "scored on other examples"
+            if x is not None and y is not None
+            else "no per-example outcomes kept"
+        )
         return f"{a.label} - {b.label} {gap:+.3f}, not bounded ({why}): no lead called", None
     d = difference(x[0], x[1], y[0], y[1])
     if not d.excludes_zero:
@@ -216,12 +243,11 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
     """The verdict of runs (summary.json dicts): what was held equal; per score, which groups show pretraining
     and which do not yet; between groups, the leader's margin against each other's (see the module's doc)."""
     groups = groups_of(rows)
-    if not groups:
-        return []
     members = [row for g in groups for row in g.rows]
     keys = list(dict.fromkeys(k for row in members for k in score_keys(row)))
     keys.sort(key=lambda k: not k.startswith("eval/pairs"))  # the pairs' scorers, then the probe tasks
-    if not keys:
+    out = [row for row in rows if not any(row is m for m in members)]
+    if not keys:  # nothing to read (the sweep's footer lists the runs that did not finish)
         return []
     lines = textwrap.wrap(
         f"Verdict (margin over random-init, 95% paired-bootstrap interval; {held_equal(members)}):",
@@ -245,7 +271,24 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
             parts.append(joined([compare(best, g, key, outcomes) for g in having if g is not best]))
         text = f"{score_label(key)}: " + ". ".join(parts)
         lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ")
+    if out:
+        lines += textwrap.wrap(left_out(out), width, initial_indent="  ", subsequent_indent="    ")
     return lines
+
+
+def left_out(rows: list[dict]) -> str:
+    """`left out: clm (sweep/1): preempted by SIGTERM at step 76; ...`: the runs the verdict did not read, and why."""
+    reasons = []
+    for row in rows:
+        status = row.get("status") or "failed"
+        why = {
+            "finished": "no evaluation scores",
+            "preempted": f"preempted by {row.get('preempted_by') or 'a signal'} at step {row.get('steps')}",
+            "pruned": "pruned by the sweeper",
+        }.get(status, f"{status}" + (f" ({row['error']})" if row.get("error") else ""))
+        place = Path(str(row.get("run_dir") or "?")).name
+        reasons.append(f"{setting_label(row) if row.get('objective') else 'job'} ({place}): {why}")
+    return "left out: " + "; ".join(reasons) if reasons else "no runs"
 
 
 def verdict_text(rows: list[dict]) -> str:

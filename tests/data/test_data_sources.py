@@ -255,3 +255,19 @@ def test_a_fifo_is_refused_instead_of_read_for_ever(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(DataError, match="is not a regular file"):
         text_file_documents([fifo])
+
+
+def test_empty_files_in_a_folder_are_skipped_with_one_warning_and_a_named_empty_file_is_refused(tmp_path, capsys):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("A document about modules.\n\nAnother about files.\n")
+    (folder / "empty1.txt").write_text("")
+    (folder / "empty2.jsonl").write_text("")
+    assert text_file_documents([folder]) == ["A document about modules.\n\nAnother about files.\n"]
+    warning = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert warning == [f"warning: data.paths: 2 empty files in folder {folder} skipped (e.g. empty1.txt)"]
+    with pytest.raises(DataError, match="empty1.txt is empty: add text to it or remove it from data.paths"):
+        text_file_documents([folder / "empty1.txt"])
+    (folder / "a.txt").write_text("")
+    with pytest.raises(DataError, match=f"every file in folder {folder} is empty"):
+        text_file_documents([folder])

@@ -116,8 +116,15 @@ def gpt2(corpus, tmp_path_factory):
         (["objective=clm", "data.seq_len=100"], "has 64 positions, this run's sequences take 100: set data.seq_len=64"),
         (["objective=clm", "init.from=/nowhere/gpt2"], "init.from=/nowhere/gpt2 does not exist: pass a transformers"),
         (["objective=clm", "init.from={weights}"], "has no tokenizer.json: save the model and its fast tokenizer in"),
-        (["objective=clm", "init.from=nobody/no-model"], "init.from=nobody/no-model brings no tokenizer.json the lab"),
+        (["objective=clm", "init.from=nobody/no-model"], "init.from=nobody/no-model is not in the local Hugging Fac"),
         (["objective=clm", "init.form=gpt2"], "Key 'form' is not in struct"),
+        (["objective=clm", "init.from={more_tokens}"], "tokens, its embedding"),
+        (["objective=clm", "init.from={truncated}"], "its weights cannot be read (Error while deserializing header"),
+        (["objective=clm", "init.from={empty}"], "its weights cannot be read ("),
+        (
+            ["objective=clm", "init.from={nan}"],
+            "(GPT2LMHeadModel): its transformer.h.0.mlp.c_fc.weight holds NaN or inf",
+        ),
     ],
 )
 def test_a_checkpoint_a_run_cannot_start_from_is_refused_in_one_line(overrides, words, gpt2, tmp_path, monkeypatch):
@@ -132,11 +139,12 @@ def test_a_checkpoint_a_run_cannot_start_from_is_refused_in_one_line(overrides, 
     weights.mkdir()
     for name in ("config.json", "model.safetensors"):
         (weights / name).write_bytes((gpt2 / name).read_bytes())
+    folders = {"weights": weights, **damaged_copies(gpt2, tmp_path)}
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # a hub name: its local cache only (HF_HUB_OFFLINE=1)
     register()
     try:
         with initialize_config_dir(str(CONF_DIR), version_base=None):
-            cfg = compose("train", overrides=[f"init.from={gpt2}", *(o.format(weights=weights) for o in overrides)])
+            cfg = compose("train", overrides=[f"init.from={gpt2}", *(o.format(**folders) for o in overrides)])
         cfg = with_init(cfg)
         check_settings(cfg)
         check_objective(cfg)
@@ -146,6 +154,30 @@ def test_a_checkpoint_a_run_cannot_start_from_is_refused_in_one_line(overrides, 
     except UserError as err:
         message = str(err)
     assert message is not None and words in message and "\n" not in message, message
+
+
+def damaged_copies(gpt2, tmp_path) -> dict:
+    """Copies of the checkpoint as a crash, a full disk or a wrong save leaves them: more_tokens (a tokenizer of
+    50 tokens more than the embedding's rows), truncated and empty weights, nan (a NaN in one weight)."""
+    from safetensors.torch import load_file, save_file
+    from tokenizers import Tokenizer
+
+    made = {}
+    for name in ("more_tokens", "truncated", "empty", "nan"):
+        made[name] = tmp_path / name
+        made[name].mkdir()
+        for file in ("config.json", "model.safetensors", "tokenizer.json"):
+            (made[name] / file).write_bytes((gpt2 / file).read_bytes())
+    tokenizer = Tokenizer.from_file(str(gpt2 / "tokenizer.json"))
+    tokenizer.add_tokens([f"extra{i}" for i in range(50)])
+    tokenizer.save(str(made["more_tokens"] / "tokenizer.json"))
+    weights = (gpt2 / "model.safetensors").read_bytes()
+    (made["truncated"] / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    (made["empty"] / "model.safetensors").write_bytes(b"")
+    state = load_file(str(gpt2 / "model.safetensors"))
+    state["transformer.h.0.mlp.c_fc.weight"][0, 0] = float("nan")
+    save_file(state, str(made["nan"] / "model.safetensors"), metadata={"format": "pt"})
+    return made
 
 
 @pytest.mark.slow  # the guard that refuses every bad setting before writing (tests/e2e/test_bad_input.py)

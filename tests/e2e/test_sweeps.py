@@ -308,3 +308,19 @@ def test_compare_flops_stops_every_objective_at_the_same_training_flops(cache_di
     assert verdict.startswith("Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: ")
     head = verdict.splitlines()[0]
     assert "FLOPs (within 1%)" in head and f"not equal: steps {min(steps)} to {max(steps)}" in head
+
+
+def test_a_sweep_into_a_folder_that_holds_one_is_refused_and_leaves_it_as_it_was(tmp_path):
+    sweep = tmp_path / "multirun"
+    (sweep / "0").mkdir(parents=True)
+    (sweep / "0" / "summary.json").write_text("{}")
+    out = forked.run(
+        ["selfsup-train", "-m", "debug=tiny", "objective=clm,mlm", f"hydra.sweep.dir={sweep}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(
+        f"error: hydra.sweep.dir={sweep} already holds a sweep: nothing was overwritten"
+    ), out.stderr[-2000:]
+    assert sorted(p.name for p in sweep.iterdir()) == ["0"]  # no .selfsup.lock left behind

@@ -2,6 +2,7 @@
 
 import json
 import math
+import signal
 
 import pytest
 import torch
@@ -483,3 +484,26 @@ def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
     assert len(set(folder.glob("*.json")) - before) == 6
     sorted(entries)[0].write_text("{not json")  # a damaged entry is computed again
     assert {k: evaluate()[1][k] for k in baselines} == baselines
+
+
+def test_a_stop_signal_ends_the_evaluation_at_a_boundary_and_keeps_nothing_of_it(cache_dir):
+    """SIGTERM noted during an evaluation (selfsup.reliability.stop): it ends before its next part, task or
+    random-init seed; the outcomes of the last complete evaluation stay those of that evaluation."""
+    from selfsup.reliability import stop
+
+    small = ["eval.tasks.probe.max_train_examples=100", "eval.tasks.probe.max_test_examples=50"]
+    run = build(config(cache_dir, *small, "architecture.d_model=24"))
+    evaluation = run.module.evaluation
+    try:
+        stop.note(signal.SIGTERM)  # before the first part: not even the random-init baselines are computed
+        assert evaluation(run.model) is None and not evaluation.baselines and not evaluation.random_init
+        stop.clear()
+        complete = evaluation(run.model)
+        assert 0 <= complete["eval/probe/accuracy"] <= 1
+        kept = dict(evaluation.last)
+        stop.note(signal.SIGTERM)
+        assert evaluation(run.model) is None
+        assert evaluation.last.keys() == kept.keys() and all(evaluation.last[k] is kept[k] for k in kept)
+    finally:
+        stop.clear()
+    assert evaluation(run.model) == complete  # the same model scored again, once no stop is asked for

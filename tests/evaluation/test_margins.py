@@ -17,7 +17,7 @@ def make(vocab):
 
 def test_pair_margins_are_accuracy_minus_random_init_with_their_interval(tmp_path):
     tok, vocab = word_tokenizer(WORDS), Vocab(size=len(WORDS), n_sentinels=4)
-    path = blimp_file(tmp_path / "p.jsonl", BLIMP * 20)  # 100 pairs in two groups
+    path = blimp_file(tmp_path / "p.jsonl", BLIMP * 20)  # 5 pairs in two groups (repeats count once)
     pairs = MinimalPairs(
         builtin=False, sets={"b": PairSource(paths=[str(path)], group_field="UID")}, random_init_seeds=3
     )
@@ -29,7 +29,7 @@ def test_pair_margins_are_accuracy_minus_random_init_with_their_interval(tmp_pat
         assert out[f"{key}/margin"] == pytest.approx(out[f"{key}/accuracy"] - out[f"{key}/random_init_accuracy"])
         assert (out[f"{key}/margin"], out[f"{key}/margin_low"], out[f"{key}/margin_high"]) == (m.value, m.low, m.high)
         assert out[f"{key}/margin_low"] <= out[f"{key}/margin"] <= out[f"{key}/margin_high"]
-    assert pairs.random_init["eval/pairs/b"].shape == (3, 100)
+    assert pairs.random_init["eval/pairs/b"].shape == (3, len(BLIMP))
 
 
 def test_a_random_init_model_scored_against_its_own_seed_has_margin_zero(tmp_path):

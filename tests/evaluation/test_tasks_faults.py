@@ -141,3 +141,34 @@ def test_quoted_newlines_in_a_csv_task_stay_in_the_text(tmp_path):
     train, test = t.load()
     assert train.texts == [r["text"] for r in rows] and test.texts == train.texts
     assert train.labels == [r["label"] for r in rows] and t.classes == ["0", "1"]
+
+
+@pytest.mark.parametrize("value", [-1, 0, 2.5, True, "10"])
+def test_a_count_setting_below_1_or_not_a_whole_number_is_refused(tmp_path, value):
+    """max_pairs: -1 used to drop the last pair silently (a slice); every count is a whole number >= 1 or null."""
+    from selfsup.evaluation import MinimalPairs, PairSource
+
+    path = write(tmp_path / "pairs.jsonl", [{"sentence_good": "a cat sat .", "sentence_bad": "a cat sit ."}] * 3)
+    with pytest.raises(EvalError, match=rf"^eval.pairs.sets.mine.max_pairs={value} must be at least 1 \(a whole"):
+        MinimalPairs(builtin=False, sets={"mine": PairSource(paths=[str(path)], max_pairs=value)}).check()
+    with pytest.raises(EvalError, match=rf"^eval.pairs.random_init_seeds={value} must be at least 1"):
+        MinimalPairs(random_init_seeds=value).check()
+    task = Task(source="text_files", paths=[str(path)], max_test_examples=value, name="t")
+    with pytest.raises(EvalError, match=rf"^eval.tasks.t.max_test_examples={value} must be at least 1 .*or null"):
+        task.load()
+
+
+def test_repeated_examples_and_pairs_are_dropped_with_one_warning(tmp_path, capsys):
+    """One pair repeated 200 times made a 3-step model "show pretraining": repeats are not independent examples."""
+    from selfsup.evaluation import PairSource
+
+    pairs = [{"sentence_good": f"the cat {i} sat .", "sentence_bad": f"the cat {i} sit ."} for i in range(5)]
+    source = PairSource(paths=[str(write(tmp_path / "pairs.jsonl", pairs + [pairs[0]] * 200))], name="mine")
+    assert len(source.load()) == 5
+    rows = [{"text": f"example number {i}", "label": i % 2} for i in range(40)]
+    task = Task(source="text_files", paths=[str(write(tmp_path / "t.jsonl", rows + rows[:10] * 3))], name="t")
+    train, test = task.load()
+    assert len(train.texts) + len(test.texts) == 40 and len(set(train.texts + test.texts)) == 40
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert warnings[0] == "warning: eval.pairs.sets.mine: pairs: 200 exact repeats of 205 dropped (each counts once)"
+    assert sum(int(w.split(": ")[-1].split()[0]) for w in warnings[1:]) == 30 and len(warnings) <= 3

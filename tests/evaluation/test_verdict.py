@@ -181,3 +181,94 @@ def test_lines_fit_the_width(tmp_path, width):
     lines = verdict_lines(rows, width)
     assert all(len(line) <= width for line in lines)
     assert " ".join(" ".join(lines).split()) == " ".join(verdict_text(rows).split())
+
+
+def test_the_verdict_names_each_run_it_left_out_and_why(tmp_path):
+    rng = np.random.default_rng(7)
+    base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
+    read = [run(tmp_path, f"r{i}", outcomes(rng, 0.6), base, o) for i, o in enumerate(("mlm", "clm"))]
+    preempted = {"status": "preempted", "preempted_by": "SIGTERM", "steps": 76, "objective": "ul2", "run_dir": "s/2"}
+    failed = {"status": "failed", "error": "error: CUDA out of memory", "run_dir": "s/3"}
+    text = verdict_text([*read, preempted, failed])
+    assert text.splitlines()[-1] == (
+        "  left out: ul2 (2): preempted by SIGTERM at step 76; job (3): failed (error: CUDA out of memory)"
+    )
+    assert "left out" not in verdict_text(read)
+
+
+@pytest.mark.parametrize(
+    "damage,why",
+    [
+        ("swapped", "outcomes do not match summary.json"),
+        ("truncated", "outcomes.npz unreadable (BadZipFile)"),
+        ("shape", "outcomes.npz holds arrays of the wrong shape"),
+        ("nan", "outcomes.npz holds values that are not finite"),
+    ],
+)
+def test_outcomes_that_do_not_agree_with_the_summary_bound_nothing(tmp_path, damage, why):
+    """A verdict never contradicts the margins printed beside it: altered, truncated or malformed outcomes leave
+    that run's comparisons unbounded, with the reason, and the rest of the verdict is written."""
+    rng = np.random.default_rng(8)
+    base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
+    rows = [
+        run(tmp_path, f"r{i}", outcomes(rng, a), base, o, seed=i)
+        for i, (a, o) in enumerate([(0.9, "clm"), (0.5, "mlm")])
+    ]
+    path = tmp_path / "r1" / OUTCOMES
+    if damage == "swapped":  # mlm's file holds clm's outcomes: its mean is not mlm's accuracy
+        path.write_bytes((tmp_path / "r0" / OUTCOMES).read_bytes())
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    else:
+        trained = outcomes(rng, 0.5)
+        trained[0] = np.nan if damage == "nan" else trained[0]
+        np.savez(path, **{"eval/pairs": trained if damage == "nan" else trained[:10], "eval/pairs|random_init": base})
+        if damage == "nan":
+            rows[1]["eval"]["eval/pairs/accuracy"] = None
+    text = verdict_text(rows)
+    assert "clm - mlm " in text and f", not bounded ({why}): no lead called" in text, text
+    assert "shows pretraining: clm" in text  # the rest of the verdict stands
+
+
+def test_the_sweep_table_reads_outcomes_from_where_the_sweep_is_now(tmp_path):
+    """A sweep moved or copied: its rows' outcomes are read from the folder given, not the run_dir it ran in."""
+    from selfsup.names import RunSummary
+    from selfsup.summary import read_summaries
+
+    rng = np.random.default_rng(9)
+    base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
+    row = run(tmp_path, "0", outcomes(rng, 0.8), base, "clm")
+    RunSummary({**row, "run_dir": "/elsewhere/0"}).write(tmp_path / "0")
+    [read] = read_summaries(tmp_path)
+    assert read["run_dir"] == str(tmp_path / "0")
+
+
+@pytest.mark.parametrize(
+    "change,problem",
+    [
+        ({"steps": "300"}, "steps is '300', not a finite number"),
+        ({"eval": {"eval/pairs/margin": float("nan")}}, "eval eval/pairs/margin is nan, not a finite number"),
+        ({"eval": {"eval/pairs/margin": float("inf")}}, "eval eval/pairs/margin is inf, not a finite number"),
+        ({"eval": [1, 2]}, "eval is a list, not {metric: number}"),
+        ({"status": 3}, "status is 3, not text"),
+    ],
+)
+def test_a_summary_with_values_of_the_wrong_type_is_refused_in_one_line_and_the_rest_is_read(tmp_path, change, problem):
+    import json
+
+    from selfsup.names import RunSummary
+    from selfsup.summary import read_summaries, summary_table
+
+    rng = np.random.default_rng(10)
+    base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
+    good, bad = run(tmp_path, "0", outcomes(rng, 0.8), base, "clm"), run(tmp_path, "1", outcomes(rng, 0.8), base, "mlm")
+    RunSummary(good).write(tmp_path / "0")
+    (tmp_path / "1" / "summary.json").write_text(json.dumps({**bad, **change}))  # (json writes NaN as NaN)
+    assert RunSummary.read(tmp_path / "1").problem == problem
+    rows = read_summaries(tmp_path)
+    assert rows[1] == {
+        "status": "failed",
+        "error": f"summary.json unreadable: {problem}",
+        "run_dir": str(tmp_path / "1"),
+    }
+    assert "clm" in summary_table(rows) and "shows pretraining: clm" in verdict_text(rows)

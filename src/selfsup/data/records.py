@@ -9,13 +9,36 @@ import csv
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from selfsup.data.sources import DataError, jsonl_objects, load_hf, one_line, parquet_file, text_lines
+from selfsup.data.sources import DataError, jsonl_objects, load_hf, one_line, parquet_file, text_lines, warn_once
 
 LABELLED_SUFFIXES = (".jsonl", ".csv", ".parquet")
 
 
 class EvalError(DataError):
     """A bad evaluation setting or task file; one line saying what is wrong and how to fix it."""
+
+
+def unique(rows: list, what: str) -> list:
+    """`rows` without exact repeats (the first of each kept), with one warning line naming how many were dropped
+    (`what`: e.g. "task probe: examples"): a repeated example would count as an independent one in the bootstrap."""
+    seen, kept = set(), []
+    for row in rows:
+        key = tuple(map(repr, row))
+        if key not in seen:
+            seen.add(key)
+            kept.append(row)
+    if len(kept) < len(rows):
+        warn_once(f"{what}: {len(rows) - len(kept)} exact repeats of {len(rows)} dropped (each counts once)")
+    return kept
+
+
+def check_count(key: str, value, optional: bool = False) -> None:
+    """A count setting (examples, pairs, seeds, steps): a whole number of at least 1, or null where `optional`
+    (no limit); else EvalError naming the key."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EvalError(f"{key}={value} must be at least 1 (a whole number)" + ", or null (no limit)" * optional)
 
 
 def read_records(path: str, fields: Sequence[str], keys: Sequence[str], setting) -> list[tuple]:

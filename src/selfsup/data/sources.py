@@ -16,6 +16,7 @@ import glob
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -48,6 +49,17 @@ def drop_empty(documents: Iterable[str | None]) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
+_warned: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """A warning line on stderr, once per process (a run reads its data, tasks and pairs in its check and again
+    to run)."""
+    if message not in _warned:
+        _warned.add(message)
+        print(f"warning: {message}", file=sys.stderr)
+
+
 def _expand_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -71,7 +83,12 @@ def _expand_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
                 raise DataError(
                     f"data.paths: folder {path} holds no .txt, .jsonl or .parquet files: add some or pass other paths"
                 )
-            files += found
+            empty = [f for f in found if f.stat().st_size == 0]  # (a file named on its own is refused when empty)
+            if len(empty) == len(found):
+                raise DataError(f"data.paths: every file in folder {path} is empty: add text or pass other paths")
+            if empty:
+                warn_once(f"data.paths: {len(empty)} empty files in folder {path} skipped (e.g. {empty[0].name})")
+            files += [f for f in found if f not in empty]
         elif not path.is_file():
             raise DataError(
                 f"data.paths: {path} is not a regular file (a FIFO, socket or device, which reading "

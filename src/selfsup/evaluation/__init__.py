@@ -38,6 +38,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -46,7 +47,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from selfsup.evaluation.baselines import cached, untrained_key
+from selfsup.data.records import check_count
+from selfsup.evaluation.baselines import EvaluationStopped, boundary, cached, untrained_key
 from selfsup.evaluation.fixed import EXAMS, PANEL_SETTINGS, FixedExam, check_panel
 from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
@@ -137,19 +139,14 @@ class Evaluation:
             ("eval.probe.max_length", self.max_length),
             ("eval.probe.random_init_seeds", self.random_init_seeds),
         ):
-            if value < 1:
-                raise EvalError(f"{key}={value} must be at least 1")
+            check_count(key, value)
         if not (math.isfinite(self.finetune_lr) and self.finetune_lr > 0):
             raise EvalError(f"eval.probe.finetune_lr={self.finetune_lr} must be a finite positive number")
         if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
             raise EvalError(
                 f"eval.probe.l2={self.l2} must be a finite number >= 0, or null (chosen on held-out training examples)"
             )
-        if self.fixed_max_tokens is not None and self.fixed_max_tokens < 1:
-            raise EvalError(
-                f"eval.fixed.max_tokens={self.fixed_max_tokens} must be at least 1, or null (the whole "
-                f"validation split); eval.fixed=null turns the exam off"
-            )
+        check_count("eval.fixed.max_tokens", self.fixed_max_tokens, optional=True)  # null: the whole split
         check_panel(**self.fixed_panel)
         if self.pairs is not None:
             self.pairs.check()
@@ -256,8 +253,23 @@ class Evaluation:
         return last or (self.every_n_validations > 0 and self.validations % self.every_n_validations == 0)
 
     # ------------------------------------------------------------------------------ scoring
-    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
-        """All metrics of `model` (not changed; the training RNG is not touched)."""
+    def __call__(self, model: torch.nn.Module) -> dict[str, float] | None:
+        """All metrics of `model` (not changed; the training RNG is not touched); None when a stop signal ended
+        the evaluation at a boundary (between parts, tasks and random-init seeds): nothing of it is kept."""
+        kept = dict(self.last), dict(self.pairs.last) if self.pairs is not None else {}
+        try:
+            return self.evaluate(model)
+        except EvaluationStopped as stopped:
+            signal_name, where = stopped.args
+            self.last = kept[0]
+            if self.pairs is not None:
+                self.pairs.last = kept[1]
+            logging.getLogger("selfsup").warning(
+                f"{signal_name}: the evaluation stopped before {where}; none of it is kept"
+            )
+            return None
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
         started = time.perf_counter()
         devices = [model_device(model)] if model_device(model).type == "cuda" else []
         # inside Lightning's validation (inference mode): tensors made here must be usable by autograd (the
@@ -270,17 +282,20 @@ class Evaluation:
         ):
             metrics = {}
             if self.exam is not None:
+                boundary("the fixed exam")
                 with self.timed("fixed"):
                     metrics.update(self.exam.metrics(model))
                     if self.tokenizer is not None:
                         self.examples = self.exam.examples(model, self.tokenizer)
             if self.pairs is not None:
+                boundary("the minimal pairs")
                 with self.timed("pairs"):
                     metrics.update(self.pairs(model))
             with self.timed("probe"):
                 if self.encoded and not self.baselines:  # the same for every evaluation of the run: once
                     self.baselines = self.random_init_and_majority(model)
                 for name in self.encoded:
+                    boundary(f"task {name}")
                     metrics.update(self.probe_metrics(model, name))
                 metrics.update(self.baselines)
         self.seconds += time.perf_counter() - started
@@ -337,6 +352,7 @@ class Evaluation:
         out = {}
         runs: dict[str, list] = {name: [] for name in self.encoded}
         for k in range(self.random_init_seeds):
+            boundary(f"the tasks' random-init seed {k + 1} of {self.random_init_seeds}")
             torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
             fresh = self.fresh_model(model)
             for name, (_, _, _, test_y, n_classes, train, test) in self.encoded.items():

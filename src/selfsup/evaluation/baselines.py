@@ -4,6 +4,9 @@ An untrained model's scores depend only on its weights (shape, initialisation, s
 what it is scored on, so a key hashes exactly those (`untrained_key`); every run of that shape on that
 data (a seed sweep, a rerun, every evaluation of one run) reads the entry instead of computing it again.
 A damaged entry is computed again and replaced; entries are written under a temporary name and renamed.
+
+`boundary(where)` between the parts of an evaluation and its random-init seeds: a stop signal received by the
+process (selfsup.reliability.stop) ends the evaluation there (EvaluationStopped), instead of after all of it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from selfsup.reliability import stop
 
 CACHE_VERSION = 1  # raise when a scorer or a model's forward changes what an entry means
 
@@ -58,3 +63,13 @@ def cached(
             write(value, f)
         os.replace(scratch, path)
     return value
+
+
+class EvaluationStopped(Exception):
+    """A stop signal arrived during an evaluation: it ended at a boundary (args: the signal, where)."""
+
+
+def boundary(where: str) -> None:
+    """Go on, or end the evaluation here when the process has received a stop signal."""
+    if stop.received is not None:
+        raise EvaluationStopped(stop.received, where)

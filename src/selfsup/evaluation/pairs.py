@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from selfsup.data.records import EvalError, hf_rows, read_records
-from selfsup.evaluation.baselines import cached, untrained_key
+from selfsup.data.records import EvalError, check_count, hf_rows, read_records, unique
+from selfsup.evaluation.baselines import boundary, cached, untrained_key
 from selfsup.evaluation.scoring import (
     BATCH_TOKENS,
     NGram,
@@ -209,6 +209,7 @@ class PairSource:
                 f"eval.pairs.sets.{self.name}: the name must be letters, digits, '_', '.' or '-' and "
                 f"not one of {', '.join(sorted(RESERVED))} (it names the metrics eval/pairs/<name>/...)"
             )
+        check_count(self.setting("max_pairs"), self.max_pairs, optional=True)
         fields = [self.good_field, self.bad_field] + ([self.group_field] if self.group_field else [])
         keys = ["good_field", "bad_field", "group_field"]
         if self.source == "text_files":
@@ -227,6 +228,7 @@ class PairSource:
             rows = hf_rows(self.hf_name, self.hf_config, self.split, self.data_files, fields, keys, self.setting)
         else:
             raise EvalError(f"{self.setting('source')}={self.source} is unknown: use text_files or hf_dataset")
+        rows = unique(rows, f"eval.pairs.sets.{self.name}: pairs")
         rows = rows[: self.max_pairs] if self.max_pairs is not None else rows
         if not rows:
             raise EvalError(
@@ -301,8 +303,7 @@ class MinimalPairs:
             ("eval.pairs.max_words", self.max_words),
             ("eval.pairs.reference_tokens", self.reference_tokens),
         ):
-            if value < 1:
-                raise EvalError(f"{key}={value} must be at least 1")
+            check_count(key, value)
         if not (self.builtin or self.sets):
             raise EvalError(
                 "eval.pairs has no pairs: set eval.pairs.builtin=true, add eval.pairs.sets, or turn the "
@@ -434,6 +435,7 @@ class MinimalPairs:
             self.baselines = self.random_init_and_references(model)
         out = {}
         for prefix in self.scorers:
+            boundary(f"the pairs' {prefix}")
             for key, outcome in self.outcomes(prefix, self.scores(model, prefix)).items():
                 self.last[key] = outcome
                 out[f"{key}/accuracy"] = float(outcome.mean())
@@ -456,10 +458,10 @@ class MinimalPairs:
             return out
         device = next(model.parameters()).device
         for prefix in self.scorers:
-            runs = [
-                self.outcomes(prefix, self.random_init_scores(prefix, seed, device))
-                for seed in range(self.random_init_seeds)
-            ]
+            runs = []
+            for seed in range(self.random_init_seeds):
+                boundary(f"the pairs' random-init seed {seed + 1} of {self.random_init_seeds}")
+                runs.append(self.outcomes(prefix, self.random_init_scores(prefix, seed, device)))
             for key in runs[0]:
                 self.random_init[key] = np.stack([r[key] for r in runs])
                 mean, sd = mean_sd([float(r[key].mean()) for r in runs])

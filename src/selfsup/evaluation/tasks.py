@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from selfsup.data.builtin import builtin_documents, stdlib_docstrings
-from selfsup.data.records import EvalError, hf_rows, records
+from selfsup.data.records import EvalError, check_count, hf_rows, records, unique
 from selfsup.data.sources import document_bucket
 
 BUILTIN_TASKS = ("replaced_word", "word_order")
@@ -89,6 +89,8 @@ class Task:
             return self._loaded
         if self.source not in SOURCES:
             raise EvalError(f"{self.setting('source')}={self.source} is unknown: use one of {', '.join(SOURCES)}")
+        check_count(self.setting("max_train_examples"), self.max_train_examples, optional=True)
+        check_count(self.setting("max_test_examples"), self.max_test_examples, optional=True)
         if self.source == "builtin":
             train, test = self._builtin()
         elif self.source == "text_files":
@@ -104,8 +106,7 @@ class Task:
                 f"{self.setting('task')}={self.task} is not a built-in task: use one of "
                 f"{', '.join(BUILTIN_TASKS)}, or source=text_files / hf_dataset for your own data"
             )
-        if self.perturb < 1:
-            raise EvalError(f"{self.setting('perturb')}={self.perturb} must be at least 1 (words changed per sentence)")
+        check_count(self.setting("perturb"), self.perturb)  # words changed per sentence
         examples = builtin_examples(self.task, self.perturb)
         cut = 2 * int(len(examples) / 2 * (1 - self.test_fraction))  # a sentence and its change: one split
         return list(examples[:cut][: self.max_train_examples]), list(examples[cut:][: self.max_test_examples])
@@ -156,6 +157,8 @@ class Task:
         return out[0], out[1]
 
     def _encode_labels(self, train: list, test: list) -> tuple[Examples, Examples]:
+        train = unique(train, f"task {self.name}: training examples")
+        test = unique(test, f"task {self.name}: test examples")
         if not train or not test:
             which = "training" if not train else "test"
             raise EvalError(

@@ -16,6 +16,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from selfsup.reliability import stop
 from selfsup.reliability.errors import NonFiniteLossError
 from selfsup.upstream import cluster_environment
 
@@ -213,9 +214,11 @@ class PreemptionHandler(Callback):
     the signals set a flag; at the next ``on_train_batch_end`` every rank agrees on it, the
     checkpoint is written with ``trainer.save_checkpoint`` (through the Trainer's checkpoint IO:
     atomic with AtomicCheckpointIO) and ``trainer.should_stop`` is set. ``fit`` then returns
-    normally (Lightning runs one validation first when validation is enabled): ``self.preempted``
-    holds the signal's name and ``self.checkpoint_path`` the file. The lab records the run as
-    "preempted" and exits 0.
+    normally, without the validation Lightning would run before stopping: ``self.preempted`` holds the
+    signal's name and ``self.checkpoint_path`` the file. The lab records the run as "preempted" and exits 0.
+    A signal during a validation ends the evaluation under way at its next boundary (the signal is noted in
+    selfsup.reliability.stop, which the evaluation reads); the checkpoint follows at the next step, or, in
+    the final validation, as training ends (``on_train_end``).
 
     Lightning on its own turns SIGTERM into SIGTERMException (a SystemExit) with no checkpoint;
     this handler replaces that during training and puts Lightning's handler back afterwards.
@@ -269,8 +272,8 @@ class PreemptionHandler(Callback):
         if self._received is None:
             self._received = signum
             log.warning(
-                f"received {signal.Signals(signum).name}: saving a checkpoint at the end of this step, "
-                f"then stopping (send it again to stop at once)"
+                f"received {stop.note(signum)}: saving a checkpoint at the end of this step (or of the "
+                f"evaluation under way), then stopping (send it again to stop at once)"
             )
             return
         previous = self._previous.get(signum, signal.SIG_DFL)
@@ -286,13 +289,19 @@ class PreemptionHandler(Callback):
         self._install(self._handled_signals(cluster_environment(trainer)))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._save_if_signalled(trainer):
+            trainer.should_stop = True
+            trainer.limit_val_batches = 0  # no validation before stopping (Lightning runs one on should_stop)
+
+    def _save_if_signalled(self, trainer) -> bool:
+        """On every rank: when any rank received a signal and no checkpoint was saved for it yet, save it now."""
         if self.preempted is not None:
-            return
+            return False
         flag = self._received is not None
         if trainer.world_size > 1:
             flag = bool(trainer.strategy.reduce_boolean_decision(flag, all=False))
         if not flag:
-            return
+            return False
         folder = (
             self.dirpath
             or getattr(trainer.checkpoint_callback, "dirpath", None)
@@ -302,13 +311,14 @@ class PreemptionHandler(Callback):
         trainer.save_checkpoint(path, weights_only=False)
         self.preempted = signal.Signals(self._received).name if self._received is not None else "signal"
         self.checkpoint_path = path
-        trainer.should_stop = True
         log.warning(
             f"{self.preempted}: saved {path} at step {trainer.global_step}; stopping. "
             f"Continue with: {self.resume_hint or f'selfsup-train ckpt_path={path}'}"
         )
+        return True
 
     def on_train_end(self, trainer, pl_module) -> None:
+        self._save_if_signalled(trainer)  # a signal in the final validation: its evaluation stopped early
         self._restore()
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:

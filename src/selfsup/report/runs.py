@@ -11,9 +11,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hydra.errors import HydraException
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from selfsup.names import ERROR, SUMMARY, TRACEBACK, RunSummary, shown
 from selfsup.report.model import (
@@ -23,6 +21,7 @@ from selfsup.report.model import (
     Run,
     _number,
 )
+from selfsup.run_dir import command_swept
 from selfsup.summary import _job_key
 
 
@@ -296,28 +295,6 @@ def _setting_keys(runs: list[Run]) -> list[str]:
         for k in keys
         if k not in IGNORED_KEYS and not k.startswith(IGNORED_PREFIXES) and not k.endswith(("._target_", "._convert_"))
     ]  # which class builds a group: named by its name
-
-
-def command_swept(sweep_dir: Path) -> list[str] | None:
-    """The keys (or config groups, e.g. `objective`) the sweep's command swept, from its multirun.yaml:
-    the sweep overrides of the command line and the sweeper's params (an experiment's own sweep); None
-    without a readable multirun.yaml, or for a study (its sweeper samples its own params)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    try:
-        hydra_cfg = OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra
-        task = list(hydra_cfg.overrides.task)
-        params = dict(hydra_cfg.sweeper.get("params") or {})
-        sweeper = str(hydra_cfg.sweeper.get("_target_", ""))
-    except (OSError, ValueError, AttributeError, OmegaConfBaseException):
-        return None
-    if "optuna" in sweeper:
-        params = {}  # sampled, not swept (the study section has them); the command line's sweeps still count
-    try:
-        overrides = OverridesParser.create().parse_overrides([*task, *(f"{k}={v}" for k, v in params.items())])
-    except HydraException:
-        return None
-    return list(dict.fromkeys(o.key_or_group for o in overrides if o.is_sweep_override()))
 
 
 def swept_keys(runs: list[Run]) -> list[str]:
