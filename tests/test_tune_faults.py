@@ -249,3 +249,39 @@ def test_the_report_says_a_corrupt_summary_json_is_corrupt(tmp_path, capsys):
     assert f"incomplete: 1 ({tmp_path / '1'}): summary.json unreadable (corrupt" in out
     assert f"incomplete: 2 ({tmp_path / '2'}): summary.json unreadable (corrupt" in out
     assert "no summary.json" not in out
+
+
+@pytest.mark.parametrize("damage", ["middle", "empty"])
+def test_a_study_database_damaged_in_the_middle_or_empty_is_refused_in_one_line(tmp_path, capsys, damage):
+    """Its header intact, a page in the middle overwritten (what a crash or a bad copy leaves); or a zero-byte
+    file, which SQLite would take as a new database and Optuna write a study into."""
+    db = tmp_path / "optuna.db"
+    if damage == "middle":
+        study = optuna.create_study(study_name="tune", storage=storage_of(tmp_path), direction="maximize")
+        study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=60)
+        data = bytearray(db.read_bytes())
+        data[len(data) // 2 : len(data) // 2 + 4096] = bytes(range(256)) * 16
+        db.write_bytes(bytes(data))
+    else:
+        db.write_bytes(b"")
+    before = db.read_bytes()
+    with pytest.raises(SystemExit) as refused:
+        sweeper(tmp_path / "more", storage=storage_of(tmp_path)).study()
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    says = "cannot read the study database (" if damage == "middle" else "an empty file, not a study database"
+    assert err.startswith(f"error: hydra.sweeper.storage={storage_of(tmp_path)}: {says}"), err
+    assert db.read_bytes() == before
+
+
+def test_the_report_of_a_sweep_whose_study_database_is_damaged_says_so_and_shows_the_runs(tmp_path, capsys):
+    study = optuna.create_study(study_name="tune", storage=storage_of(tmp_path), direction="maximize")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=60)
+    db = tmp_path / "optuna.db"
+    data = bytearray(db.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 4096] = bytes(range(256)) * 16
+    db.write_bytes(bytes(data))
+    job(tmp_path, 0, json.dumps({"status": "finished", "objective": "span_corruption", "val_loss": 5.0}))
+    code, out = report(capsys, tmp_path)
+    assert code == 0 and f"cannot read the Optuna study of {tmp_path}: database disk image is malformed" in out
+    assert "Report (1 run)" in out and "span_corruption" in (tmp_path / "report.md").read_text()

@@ -304,6 +304,13 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
         changed = [key for key in now if key in then and then[key] != now[key] and not key.startswith("tokenizer.")]
         if changed:
             key = changed[0]
+            asked = {override_key(o) for o in overrides}
+            if not any(key == k or key.startswith(f"{k}.") for k in asked):  # the checkpoint is another run's
+                raise UserError(
+                    f"resume={run_dir} ckpt_path={last}: that checkpoint was trained with {key}={then[key]}, the "
+                    f"run with {key}={now[key]}: nothing was changed; pass a checkpoint of this run (in "
+                    f"{run_dir / 'checkpoints'}), or start a new run from that one with ckpt_path= and without resume="
+                )
             raise UserError(
                 f"resume={run_dir} cannot change {key} (the run trained with {then[key]}, this "
                 f"command asks for {now[key]}): the run is unchanged; drop that override to continue "

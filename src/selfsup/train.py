@@ -482,6 +482,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
     rank = launched_rank()
     progress = {}
     sweep = None if multirun else join_sweep(run_dir)
+    if rank == 0:
+        keep_secrets_out_of_records(cfg, run_dir, multirun)
     try:
         requeued = requeue_checkpoint(cfg, run_dir)
         if requeued:  # a SLURM job requeued by Lightning after SIGUSR1: same command, same run dir
@@ -536,6 +538,18 @@ def hydra_main(cfg: DictConfig) -> float | None:
                 f"the sweep's verdict, with this run: {shown_path(sweep / VERDICT)} (selfsup-report {shown_path(sweep)})"
             )
     return optimized_value(cfg, summary)
+
+
+def keep_secrets_out_of_records(cfg: DictConfig, run_dir: Path, multirun: bool) -> None:
+    """A secret given on the command line (`+logger.api_key=…`, a password in a URL) is redacted in the records
+    Hydra wrote of the command (docs/failures.md): secrets belong in the environment (WANDB_API_KEY, HF_TOKEN)."""
+    from selfsup.reliability.redact import redact_files, register_secrets
+
+    register_secrets(OmegaConf.to_container(cfg, resolve=False))
+    hc = HydraConfig.get()
+    records = run_dir / str(hc.output_subdir) if hc.output_subdir else None
+    files = [records / name for name in ("config.yaml", "overrides.yaml", "hydra.yaml")] if records else []
+    redact_files(files + ([Path(hc.sweep.dir) / "multirun.yaml"] if multirun else []))
 
 
 def optimized_value(cfg: DictConfig, summary: dict) -> float | None:

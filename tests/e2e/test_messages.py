@@ -196,3 +196,27 @@ def test_a_refused_command_creates_nothing(tmp_path, args):
     out = selfsup(["debug=tiny", *args], tmp_path)
     assert out.returncode == 2 and out.stderr.startswith("error: ") and len(out.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_resuming_with_another_runs_checkpoint_says_which_is_which_and_asks_for_no_override(lab, tmp_path):
+    """resume=RUN ckpt_path=<a checkpoint of other settings>: no override asked for the change, so the words say
+    that the checkpoint is another run's (they used to swap the two and ask to drop an override never given)."""
+    import torch
+
+    from selfsup.errors import UserError
+    from selfsup.run_dir import check_resume
+
+    root, _, _ = lab
+    run = root / "run"
+    other = tmp_path / "other.ckpt"
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    trained = checkpoint["selfsup"]["config"]["objective"]["mask_rate"]
+    checkpoint["selfsup"]["config"]["objective"]["mask_rate"] = 0.3
+    torch.save(checkpoint, other)
+    with pytest.raises(UserError) as refused:
+        check_resume(run, [f"resume={run}", f"ckpt_path={other}", "trainer.max_steps=46"])
+    assert str(refused.value) == (
+        f"resume={run} ckpt_path={other}: that checkpoint was trained with objective.mask_rate=0.3, the run with "
+        f"objective.mask_rate={trained}: nothing was changed; pass a checkpoint of this run (in {run / 'checkpoints'}), "
+        f"or start a new run from that one with ckpt_path= and without resume="
+    )

@@ -111,9 +111,10 @@ def test_wandb_online_without_a_key_falls_back_to_offline_and_secrets_are_redact
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     recorded = json.dumps(wandb_summary(tmp_path / "run"))
     assert key not in recorded and '"api_key": "***"' in recorded
-    for path in (tmp_path / "run").rglob("*"):  # nor any output or checkpoint, except the config the user typed
-        if path.is_file() and ".hydra" not in path.parts and path.suffix not in (".log",):
+    for path in (tmp_path / "run").rglob("*"):  # nor any output, checkpoint or log, nor Hydra's record of the command
+        if path.is_file():
             assert key.encode() not in path.read_bytes(), path
+    assert "***" in (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
 
 
 @pytest.mark.slow

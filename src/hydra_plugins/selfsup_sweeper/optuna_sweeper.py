@@ -288,6 +288,11 @@ class SelfSupOptunaSweeper(Sweeper):
                 f"hydra.sweeper.storage={url}: no such study database; to continue a study, pass the "
                 f"optuna.db of its sweep dir; to start one, leave hydra.sweeper.storage unset"
             )
+        elif url.startswith("sqlite:///") and Path(url.removeprefix("sqlite:///")).stat().st_size == 0:
+            refuse(
+                f"hydra.sweeper.storage={url}: an empty file, not a study database; to continue a study, pass "
+                f"the optuna.db of its sweep dir; to start one, leave hydra.sweeper.storage unset"
+            )
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweeper says what happens, in its own lines
         logging.getLogger("alembic").setLevel(logging.WARNING)  # (SQLite schema set-up, one line per plugin)
         retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)  # Optuna >= 4.9
@@ -313,13 +318,15 @@ class SelfSupOptunaSweeper(Sweeper):
                     direction=self.direction,
                     load_if_exists=True,
                 )
+                study.get_trials(deepcopy=False)  # every trial read: a database damaged in the middle fails here
+                self.fail_stale(study)
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as err:
-            reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
+            cause = err.__cause__ if isinstance(err, optuna.exceptions.StorageInternalError) and err.__cause__ else err
+            reason = str(getattr(cause, "orig", None) or cause).strip().splitlines()[0]
             refuse(
                 f"hydra.sweeper.storage={url}: cannot read the study database ({reason}): pass the optuna.db "
                 f"of a study's sweep dir, or leave hydra.sweeper.storage unset for a new study"
             )
-        self.fail_stale(study)
         return study, url
 
     def into_study_dir(self, storage: str) -> Optional[Path]:

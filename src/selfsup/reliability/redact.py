@@ -73,3 +73,20 @@ def redact(obj: Any, _secret: bool = False) -> Any:
     if isinstance(obj, Sequence) and not isinstance(obj, (bytes, bytearray)):
         return [redact(v, _secret) for v in obj]
     return obj
+
+
+def redact_files(paths) -> None:
+    """Rewrite each file that exists with its secrets redacted (`redact` of its text): Hydra's records of a run
+    (.hydra/config.yaml, overrides.yaml, hydra.yaml, a sweep's multirun.yaml) hold the command line as given."""
+    from pathlib import Path
+
+    for path in map(Path, paths):
+        try:
+            text = path.read_text()
+            cleaned = redact(text)
+            if cleaned != text:
+                tmp = path.with_name(f".{path.name}.tmp")
+                tmp.write_text(cleaned)
+                os.replace(tmp, path)
+        except OSError:
+            continue

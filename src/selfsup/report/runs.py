@@ -365,8 +365,13 @@ def load_studies(paths: list[str]) -> tuple[list, list[str]]:
                 named = [(storage, name) for name in optuna.get_all_study_names(storage)]
             named = [(storage, name) for storage, name in named if (_storage_key(storage), name) not in seen]
             studies = [optuna.load_study(study_name=name, storage=storage) for storage, name in named]
+            for study in studies:  # every trial read: a database damaged in the middle fails here, not in a plot
+                study.get_trials(deepcopy=False)
         except Exception as err:  # noqa: BLE001 - a moved storage, a study deleted: the rest of the report stands
-            problems.append(f"cannot read the Optuna study of {place}: {str(err).splitlines()[0] if str(err) else err}")
+            cause = getattr(err.__cause__, "orig", None) or err.__cause__ or err  # (Optuna wraps SQLite's reason)
+            problems.append(
+                f"cannot read the Optuna study of {place}: {str(cause).splitlines()[0] if str(cause) else cause}"
+            )
             continue
         for (storage, name), study in zip(named, studies):
             seen.add((_storage_key(storage), name))
