@@ -251,6 +251,8 @@ def prepare(cfg: DictConfig, quiet: bool = False) -> tuple[Corpus, Objective, Ev
         # cache (a JSON file per interpreter) instead of gathered in a fresh interpreter (~0.4 s)
         stdlib_docstrings(cfg.data.get("cache_dir"))
         evaluation.check(corpus.training_keys, sharded=cfg.trainer.strategy == "fsdp")
+        if evaluation.pairs is not None:  # some pair fits the model's positions
+            evaluation.pairs.fitting(corpus.tokenizer, model_length(cfg, objective))
     return corpus, objective, evaluation
 
 

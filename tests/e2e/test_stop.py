@@ -48,7 +48,8 @@ def test_sigterm_in_the_final_evaluation_stops_it_at_a_boundary(cache_dir, tmp_p
 def test_sigterm_stops_a_sweep_which_names_the_jobs_not_run_and_their_commands_run(cache_dir, tmp_path):
     sweep = tmp_path / "multirun"
     proc = forked.Popen(
-        ["selfsup-train", "-m", *TINY, "eval.tasks=null", "eval.fixed=null", "objective=clm,mlm,span_corruption"]
+        ["selfsup-train", "-m", *TINY, "logger=csv", "eval.tasks=null", "eval.fixed=null"]
+        + ["objective=clm,mlm,span_corruption"]
         + ["trainer.max_steps=100000"]
         + ["trainer.val_check_interval=100000", f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep}"],
         stdout=subprocess.PIPE,
@@ -72,9 +73,13 @@ def test_sigterm_stops_a_sweep_which_names_the_jobs_not_run_and_their_commands_r
     commands = [shlex.split(line)[1:] for line in err.splitlines() if line.startswith("  selfsup-train ")]
     assert [c[c.index("hydra.mode=RUN") + 1] for c in commands] == [f"hydra.run.dir={sweep / n}" for n in "12"]
     assert "objective=mlm" in commands[0] and "objective=span_corruption" in commands[1]
-    # each runs into the sweep (fewer steps here), joins its W&B group, and the sweep's verdict.json is rewritten
+    # each runs into the sweep (fewer steps, and W&B on here), joins its W&B group, and rewrites verdict.json
     done = forked.run(
-        ["selfsup-train", *commands[0], "trainer.max_steps=3"], capture_output=True, text=True, env=ENV, timeout=300
+        ["selfsup-train", *commands[0], "trainer.max_steps=3", "logger=wandb"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((sweep / "1" / "summary.json").read_text())["status"] == "finished"

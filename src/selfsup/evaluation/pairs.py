@@ -333,16 +333,10 @@ class MinimalPairs:
         self.vocab, self.make_model = vocab, make_model
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.tokenizer_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
-        texts = list(dict.fromkeys(t for ps in self.pair_sets for t in ps.good + ps.bad))
-        encoded = {t: e.ids for t, e in zip(texts, tokenizer.encode_batch(texts, add_special_tokens=False))}
+        encoded, keeps = self.fitting(tokenizer, model_length)
         ids: dict[tuple, int] = {}
         self.sentences, self.index, self.skipped = [], [], 0
-        for ps in self.pair_sets:
-            keep = [
-                i
-                for i in range(len(ps))
-                if 0 < len(encoded[ps.good[i]]) <= model_length - 2 and 0 < len(encoded[ps.bad[i]]) <= model_length - 2
-            ]
+        for ps, keep in zip(self.pair_sets, keeps):
             self.skipped += len(ps) - len(keep)
             pair_index = []
             for which in (ps.good, ps.bad):
@@ -356,11 +350,6 @@ class MinimalPairs:
                 pair_index.append(np.asarray(column, dtype=np.int64))
             ps.kept = keep
             self.index.append((pair_index[0], pair_index[1]))
-        if not any(len(g) for g, _ in self.index):
-            raise EvalError(
-                f"eval.pairs: every pair has a sentence longer than the model's {model_length - 2} "
-                f"positions: raise data.seq_len or use shorter sentences"
-            )
         if self.skipped and not quiet:
             total = sum(len(ps) for ps in self.pair_sets)
             print(
@@ -378,6 +367,22 @@ class MinimalPairs:
             self.references = {
                 order: counts.score(self.sentences, vocab.eos_id, n) for order, n in (("unigram", 1), ("bigram", 2))
             }
+
+    def fitting(self, tokenizer, model_length: int) -> tuple[dict[str, list[int]], list[list[int]]]:
+        """Each sentence's token ids, and per pair set the pairs whose two sentences fit the model's positions;
+        EvalError when no pair does (prepare checks it before anything is written)."""
+        if not self.pair_sets:
+            self.check()
+        texts = list(dict.fromkeys(t for ps in self.pair_sets for t in ps.good + ps.bad))
+        encoded = {t: e.ids for t, e in zip(texts, tokenizer.encode_batch(texts, add_special_tokens=False))}
+        fits = {t: 0 < len(ids) <= model_length - 2 for t, ids in encoded.items()}
+        keeps = [[i for i in range(len(ps)) if fits[ps.good[i]] and fits[ps.bad[i]]] for ps in self.pair_sets]
+        if not any(keeps):
+            raise EvalError(
+                f"eval.pairs: every pair has a sentence longer than the model's {model_length - 2} "
+                f"positions: raise data.seq_len or use shorter sentences"
+            )
+        return encoded, keeps
 
     def prefixes(self) -> dict[str, str]:
         """{metric prefix of a set under a scorer: the scorer's name}: eval/pairs (the built-in set),
