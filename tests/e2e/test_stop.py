@@ -37,7 +37,7 @@ def test_sigterm_in_the_final_evaluation_stops_it_at_a_boundary(cache_dir, tmp_p
     proc.send_signal(signal.SIGTERM)
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, output[-3000:]
-    assert "SIGTERM: the evaluation stopped before " in output and "none of it is kept" in output, output[-3000:]
+    assert "SIGTERM: the evaluation stopped in " in output and "none of it is kept" in output, output[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["status"], summary["preempted_by"], summary["steps"]) == ("preempted", "SIGTERM", 4)
     assert not summary["eval"] and "verdict" not in summary  # nothing of the stopped evaluation is reported

@@ -265,7 +265,7 @@ class Evaluation:
             if self.pairs is not None:
                 self.pairs.last = kept[1]
             logging.getLogger("selfsup").warning(
-                f"{signal_name}: the evaluation stopped before {where}; none of it is kept"
+                f"{signal_name}: the evaluation stopped in {where}; none of it is kept"
             )
             return None
 

@@ -5,8 +5,9 @@ what it is scored on, so a key hashes exactly those (`untrained_key`); every run
 data (a seed sweep, a rerun, every evaluation of one run) reads the entry instead of computing it again.
 A damaged entry is computed again and replaced; entries are written under a temporary name and renamed.
 
-`boundary(where)` between the parts of an evaluation and its random-init seeds: a stop signal received by the
-process (selfsup.reliability.stop) ends the evaluation there (EvaluationStopped), instead of after all of it.
+`boundary(where)` between the parts of an evaluation and its random-init seeds, `check_stop()` between the batches
+of each: a stop signal received by the process (selfsup.reliability.stop) ends the evaluation there
+(EvaluationStopped), instead of after all of it.
 """
 
 from __future__ import annotations
@@ -69,7 +70,17 @@ class EvaluationStopped(Exception):
     """A stop signal arrived during an evaluation: it ended at a boundary (args: the signal, where)."""
 
 
+_place = {"where": "the evaluation"}  # the part under way (the last boundary passed)
+
+
 def boundary(where: str) -> None:
-    """Go on, or end the evaluation here when the process has received a stop signal."""
+    """Entering the part `where` (a score, a task, a random-init seed): go on, or end the evaluation here when
+    the process has received a stop signal."""
+    _place["where"] = where
+    check_stop()
+
+
+def check_stop() -> None:
+    """Between the batches of a part: go on, or end the evaluation (a part can take a minute on a CPU)."""
     if stop.received is not None:
-        raise EvaluationStopped(stop.received, where)
+        raise EvaluationStopped(stop.received, _place["where"])

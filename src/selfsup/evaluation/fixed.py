@@ -37,6 +37,7 @@ from dataclasses import fields, replace
 import numpy as np
 import torch
 
+from selfsup.evaluation.baselines import check_stop
 from selfsup.evaluation.tasks import EvalError
 from selfsup.loss import stream_seed, token_nll
 from selfsup.objectives import Objective, ObjectiveError, build_objective
@@ -271,6 +272,7 @@ class FixedExam:
         for member in self.members:
             out[member] = found = {name: [0.0, 0, 0.0] for name in KINDS[self.architecture]}
             for batch in self.batches(device, member):
+                check_stop()
                 hidden = model(
                     encoder_inputs=batch.encoder_inputs,
                     decoder_inputs=batch.decoder_inputs,

@@ -18,6 +18,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from selfsup.evaluation.baselines import check_stop
 from selfsup.evaluation.tasks import Examples
 
 PROTOCOLS = ("linear", "finetune")
@@ -57,6 +58,7 @@ def features(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, batc
     out = torch.empty(len(ids), model.d_model)
     try:
         for i in range(0, len(ids), batch_size):
+            check_stop()
             rows = order[i : i + batch_size]
             width = max(1, int(lengths[rows].max()))
             out[rows] = pooled(model, ids[rows, :width].to(device), mask[rows, :width].to(device)).cpu()
@@ -136,6 +138,7 @@ def finetune(
     model.train()
     with torch.enable_grad():
         for _ in range(steps):
+            check_stop()
             pick = torch.randint(len(labels), (min(batch_size, len(labels)),), generator=generator)
             logits = head(pooled(model, ids[pick].to(device), mask[pick].to(device)))
             loss = F.cross_entropy(logits, labels[pick].to(device))

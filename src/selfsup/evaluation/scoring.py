@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from selfsup.evaluation.baselines import check_stop
+
 TIE = 1e-6  # nats: a smaller difference of two scores is float noise of batched scoring, a tie
 BATCH_TOKENS = 16384  # token positions per forward (rows x longest row)
 
@@ -137,6 +139,7 @@ def score_rows(
     ]
     try:
         for batch in _batches(length, batch_tokens):
+            check_stop()
             kwargs = {}
             if rows.encoder:
                 ids, mask = _pad([rows.encoder[i] for i in batch], pad_id, device)
