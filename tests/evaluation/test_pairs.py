@@ -338,27 +338,6 @@ def test_a_run_scores_a_user_set_by_group_and_refuses_a_bad_one_before_writing(c
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1].startswith("error: eval.pairs.sets.mine.paths: ")
     assert "does not exist" in bad.stderr and not (tmp_path / "refused").exists()
-    # every pair longer than the model's positions: refused by the same check before anything is written
-    long = " ".join(["word"] * 200)
-    (tmp_path / "long.jsonl").write_text(
-        json.dumps({"sentence_good": f"a {long}", "sentence_bad": f"an {long}"}) + "\n"
-    )
-    too_long = forked.run(
-        [
-            *common,
-            "eval.pairs.builtin=false",
-            f"hydra.run.dir={tmp_path / 'refused'}",
-            f"+eval.pairs.sets.mine={{paths: [{tmp_path / 'long.jsonl'}]}}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert too_long.returncode == 2 and too_long.stderr.strip().splitlines()[-1].startswith(
-        "error: eval.pairs: every pair has a sentence longer than the model's"
-    ), too_long.stderr[-2000:]
-    assert not (tmp_path / "refused").exists()
 
 
 FIX = "convert it to UTF-8 or remove it from eval.pairs.sets.mine.paths"
@@ -387,3 +366,32 @@ def test_pair_files_are_read_as_training_text_is(tmp_path, name, content, words)
     assert "\n" not in str(err.value)
     for w in words:
         assert w in str(err.value)
+
+
+def test_a_set_whose_every_pair_is_too_long_is_refused_by_prepare(cache_dir, tmp_path):
+    """prepare() is what RunDirGuard runs before Hydra writes anything: the refusal leaves no run dir."""
+    from hydra import compose, initialize_config_dir
+
+    from selfsup.build import prepare
+    from selfsup.config import register
+    from selfsup.evaluation import EvalError
+    from selfsup.train import CONF_DIR
+
+    long = " ".join(["word"] * 200)
+    (tmp_path / "long.jsonl").write_text(
+        json.dumps({"sentence_good": f"a {long}", "sentence_bad": f"an {long}"}) + "\n"
+    )
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose(
+            "train",
+            overrides=[
+                "debug=tiny",
+                "eval.tasks=null",
+                "eval.pairs.builtin=false",
+                f"data.cache_dir={cache_dir}",
+                f"+eval.pairs.sets.mine={{paths: [{tmp_path / 'long.jsonl'}]}}",
+            ],
+        )
+    with pytest.raises(EvalError, match="^eval.pairs: every pair has a sentence longer than the model's 30 positions"):
+        prepare(cfg)
