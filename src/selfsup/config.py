@@ -8,6 +8,7 @@ with the key's full name.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -173,8 +174,26 @@ def output_subdir(resume: Optional[str]) -> str:
     return f".hydra/resume-{datetime.now():%Y-%m-%d_%H-%M-%S}" if resume else ".hydra"
 
 
+def config_dir() -> Path:
+    """The config tree: SELFSUP_CONF, else the package's selfsup/conf (in a checkout a link to conf/, whose sweeps/
+    group links to sweeps/; an installed wheel holds their files)."""
+    if os.environ.get("SELFSUP_CONF"):
+        return Path(os.environ["SELFSUP_CONF"])
+    return Path(__file__).resolve().parent / "conf"
+
+
+def group_options(group: str) -> str:
+    """`compare, compare_flops, ...`: the options of a config group, read from its folder (selfsup-train --help)."""
+    return ", ".join(sorted(p.stem for p in (config_dir() / group).glob("*.yaml")))
+
+
 def register() -> None:
-    for name, fn in (("per_stack", per_stack), ("selfsup_run_dir", run_dir), ("selfsup_output_subdir", output_subdir)):
+    for name, fn in (
+        ("per_stack", per_stack),
+        ("selfsup_run_dir", run_dir),
+        ("selfsup_output_subdir", output_subdir),
+        ("selfsup_options", group_options),
+    ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn, use_cache=True)
     store = ConfigStore.instance()

@@ -42,7 +42,7 @@ from selfsup.build import (
     with_init,
 )
 from selfsup.checks import config_error_line
-from selfsup.config import architecture_preset, register
+from selfsup.config import architecture_preset, config_dir, register
 from selfsup.distributed import launched_rank, leave_distributed
 from selfsup.errors import UserError, error_line
 from selfsup.names import (
@@ -63,14 +63,6 @@ from selfsup.verdict import VERDICT, verdict_text
 from selfsup.version import code_version
 
 log = logging.getLogger("selfsup")
-
-
-def config_dir() -> Path:
-    """The config tree: SELFSUP_CONF, else the package's selfsup/conf (in a checkout a link to conf/, whose sweeps/
-    group links to sweeps/; an installed wheel holds their files)."""
-    if os.environ.get("SELFSUP_CONF"):
-        return Path(os.environ["SELFSUP_CONF"])
-    return Path(__file__).resolve().parent / "conf"
 
 
 CONF_DIR = config_dir()
@@ -577,6 +569,9 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         hydra_main()
+    except BrokenPipeError:  # `selfsup-train --help | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0) from None
     except Exception as err:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException

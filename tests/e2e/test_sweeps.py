@@ -4,6 +4,7 @@ resumed jobs keep their W&B identity, the config tree whatever the working direc
 import csv
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import forked
@@ -150,6 +151,15 @@ def test_help_lists_the_labs_groups_in_seconds_whatever_the_working_directory_ho
     for group in ("objective:", "architecture:", "data:", "trainer:", "sweeps:", "eval:"):
         assert group in groups
     assert ".venv" not in out.stdout and "conf/" not in out.stdout
+    from selfsup.train import CONF_DIR
+
+    experiments = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))  # read from the folder
+    assert f"experiment:   {', '.join(experiments)}\n" in groups and "compare_quick" in experiments
+    # a reader that leaves at once (`selfsup-train --help | head`): no BrokenPipeError traceback, exit 0
+    closed = subprocess.Popen(["selfsup-train", "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    closed.stdout.close()
+    err = closed.stderr.read().decode()
+    assert closed.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
     completion = forked.run(
         ["selfsup-train", "-sc", "query=bash"],
         capture_output=True,
