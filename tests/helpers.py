@@ -100,3 +100,15 @@ def write_records(path, rows, fmt=None, row_group_size=None):
 
         pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
     return str(path)
+
+
+def train_config(*overrides):
+    """conf/train.yaml composed with `overrides`, as selfsup-train composes it (in-process)."""
+    from hydra import compose, initialize_config_dir
+
+    from selfsup.config import register
+    from selfsup.train import CONF_DIR
+
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        return compose("train", overrides=list(overrides))

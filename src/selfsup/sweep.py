@@ -127,17 +127,16 @@ class SweepSummary(Callback):
         print(f"Sweep outputs: {sweep_dir}   (report: selfsup-report {sweep_dir})")
         if wandb_dirs:
             print(f"W&B offline runs: {len(wandb_dirs)} (upload: wandb sync {sweep_dir}/*/wandb/offline-run-*)")
-        for r in unfinished:
-            status = r.get("status") or "failed"
+        statuses = [r.get("status") or "failed" for r in unfinished]
+        for r, status in zip(unfinished, statuses):
             if status in ("preempted", "interrupted"):
                 print(f"{status}: {shown_path(r['run_dir'])}: continue it with selfsup-train resume={r['run_dir']}")
             else:
                 print(f"failed: {shown_path(r['run_dir'])}: {r.get('error')}")
-        if unfinished:
-            counts = Counter(r.get("status") or "failed" for r in unfinished)
+        counts = Counter(statuses)
+        if counts:
             print(", ".join(f"{n} of {len(rows)} jobs {status}" for status, n in counts.items()), file=sys.stderr)
-            return 1
-        return 0
+        return 1 if counts else 0
 
     def stop_sweep(self, config, first_not_run: int) -> None:
         """A stop signal reached the sweep: the jobs so far summed up, the jobs not run named with the command

@@ -370,28 +370,21 @@ def test_pair_files_are_read_as_training_text_is(tmp_path, name, content, words)
 
 def test_a_set_whose_every_pair_is_too_long_is_refused_by_prepare(cache_dir, tmp_path):
     """prepare() is what RunDirGuard runs before Hydra writes anything: the refusal leaves no run dir."""
-    from hydra import compose, initialize_config_dir
+    from helpers import train_config
 
     from selfsup.build import prepare
-    from selfsup.config import register
     from selfsup.evaluation import EvalError
-    from selfsup.train import CONF_DIR
 
     long = " ".join(["word"] * 200)
     (tmp_path / "long.jsonl").write_text(
         json.dumps({"sentence_good": f"a {long}", "sentence_bad": f"an {long}"}) + "\n"
     )
-    register()
-    with initialize_config_dir(str(CONF_DIR), version_base=None):
-        cfg = compose(
-            "train",
-            overrides=[
-                "debug=tiny",
-                "eval.tasks=null",
-                "eval.pairs.builtin=false",
-                f"data.cache_dir={cache_dir}",
-                f"+eval.pairs.sets.mine={{paths: [{tmp_path / 'long.jsonl'}]}}",
-            ],
-        )
+    cfg = train_config(
+        "debug=tiny",
+        "eval.tasks=null",
+        "eval.pairs.builtin=false",
+        f"data.cache_dir={cache_dir}",
+        f"+eval.pairs.sets.mine={{paths: [{tmp_path / 'long.jsonl'}]}}",
+    )
     with pytest.raises(EvalError, match="^eval.pairs: every pair has a sentence longer than the model's 30 positions"):
         prepare(cfg)
