@@ -57,7 +57,10 @@ NUMBERS = (
     "flops_seen", "parameters", "wall_seconds", "eval_seconds", "tokens_per_sec",
 )  # fmt: skip
 TEXTS = ("status", "objective", "architecture", "run_dir", "error")
-SCORES = ("/accuracy", "/margin", "/margin_low", "/margin_high", "/loss", "/random_init_accuracy")
+SCORES = (
+    "/accuracy", "/accuracy_se", "/margin", "/margin_low", "/margin_high", "/loss", "/loss_low", "/loss_high",
+    "/unigram_gap_low", "/random_init_accuracy",
+)  # fmt: skip
 
 
 def _number(value) -> bool:

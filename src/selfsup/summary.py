@@ -11,7 +11,7 @@ from selfsup.evaluation.fixed import split_lines
 from selfsup.evaluation.pairs import pair_lines
 from selfsup.evaluation.stats import Interval
 from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PAIRS_MARGIN, PROBE, RunSummary
-from selfsup.verdict import count, run_margin, verdict_lines
+from selfsup.verdict import count, exam_of, run_margin, verdict_lines
 
 COLUMNS = [
     ("job", "job"),
@@ -36,7 +36,8 @@ COLUMNS = [
 
 DEFINITIONS = (
     "FLOPs: training FLOPs spent; targets: scored targets over training; val loss: the last validation; "
-    "fixed loss, pairs acc, probe acc: the last evaluation; pairs acc: zero-shot minimal pairs (decoders "
+    "fixed loss, pairs acc, probe acc: the last evaluation; fixed loss: the family's fixed exam with its bootstrap "
+    "95% interval over the exam's windows (comparable within a family only); pairs acc: zero-shot minimal pairs (decoders "
     "by summed log-probability, encoders by pseudo-log-likelihood, encoder-decoders by the decoder's "
     "log-probability given a blank encoder input); pairs margin, probe margin: the accuracy minus the "
     "mean of the same score on untrained models of the run's shape (random-init), with its paired "
@@ -86,6 +87,8 @@ def value(row: dict, key: str):
     """A summary value; eval/... keys come from its `eval` dict, swept settings from `swept`."""
     if key.endswith("/margin"):
         return run_margin(row, key.removesuffix("/margin"))
+    if key == FIXED_LOSS and exam_of(row) is not None:  # with its interval
+        return exam_of(row)
     if key.startswith("eval/"):
         return (row.get("eval") or {}).get(key)
     if key in (row.get("swept") or {}):

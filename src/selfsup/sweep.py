@@ -14,6 +14,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from selfsup.errors import UserError
+from selfsup.evaluation.stats import Interval
 from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PROBE, RunSummary, override_key, shown
 from selfsup.reliability import stop
 from selfsup.summary import DEFINITIONS, read_summaries, shown_path, summary_table, value
@@ -89,7 +90,7 @@ class SweepSummary(Callback):
             status, by = summary.get("status"), summary.get("preempted_by")
             parts = [f"{status} by {by}" if by else status] if status not in ("finished", None) else []
             parts += [
-                f"{name} {v:.3f}"
+                f"{name} {v if isinstance(v, Interval) else f'{v:.3f}'}"
                 for name, v in (
                     ("val loss", summary.get("val_loss")),
                     ("fixed loss", value(summary, FIXED_LOSS)),

@@ -15,6 +15,17 @@ different families are never ranked. Runs of the same setting at different seeds
                            the interval of the difference holds 0, or the difference is within the seed
                            spread; with one seed per group the spread is not measured and no lead is called
 
+The fixed exam (eval/fixed/loss) is a loss, not a margin, and is the same exam only within a family: its
+section, per family, gives each group's loss with its stratified bootstrap 95% interval over the exam's
+windows and compares the lowest with each other group, paired over the same windows and masks
+(selfsup.evaluation.stats.exam_difference), with the same rules: "A is lower than B by d [lo, hi]" only when
+the interval excludes 0 and |d| exceeds the seed spread (the larger range of either group's losses over its
+seeds), else "no difference at this scale".
+
+References in words: a group whose every run scores the exam worse than the training split's unigram on the
+same targets (eval/fixed/unigram_gap's interval above 0), or the pairs below the unigram or bigram counts'
+accuracy by more than 1.96 standard errors, is said to be so in words.
+
 The first line says what the runs held equal (steps, input tokens, FLOPs) and what they did not; the last
 names each run it left out and why (preempted, interrupted, failed, pruned, no scores).
 """
@@ -30,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from selfsup.evaluation.stats import Interval, difference
-from selfsup.names import OUTCOMES, shown
+from selfsup.evaluation.stats import Interval, difference, exam_difference
+from selfsup.names import FIXED_LOSS, OUTCOMES, shown
 
 VERDICT = "verdict.json"  # a sweep's, in its sweep dir
 EQUAL_WITHIN = 0.01  # FLOPs and tokens differ by up to a step when trainer.max_flops / max_tokens stops a run
@@ -157,7 +168,30 @@ def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
             expected = evaluated.get(f"{key}/{metric}")
             if expected is not None and abs(float(array.mean()) - expected) > 1e-6:
                 return "outcomes do not match summary.json"
-    return found
+    return _check_exam(found, evaluated) or found
+
+
+EXAM_ARRAYS = ("nll", "count", "member")
+
+
+def _check_exam(found: dict, evaluated: dict) -> str | None:
+    """What is wrong with the fixed exam's per-window arrays of outcomes.npz (None: nothing, or none kept)."""
+    if f"{FIXED_LOSS.removesuffix('/loss')}|nll" not in found:
+        return None
+    arrays = [found.get(f"eval/fixed|{k}") for k in (*EXAM_ARRAYS, "unigram")]
+    arrays = [a for a in arrays[:3] if a is not None] + [a for a in arrays[3:] if a is not None]
+    if len(arrays) < 3 or any(a.ndim != 1 or a.shape != arrays[0].shape for a in arrays):
+        return "outcomes.npz holds exam arrays of the wrong shape"
+    if not all(np.issubdtype(a.dtype, np.number) and np.isfinite(a).all() for a in arrays):
+        return "outcomes.npz holds exam values that are not finite numbers"
+    nll, counted, member = arrays[:3]
+    losses = [
+        nll[member == m].sum() / counted[member == m].sum() for m in np.unique(member) if counted[member == m].any()
+    ]
+    expected = evaluated.get(FIXED_LOSS)
+    if expected is not None and losses and abs(float(np.mean(losses)) - expected) > 1e-6 * max(1.0, abs(expected)):
+        return "exam outcomes do not match summary.json"
+    return None
 
 
 def pooled(group: Group, key: str, outcomes: dict) -> tuple[np.ndarray, np.ndarray, str] | str | None:
@@ -195,6 +229,13 @@ def compare(a: Group, b: Group, key: str, outcomes: dict) -> tuple[str, str | No
         )
         return f"{a.label} - {b.label} {gap:+.3f}, not bounded ({why}): no lead called", None
     d = difference(x[0], x[1], y[0], y[1])
+    return ruling(a, b, d, a.spread(key), b.spread(key), "leads")
+
+
+def ruling(a: Group, b: Group, d: Interval, spread_a, spread_b, verb: str) -> tuple[str, str | None]:
+    """The rules on the difference d = a - b of two groups: no difference (the interval holds 0, or |d| within the
+    seed spread), no lead called (one seed), or `a <verb> b by |d|` (verb "leads": d > 0 is better; "is lower
+    than": d < 0 is better)."""
     if not d.excludes_zero:
         return f"{a.label} - {b.label} {d}: {NO_LEAD}", None
     if len(a.rows) < 2 or len(b.rows) < 2:
@@ -202,14 +243,131 @@ def compare(a: Group, b: Group, key: str, outcomes: dict) -> tuple[str, str | No
             f"{a.label} - {b.label} {d}",
             f"one seed {'each' if len(a.rows) == len(b.rows) else 'in one'}: {ONE_SEED}",
         )
-    spread = max(s for s in (a.spread(key), b.spread(key)) if s is not None)
+    spread = max(s for s in (spread_a, spread_b) if s is not None)
     if abs(d.value) <= spread:
         return f"{a.label} - {b.label} {d} is within the seed spread ({spread:.3f}): {NO_LEAD}", None
-    leader, other = (a, b) if d.value > 0 else (b, a)
+    better = d.value > 0 if verb == "leads" else d.value < 0
+    leader, other = (a, b) if better else (b, a)
     return (
-        f"{leader.label} leads {other.label} by {abs(d.value):.3f} ({a.label} - {b.label} {d}; seed spread "
+        f"{leader.label} {verb} {other.label} by {abs(d.value):.3f} ({a.label} - {b.label} {d}; seed spread "
         f"{spread:.3f})"
     ), None
+
+
+# ------------------------------------------------------------------------------------------ the fixed exam
+def exam_of(row: dict) -> Interval | None:
+    """A run's fixed-exam loss with its interval; None without both."""
+    evaluated = row.get("eval") or {}
+    value, low, high = (evaluated.get(FIXED_LOSS + end) for end in ("", "_low", "_high"))
+    return None if None in (value, low, high) else Interval(value, low, high, signed=False)
+
+
+def exam_spread(group: Group) -> float | None:
+    values = [exam_of(row).value for row in group.rows]
+    return max(values) - min(values) if len(values) > 1 else None
+
+
+def exam_mean(group: Group) -> float:
+    return statistics.fmean(exam_of(row).value for row in group.rows)
+
+
+def pooled_exam(group: Group, outcomes: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | str | None:
+    """The group's per-window exam sums, the mean over its seeds (nll), with the windows' counts and members and
+    the exam's hash; None where a run kept none or its runs sat other exams; what is wrong (load_outcomes)."""
+    kept = [outcomes.get(id(row)) for row in group.rows]
+    wrong = [o for o in kept if isinstance(o, str)]
+    if wrong:
+        return wrong[0]
+    if any(o is None or "eval/fixed|nll" not in o for o in kept):
+        return None
+    first = kept[0]
+    same = all(
+        str(o["eval/fixed|examples"]) == str(first["eval/fixed|examples"])
+        and np.array_equal(o["eval/fixed|count"], first["eval/fixed|count"])
+        and np.array_equal(o["eval/fixed|member"], first["eval/fixed|member"])
+        for o in kept
+    )
+    if not same:
+        return None
+    nll = np.mean([o["eval/fixed|nll"] for o in kept], axis=0)
+    return nll, first["eval/fixed|count"], first["eval/fixed|member"], str(first["eval/fixed|examples"])
+
+
+def compare_exam(a: Group, b: Group, outcomes: dict) -> tuple[str, str | None]:
+    """(a's fixed-exam loss minus b's and what it says: the rules of `ruling`, lower is better)."""
+    x, y = pooled_exam(a, outcomes), pooled_exam(b, outcomes)
+    if x is None or y is None or isinstance(x, str) or isinstance(y, str) or not same_exam(x, y):
+        problems = [p for p in (x, y) if isinstance(p, str)]
+        why = (
+            problems[0]
+            if problems
+            else "sat other exams"
+            if x is not None and y is not None
+            else "no per-window sums kept"
+        )
+        return f"{a.label} - {b.label} {exam_mean(a) - exam_mean(b):+.3f}, not bounded ({why}): no lead called", None
+    d = exam_difference(x[0], y[0], x[1], x[2])
+    return ruling(a, b, d, exam_spread(a), exam_spread(b), "is lower than")
+
+
+def same_exam(x: tuple, y: tuple) -> bool:
+    return x[3] == y[3] and np.array_equal(x[1], y[1]) and np.array_equal(x[2], y[2])
+
+
+def describe_exam(group: Group) -> str:
+    found = [exam_of(row) for row in group.rows]
+    if len(found) == 1:
+        return f"{group.label} {found[0]}"
+    values = [m.value for m in found]
+    return (
+        f"{group.label} mean {statistics.fmean(values):.3f} ({min(values):.3f} to {max(values):.3f} over "
+        f"{len(found)} seeds)"
+    )
+
+
+def worse_than_unigram(group: Group) -> bool:
+    """Every run of the group scores the exam worse than the unigram counts on the same targets (the interval of
+    eval/fixed/unigram_gap above 0)."""
+    lows = [(row.get("eval") or {}).get(f"{FIXED_LOSS.removesuffix('/loss')}/unigram_gap_low") for row in group.rows]
+    return all(low is not None and low > 0 for low in lows)
+
+
+def exam_lines(groups: list[Group], outcomes: dict, width: int) -> list[str]:
+    """Per family, the fixed exam's section (see the module's doc)."""
+    with_exam = [g for g in groups if all(exam_of(row) is not None for row in g.rows)]
+    families: dict[str, list[Group]] = {}
+    for g in with_exam:
+        families.setdefault(str(g.rows[0].get("architecture")), []).append(g)
+    lines = []
+    for family, members in families.items():
+        members.sort(key=exam_mean)
+        head = "fixed exam" + (f" of {family}" if len(families) > 1 else "") + " (loss in nats, lower is better)"
+        parts = ["; ".join(describe_exam(g) for g in members)]
+        if len(members) > 1:
+            parts.append(joined([compare_exam(members[0], g, outcomes) for g in members[1:]]))
+        worse = [g.label for g in members if worse_than_unigram(g)]
+        if worse:
+            parts.append(
+                f"{'; '.join(worse)}: worse than a unigram count model on the same targets"
+                + (" at every seed" if any(len(g.rows) > 1 for g in members) else "")
+                + ": nothing beyond word frequencies learned yet"
+            )
+        lines += textwrap.wrap(f"{head}: " + ". ".join(parts), width, initial_indent="  ", subsequent_indent="    ")
+    return lines
+
+
+def below_counts(group: Group, key: str) -> str | None:
+    """`unigram` or `bigram` (the weaker of the two the group is below): every run's accuracy on `key` below the
+    count model's by more than 1.96 standard errors; None otherwise."""
+    for order in ("unigram", "bigram"):
+        below = []
+        for row in group.rows:
+            e = row.get("eval") or {}
+            acc, se, ref = e.get(f"{key}/accuracy"), e.get(f"{key}/accuracy_se"), e.get(f"{key}/{order}_accuracy")
+            below.append(None not in (acc, se, ref) and acc + 1.96 * se < ref)
+        if all(below):
+            return order
+    return None
 
 
 def joined(found: list[tuple[str, str | None]]) -> str:
@@ -247,10 +405,11 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
     keys = list(dict.fromkeys(k for row in members for k in score_keys(row)))
     keys.sort(key=lambda k: not k.startswith("eval/pairs"))  # the pairs' scorers, then the probe tasks
     out = [row for row in rows if not any(row is m for m in members)]
-    if not keys:  # nothing to read (the sweep's footer lists the runs that did not finish)
-        return []
+    if not keys and not any(exam_of(row) is not None for row in members):
+        return []  # nothing to read (the sweep's footer lists the runs that did not finish)
+    equal = held_equal(members)
     lines = textwrap.wrap(
-        f"Verdict (margin over random-init, 95% paired-bootstrap interval; {held_equal(members)}):",
+        "Verdict (margin over random-init, 95% paired-bootstrap interval" + (f"; {equal}):" if equal else "):"),
         width,
         subsequent_indent="    ",
     )
@@ -269,8 +428,18 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
         if len(having) > 1:
             best = max(having, key=lambda g: statistics.fmean(m.value for m in g.margins(key)))
             parts.append(joined([compare(best, g, key, outcomes) for g in having if g is not best]))
+        for order in ("unigram", "bigram"):
+            below = [g.label for g in having if below_counts(g, key) == order]
+            if below:
+                parts.append(
+                    f"{'; '.join(below)}: below a {order} count model's accuracy"
+                    + (" at every seed" if any(len(g.rows) > 1 for g in having) else "")
+                    + (": nothing beyond word frequencies" if order == "unigram" else ": nothing beyond word pairs")
+                    + " learned yet"
+                )
         text = f"{score_label(key)}: " + ". ".join(parts)
         lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ")
+    lines += exam_lines(groups, outcomes, width)
     if out:
         lines += textwrap.wrap(left_out(out), width, initial_indent="  ", subsequent_indent="    ")
     return lines

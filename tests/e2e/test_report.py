@@ -144,7 +144,9 @@ def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
         assert row["tokens/s"] == f"{summary['tokens_per_sec']:,.0f}" + (
             f" (not a benchmark: {summary['wall_seconds']:.0f} s run)" if short else ""
         )
-        assert row["fixed loss"] == f"{last('eval/fixed/loss'):.4f}"
+        assert row["fixed loss"] == (  # with its 95% interval over the exam's windows
+            f"{last('eval/fixed/loss'):.3f} [{last('eval/fixed/loss_low'):.3f}, {last('eval/fixed/loss_high'):.3f}]"
+        )
         assert row["probe acc"] == f"{last('eval/probe/accuracy'):.4f}"
         assert row["probe margin"] == (
             f"{last('eval/probe/margin'):+.3f} [{last('eval/probe/margin_low'):+.3f}, "

@@ -118,6 +118,11 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     } or {"eval/fixed/unigram_loss"}  # sentinels: out of the loss
     members = panel(OBJECTIVES[objective])  # the fixed exam's panel: each member's loss beside the mean
     fixed |= {f"eval/fixed/{m}/loss" for m in members} if len(members) > 1 else set()
+    # the exam's interval over its windows, and its gap to the unigram on the same targets with its interval
+    fixed |= {
+        f"eval/fixed/{k}"
+        for k in ("loss_low", "loss_high", "loss_se", "unigram_gap", "unigram_gap_low", "unigram_gap_high")
+    }
     assert set(evaluated) == {
         *fixed,
         "eval/fixed/loss",
@@ -134,6 +139,8 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
         "eval/probe/margin_high",
         *pairs,
     }
+    assert evaluated["eval/fixed/loss_low"] < evaluated["eval/fixed/loss"] < evaluated["eval/fixed/loss_high"]
+    assert recorded["summary"]["eval/fixed/loss_high"] == pytest.approx(evaluated["eval/fixed/loss_high"], rel=1e-6)
     for key in [k for k in evaluated if k.endswith("/margin")]:
         low, high = evaluated[key + "_low"], evaluated[key + "_high"]
         assert low <= evaluated[key] <= high and high - low < 0.5, key

@@ -1,10 +1,12 @@
 """The verdict's words on constructed outcomes: null results, a clear lead, a lead inside the seed spread, runs
 that kept no outcomes; what was held equal."""
 
+import zlib
+
 import numpy as np
 import pytest
 
-from selfsup.evaluation.stats import difference, margin
+from selfsup.evaluation.stats import difference, exam_difference, margin
 from selfsup.verdict import NO_LEAD, OUTCOMES, held_equal, verdict_lines, verdict_text
 
 N = 1000
@@ -272,3 +274,111 @@ def test_a_summary_with_values_of_the_wrong_type_is_refused_in_one_line_and_the_
         "run_dir": str(tmp_path / "1"),
     }
     assert "clm" in summary_table(rows) and "shows pretraining: clm" in verdict_text(rows)
+
+
+# ------------------------------------------------------------------------------------------ the fixed exam
+MEMBER = np.repeat([0, 1], 200)  # a panel of two members, 200 windows each
+COUNT = np.random.default_rng(10).integers(10, 31, 400).astype(float)
+
+
+def exam_run(tmp_path, name: str, loss_per_target: float, seed: int, rate, noise=0.3, unigram=6.0, **eval_) -> dict:
+    """A finished encoder run whose fixed exam is computed from per-window sums (as Evaluation does), kept in its
+    run dir; its loss per target drawn around loss_per_target."""
+    from selfsup.evaluation import exam_interval
+
+    rng = np.random.default_rng([zlib.crc32(name.encode()), seed])
+    nll = rng.normal(loss_per_target * COUNT, noise * np.sqrt(COUNT))
+    windows = {"nll": nll, "count": COUNT, "member": MEMBER, "unigram": unigram * COUNT}
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    np.savez(run_dir / OUTCOMES, **{f"eval/fixed|{k}": v for k, v in windows.items()}, **{"eval/fixed|examples": "x"})
+    loss = np.mean([nll[MEMBER == m].sum() / COUNT[MEMBER == m].sum() for m in (0, 1)])
+    return {
+        "status": "finished",
+        "objective": "mlm",
+        "architecture": "encoder",
+        "swept": {"objective.mask_rate": rate, "seed": seed},
+        "run_dir": str(run_dir),
+        "steps": 300,
+        "eval": {"eval/fixed/loss": float(loss), **exam_interval(windows), **eval_},
+    }
+
+
+def test_the_fixed_exam_calls_the_lower_setting_with_its_interval_and_the_seed_spread(tmp_path):
+    rows = [exam_run(tmp_path, f"a{s}", 5.0, s, 0.15) for s in range(3)]
+    rows += [exam_run(tmp_path, f"b{s}", 5.2, s, 0.4) for s in range(3)]
+    text = verdict_text(rows)
+    [line] = [line for line in text.splitlines() if line.startswith("  fixed exam")]
+    a, b = [[r["eval"]["eval/fixed/loss"] for r in rows[i : i + 3]] for i in (0, 3)]
+    spread = max(max(a) - min(a), max(b) - min(b))
+    kept = [np.load(f"{r['run_dir']}/{OUTCOMES}") for r in rows]
+    d = exam_difference(
+        np.mean([k["eval/fixed|nll"] for k in kept[:3]], axis=0),
+        np.mean([k["eval/fixed|nll"] for k in kept[3:]], axis=0),
+        COUNT,
+        MEMBER,
+    )
+    assert d.high < 0 and abs(d.value) > spread
+    assert line.startswith(
+        f"  fixed exam (loss in nats, lower is better): mlm mask_rate=0.15 mean {np.mean(a):.3f} "
+        f"({min(a):.3f} to {max(a):.3f} over 3 seeds); mlm mask_rate=0.4 mean {np.mean(b):.3f}"
+    )
+    assert (
+        f"mlm mask_rate=0.15 is lower than mlm mask_rate=0.4 by {abs(d.value):.3f} (mlm mask_rate=0.15 - mlm "
+        f"mask_rate=0.4 {d}; seed spread {spread:.3f})" in line
+    )
+    assert "unigram" not in line  # every run well below the unigram's 6.0 nats
+
+
+def test_identical_exams_give_exactly_zero_and_no_difference(tmp_path):
+    rows = [exam_run(tmp_path, "a", 5.0, 0, 0.15), exam_run(tmp_path, "b", 5.0, 0, 0.4)]
+    np.savez(  # b's model is a's: the same per-window sums
+        tmp_path / "b" / OUTCOMES, **dict(np.load(tmp_path / "a" / OUTCOMES))
+    )
+    rows[1]["eval"] = dict(rows[0]["eval"])
+    text = verdict_text(rows)
+    assert f"mlm mask_rate=0.15 - mlm mask_rate=0.4 +0.000 [+0.000, +0.000]: {NO_LEAD}" in text
+
+
+def test_one_seed_each_and_other_families_call_no_lead(tmp_path):
+    rows = [exam_run(tmp_path, "a", 5.0, 0, 0.15), exam_run(tmp_path, "b", 5.5, 0, 0.4)]
+    other = exam_run(tmp_path, "c", 4.0, 0, 0.15)
+    other.update(objective="clm", architecture="decoder")
+    text = verdict_text([*rows, other])
+    assert "fixed exam of encoder (loss in nats, lower is better): mlm mask_rate=0.15 " in text
+    assert "one seed each: the seed spread is not measured, so no lead is called" in text
+    assert "fixed exam of decoder (loss in nats, lower is better): clm mask_rate=0.15 " in text
+    assert " is lower than " not in text and "clm mask_rate=0.15 - " not in text  # never across families
+
+
+def test_runs_worse_than_the_unigram_are_told_so_in_words(tmp_path):
+    rows = [exam_run(tmp_path, f"a{s}", 6.3, s, 0.15) for s in range(2)]
+    rows += [exam_run(tmp_path, f"b{s}", 5.0, s, 0.4) for s in range(2)]
+    text = verdict_text(rows)
+    assert (
+        "mlm mask_rate=0.15: worse than a unigram count model on the same targets at every seed: nothing beyond "
+        "word frequencies learned yet" in text
+    )
+    assert "mlm mask_rate=0.4: worse" not in text
+
+
+def test_pairs_below_the_count_models_are_told_so_in_words(tmp_path):
+    rng = np.random.default_rng(11)
+    base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
+    row = run(tmp_path, "a", outcomes(rng, 0.6), base, "clm")
+    row["eval"].update(
+        {"eval/pairs/accuracy_se": 0.015, "eval/pairs/unigram_accuracy": 0.7, "eval/pairs/bigram_accuracy": 0.8}
+    )
+    assert "clm: below a unigram count model's accuracy: nothing beyond word frequencies learned yet" in verdict_text(
+        [row]
+    )
+    row["eval"]["eval/pairs/unigram_accuracy"] = 0.61  # within 1.96 standard errors: not said
+    text = verdict_text([row])
+    assert "below a unigram" not in text and "clm: below a bigram count model's accuracy" in text
+
+
+def test_damaged_exam_sums_bound_nothing(tmp_path):
+    rows = [exam_run(tmp_path, f"a{s}", 5.0, s, 0.15) for s in range(2)]
+    rows += [exam_run(tmp_path, f"b{s}", 5.5, s, 0.4) for s in range(2)]
+    rows[3]["eval"]["eval/fixed/loss"] += 0.1  # the summary says another loss than its sums
+    assert "not bounded (exam outcomes do not match summary.json): no lead called" in verdict_text(rows)

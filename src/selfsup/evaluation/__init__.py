@@ -10,6 +10,11 @@ scores every run on exams that do not depend on its settings, after training (an
                                                  over a panel of settings of each one's loss (encoder: MLM at
                                                  mask rates 0.10-0.40; encoder-decoder: span corruption at
                                                  noise densities 0.10-0.50 and mean spans 2-10; decoder: CLM)
+    eval/fixed/loss_low, _high, _se              its stratified bootstrap 95% interval over the exam's windows
+                                                 and standard error (selfsup.evaluation.stats.exam_loss)
+    eval/fixed/unigram_gap, _low, _high          the loss minus the training split's unigram on the same
+                                                 targets, with its paired interval (below 0: beyond word
+                                                 frequencies)
     eval/fixed/<member>/loss                     each member's loss (rate_15: MLM at 15%; rate_15_span_3: span
                                                  corruption at 0.15, mean span 3); none for the decoder's one
     eval/fixed/<kind>/loss, .../fraction, .../unigram_loss
@@ -53,9 +58,11 @@ from selfsup.evaluation.fixed import EXAMS, PANEL_SETTINGS, FixedExam, check_pan
 from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
 from selfsup.evaluation.scoring import unigram_logprobs
-from selfsup.evaluation.stats import margin, standard_error
+from selfsup.evaluation.stats import exam_difference, exam_loss, margin, standard_error
 from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
 from selfsup.loss import stream_seed
+
+FIXED = "eval/fixed"
 
 EXAMPLE_COLUMNS = ["step", "example", "input", "target", "prediction", "accuracy"]
 
@@ -229,7 +236,8 @@ class Evaluation:
         """The last evaluation's per-example outcomes (1 right, 0 wrong, 0.5 a tie), for comparing runs on the
         same examples (selfsup.verdict; the run dir's outcomes.npz): for every score key K with a margin
         (eval/pairs..., eval/<task>), K: the model's [n], K|random_init: its baselines' [seeds, n], K|examples:
-        a hash of the examples."""
+        a hash of the examples; and the fixed exam's per-window arrays (FixedExam.sums), eval/fixed|nll, |count,
+        |member, |unigram, with eval/fixed|examples, a hash of its windows: runs with the same hash are paired."""
         found = []
         if self.pairs is not None:
             fingerprints = self.pairs.fingerprints()
@@ -245,6 +253,9 @@ class Evaluation:
                 out.update(
                     {key: last[name], f"{key}|random_init": random_init[name], f"{key}|examples": np.array(examples)}
                 )
+        if self.exam is not None and self.exam.windows_last:
+            out.update({f"{FIXED}|{k}": v for k, v in self.exam.windows_last.items()})
+            out[f"{FIXED}|examples"] = np.array(self.exam.fingerprint)
         return out
 
     def due(self, last: bool) -> bool:
@@ -257,6 +268,7 @@ class Evaluation:
         """All metrics of `model` (not changed; the training RNG is not touched); None when a stop signal ended
         the evaluation at a boundary (between parts, tasks and random-init seeds): nothing of it is kept."""
         kept = dict(self.last), dict(self.pairs.last) if self.pairs is not None else {}
+        windows = self.exam.windows_last if self.exam is not None else {}
         try:
             return self.evaluate(model)
         except EvaluationStopped as stopped:
@@ -264,6 +276,8 @@ class Evaluation:
             self.last = kept[0]
             if self.pairs is not None:
                 self.pairs.last = kept[1]
+            if self.exam is not None:
+                self.exam.windows_last = windows
             logging.getLogger("selfsup").warning(
                 f"{signal_name}: the evaluation stopped in {where}; none of it is kept"
             )
@@ -285,6 +299,7 @@ class Evaluation:
                 boundary("the fixed exam")
                 with self.timed("fixed"):
                     metrics.update(self.exam.metrics(model))
+                    metrics.update(exam_interval(self.exam.windows_last))
                     if self.tokenizer is not None:
                         self.examples = self.exam.examples(model, self.tokenizer)
             if self.pairs is not None:
@@ -412,6 +427,23 @@ class Evaluation:
         fresh = self.fresh_model(model)
         fresh.load_state_dict(model.state_dict())
         return fresh
+
+
+def exam_interval(windows: dict[str, np.ndarray]) -> dict[str, float]:
+    """The fixed exam's uncertainty from its per-window arrays (FixedExam.sums): eval/fixed/loss_low, _high (the
+    stratified bootstrap 95% interval of eval/fixed/loss over the exam's windows) and _se (the replicates' sd,
+    what a tuner's decision must exceed); with a unigram reference, eval/fixed/unigram_gap (the loss minus the
+    training split's unigram on the same targets; below 0: more than word frequencies learned) with its paired
+    interval, _low and _high. {} without a scored target."""
+    if not windows or not windows["count"].sum():
+        return {}
+    loss = exam_loss(windows["nll"], windows["count"], windows["member"])
+    out = {f"{FIXED}/loss_low": loss.low, f"{FIXED}/loss_high": loss.high, f"{FIXED}/loss_se": loss.se}
+    if "unigram" in windows:
+        gap = exam_difference(windows["nll"], windows["unigram"], windows["count"], windows["member"])
+        out.update({f"{FIXED}/unigram_gap": gap.value, f"{FIXED}/unigram_gap_low": gap.low})
+        out[f"{FIXED}/unigram_gap_high"] = gap.high
+    return out
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

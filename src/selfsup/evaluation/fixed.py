@@ -30,6 +30,7 @@ for that axis).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import textwrap
 from dataclasses import fields, replace
@@ -223,6 +224,12 @@ class FixedExam:
         self.canonical = member_name(architecture, EXAMS[architecture][1])
         objective = exam_objective(architecture, vocab, seq_len)  # the predictions table's: at data.seq_len
         self.examples_member = (objective, windows(objective))
+        self.windows_last: dict[str, np.ndarray] = {}  # sums' per-window arrays of the last model scored
+        digest = hashlib.sha256(f"{architecture}|{list(self.members)}".encode())
+        for name, (o, w) in self.members.items():
+            digest.update(f"{name}|{o.raw_length}|{tuple(w.shape)}".encode())
+            digest.update(w.numpy().tobytes())
+        self.fingerprint = digest.hexdigest()  # the exam's windows and members: runs with the same one are paired
 
     @property
     def objective(self) -> Objective:
@@ -265,12 +272,16 @@ class FixedExam:
     @torch.no_grad()
     def sums(self, model: torch.nn.Module) -> dict[str, dict[str, list[float]]]:
         """{member: {kind: [sum of -log p, number of targets, sum of -log p under `unigram`]}} over every scored
-        target of each member (the unigram sum is 0 where the exam has no unigram reference)."""
+        target of each member (the unigram sum is 0 where the exam has no unigram reference). Per window, over
+        the targets in the loss, as self.windows_last: nll, count, unigram (with a unigram) and member (the
+        member's index in self.members), [windows] each, in the members' order."""
         device = next(model.parameters()).device
         unigram = None if self.unigram is None else torch.as_tensor(self.unigram, device=device)
-        out = {}
-        for member in self.members:
-            out[member] = found = {name: [0.0, 0, 0.0] for name in KINDS[self.architecture]}
+        names = KINDS[self.architecture]
+        in_loss = torch.tensor([name not in UNSCORED for name in names], device=device)
+        out, windows = {}, {"nll": [], "count": [], "unigram": [], "member": []}
+        for index, member in enumerate(self.members):
+            out[member] = found = {name: [0.0, 0, 0.0] for name in names}
             for batch in self.batches(device, member):
                 check_stop()
                 hidden = model(
@@ -288,6 +299,15 @@ class FixedExam:
                     found[name][1] += int(chosen.sum())
                     if unigram is not None:
                         found[name][2] += float(-unigram[targets[chosen]].sum())
+                # per window (row), the targets the loss counts: the paired bootstrap's units (exam_loss)
+                counted, rows = in_loss[kind], batch.scored.nonzero()[:, 0]
+                size = len(batch.targets)
+                windows["nll"].append(per_row(rows[counted], nll[counted], size))
+                windows["count"].append(per_row(rows[counted], torch.ones_like(nll[counted]), size))
+                if unigram is not None:
+                    windows["unigram"].append(per_row(rows[counted], -unigram[targets[counted]], size))
+                windows["member"].append(np.full(size, index, dtype=np.int16))
+        self.windows_last = {k: np.concatenate(v) for k, v in windows.items() if v}
         return out
 
     def metrics(self, model: torch.nn.Module) -> dict[str, float]:
@@ -376,6 +396,12 @@ class FixedExam:
                 ]
             )
         return rows
+
+
+def per_row(rows: torch.Tensor, values: torch.Tensor, size: int) -> np.ndarray:
+    """[size] float64: the sum of `values` at each row index."""
+    summed = torch.zeros(size, dtype=torch.float64, device=values.device)
+    return summed.index_add_(0, rows, values.to(torch.float64)).cpu().numpy()
 
 
 def _token(tokenizer, token_id: int) -> str:

@@ -12,11 +12,17 @@ The 95% interval is the 2.5th and 97.5th percentiles of `REPLICATES` replicates,
 seed (the same arrays give the same interval). `difference` does the same for the margins of two runs
 scored on the same examples (which of two objectives leads), drawing the examples once for both (and the
 random-init seeds once for both when the runs share them).
+
+The fixed exam's loss is a ratio, not a mean of outcomes: the mean over the panel's members of each member's
+summed -log p over its summed number of scored targets. `exam_loss` and `exam_difference` draw the exam's
+windows with replacement within each member (a stratified bootstrap: every replicate keeps the panel) and
+recompute that ratio; two runs of a family are scored on the same windows and masks, so their difference
+draws the windows once for both (identical models give exactly 0 [0, 0]).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,13 +37,16 @@ class Interval:
     value: float
     low: float
     high: float
+    se: float | None = field(default=None, compare=False)  # the replicates' sd (a tuner's noise), where kept
+    signed: bool = field(default=True, compare=False)  # a margin or difference (+0.123); False: a loss (5.123)
 
     @property
     def excludes_zero(self) -> bool:
         return self.low > 0 or self.high < 0
 
     def __str__(self) -> str:
-        return f"{self.value:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+        sign = "+" if self.signed else ""
+        return f"{self.value:{sign}.3f} [{self.low:{sign}.3f}, {self.high:{sign}.3f}]"
 
 
 def _counts(n: int, replicates: int, rng: np.random.Generator):
@@ -108,6 +117,59 @@ def standard_error(outcomes) -> float:
     return float(outcomes.std(ddof=1) / np.sqrt(len(outcomes))) if len(outcomes) > 1 else float("nan")
 
 
-def _interval(value: float, draws: np.ndarray) -> Interval:
+def _interval(value: float, draws: np.ndarray, signed: bool = True) -> Interval:
     low, high = np.quantile(draws, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
-    return Interval(float(value), float(low), float(high))
+    return Interval(float(value), float(low), float(high), float(draws.std(ddof=1)), signed)
+
+
+def _check_exam(nll: list, count, member) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    nll = [np.asarray(x, dtype=np.float64) for x in nll]
+    count, member = np.asarray(count, dtype=np.float64), np.asarray(member)
+    if count.ndim != 1 or member.shape != count.shape or any(x.shape != count.shape for x in nll) or not len(count):
+        raise ValueError(
+            f"exam arrays of shapes {[x.shape for x in nll]}, count {count.shape}, member {member.shape}: need "
+            f"[windows] each, over the same windows"
+        )
+    return nll, count, member
+
+
+def _exam_ratio(nll: np.ndarray, count: np.ndarray, member: np.ndarray) -> float:
+    """The exam's loss: the mean over members (those with scored targets) of sum(nll) / sum(count)."""
+    losses = [nll[member == m].sum() / count[member == m].sum() for m in np.unique(member) if count[member == m].sum()]
+    return float(np.mean(losses)) if losses else 0.0
+
+
+def _exam_draws(nll: list[np.ndarray], count: np.ndarray, member: np.ndarray, replicates: int, seed: int):
+    """[replicates, len(nll)]: each array's exam loss over windows drawn with replacement within each member,
+    the same draws for every array."""
+    rng = np.random.default_rng(seed)
+    members = [m for m in np.unique(member) if count[member == m].sum()]
+    total = np.zeros((replicates, len(nll)))
+    for m in members:
+        chosen = member == m
+        n, sums = int(chosen.sum()), np.stack([x[chosen] for x in nll], axis=1)  # [n, arrays]
+        done = 0
+        for counts in _counts(n, replicates, rng):
+            scored = counts @ count[chosen]  # [chunk]
+            whole = sums.sum(0) / count[chosen].sum()  # a replicate that drew no scored target: the member's loss
+            ratio = np.where(scored[:, None] > 0, (counts @ sums) / np.maximum(scored, 1)[:, None], whole)
+            total[done : done + len(counts)] += ratio
+            done += len(counts)
+    return total / max(len(members), 1)
+
+
+def exam_loss(nll, count, member, replicates: int = REPLICATES, seed: int = 0) -> Interval:
+    """nll [windows]: a model's summed -log p over each exam window's scored targets; count [windows]: their
+    number; member [windows]: the panel member of each window. The exam's loss (see the module's doc) with its
+    stratified bootstrap 95% interval and standard error."""
+    [nll], count, member = _check_exam([nll], count, member)
+    draws = _exam_draws([nll], count, member, replicates, seed)[:, 0]
+    return _interval(_exam_ratio(nll, count, member), draws, signed=False)
+
+
+def exam_difference(a, b, count, member, replicates: int = REPLICATES, seed: int = 0) -> Interval:
+    """The exam loss of a minus that of b (per-window summed -log p of two models, or of a model and a reference
+    such as the unigram, on the same windows and targets), its interval from windows drawn once for both."""
+    (a, b), count, member = _check_exam([a, b], count, member)
+    draws = _exam_draws([a, b], count, member, replicates, seed)
+    return _interval(_exam_ratio(a, count, member) - _exam_ratio(b, count, member), draws[:, 0] - draws[:, 1])

@@ -97,6 +97,11 @@ class Run:
         found = [self.last(f"{key}/{part}") for part in ("margin", "margin_low", "margin_high")]
         return None if None in found else str(Interval(*found))
 
+    def fixed(self) -> str | None:
+        """`5.123 [5.101, 5.145]`: the last fixed-exam loss with its 95% interval over the exam's windows."""
+        found = [self.last(FIXED_LOSS + end) for end in ("", "_low", "_high")]
+        return None if None in found else str(Interval(*found, signed=False))
+
     def curve(self, y_key: str = "val/loss", x_key: str = "train/tokens_seen") -> list[tuple[float, float]]:
         """(x, y) of every logged row that has both."""
         points = []

@@ -97,7 +97,7 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
                 *[_show(run.value(k)) for k in keys],
                 number("val_loss", ".4f"),
                 number("val_perplexity", ".2f"),
-                number("fixed_loss", ".4f"),
+                run.fixed() or number("fixed_loss", ".4f"),
                 number("pairs", ".4f"),
                 m["pairs_margin"] or "-",
                 number("probe", ".4f"),
