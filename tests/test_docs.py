@@ -133,4 +133,4 @@ def test_the_seeds_block_is_kept_unless_seeds_are_given(repo):
     text = doc.read_text()
     assert "earlier seeds" not in text and "| clm | 1 | 6.200 | +0.310 [+0.290, +0.330] | - | 60 s |" in text
     # two seeds per objective: each objective's margins over its seeds, the difference beside their spread
-    assert "clm mean +0.305 (+0.300 to +0.310 over 2 seeds, interval above 0 at 2)" in " ".join(text.split())
+    assert "clm mean +0.305 (+0.300 to +0.310 over 2 seeds, interval above 0 at 2 of 2 seeds)" in " ".join(text.split())

@@ -1,7 +1,9 @@
-"""What a run prints while it trains: a progress line every N steps, one line per evaluation, and (on a
+"""What a run prints while it trains: a progress line every N steps, a line per part of an evaluation as it
+goes (selfsup.evaluation.baselines.report_progress) and one of its results, and (on a
 terminal) a live status line. No line is wider than 100 columns (or the terminal, if narrower).
 
     step 100/200 (50%)  loss 6.518  36,216 tokens/s  0:00:05, 0:00:05 left
+    evaluating: the minimal pairs  (the fixed exam: 3.2 s)
     val at step 200: loss 6.377  fixed exam 6.430  pairs 0.508  probe 0.511  ppl 588.0  acc 0.088
 
 Lines go to stderr, so W&B's console log records each once; the live line is written to the terminal
@@ -19,6 +21,7 @@ from datetime import timedelta
 
 from lightning.pytorch.callbacks.progress import ProgressBar
 
+from selfsup.evaluation.baselines import report_progress
 from selfsup.evaluation.pairs import pair_lines
 from selfsup.names import FIXED_LOSS, PAIRS, VAL_LOSS
 from selfsup.throughput import TokenThroughput
@@ -119,6 +122,13 @@ class ConsoleProgress(ProgressBar):
         return fit(parts, self.width)
 
     # ------------------------------------------------------------------ hooks
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        report_progress(self.line)  # the evaluation's parts as they go (rank zero's, like every line)
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        report_progress(None)
+
     def on_train_start(self, trainer, pl_module) -> None:
         self.start, self.first_step = time.perf_counter(), trainer.global_step
         self.loss_sum, self.loss_count, self.last_live, self.printed = None, 0, 0.0, trainer.global_step

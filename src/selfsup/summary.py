@@ -21,8 +21,8 @@ COLUMNS = [
     ("steps", "steps"),
     ("flops_seen", "FLOPs"),
     ("targets_seen", "targets"),
-    ("val_loss", "val loss"),
-    (FIXED_LOSS, "fixed loss"),
+    ("val_loss", "val loss*"),
+    (FIXED_LOSS, "fixed loss*"),
     (PAIRS, "pairs acc"),
     (PAIRS_MARGIN, "pairs margin"),
     (PROBE, "probe acc"),
@@ -32,9 +32,18 @@ COLUMNS = [
     ("wall_seconds", "wall time"),
     ("status", "status"),
 ]
+# the end-of-sweep table in two, each within 160 columns for a sweep of two settings: the scores (the swept values
+# and the user's tasks beside them), then the runs' facts
+SCORES_TABLE = ["job", "objective", "val_loss", FIXED_LOSS, PAIRS, PAIRS_MARGIN, PROBE, "eval/probe/margin", "status"]
+FACTS_TABLE = [
+    "job", "objective", "architecture", "parameters", "steps", "flops_seen", "targets_seen", "signal_per_token",
+    "tokens_per_sec", "wall_seconds",
+]  # fmt: skip
 
 
 DEFINITIONS = (
+    "*: within one family only: val loss grades each run on its own objective and settings (compare it only "
+    "between seeds of one setting), the fixed exam is its family's; "
     "FLOPs: training FLOPs spent; targets: scored targets over training; val loss: the last validation; "
     "fixed loss, pairs acc, probe acc: the last evaluation; fixed loss: the family's fixed exam with its bootstrap "
     "95% interval over the exam's windows (comparable within a family only); pairs acc: zero-shot minimal pairs (decoders "
@@ -177,10 +186,19 @@ def swept_columns(rows: list[dict]) -> list[tuple[str, str]]:
 
 
 def summary_table(rows: list[dict]) -> str:
-    at = COLUMNS.index(("eval/probe/margin", "probe margin")) + 1
-    columns = COLUMNS[:3] + swept_columns(rows) + COLUMNS[3:at] + task_columns(rows) + COLUMNS[at:]
+    """The scores of the runs (with the swept values and the user's tasks), then their facts (cost, throughput),
+    two tables separated by an empty line."""
+    titles = dict(COLUMNS)
+    at = SCORES_TABLE.index("eval/probe/margin") + 1
+    scores = [(k, titles[k]) for k in SCORES_TABLE[:2]] + swept_columns(rows)
+    scores += [(k, titles[k]) for k in SCORES_TABLE[2:at]] + task_columns(rows) + [("status", "status")]
     if not any(r.get("eval") for r in rows):  # eval=none: no empty columns
-        columns = [c for c in columns if not c[0].startswith("eval/")]
+        scores = [c for c in scores if not c[0].startswith("eval/")]
+    facts = [(k, titles[k]) for k in FACTS_TABLE]
+    return _table(rows, scores) + "\n\n" + _table(rows, facts)
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
     cells = [[title for _, title in columns]] + [[_fmt(k, value(r, k)) for k, _ in columns] for r in rows]
     width = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = [" | ".join(c.ljust(w) for c, w in zip(row, width)).rstrip() for row in cells]

@@ -106,7 +106,8 @@ class SweepSummary(Callback):
             for o in config.hydra.overrides.task
             if override_key(o) in swept
         )
-        print(f"[job {config.hydra.job.num}] {label}: {what}  ({shown_path(job_dir)})", flush=True)
+        line = f"[job {config.hydra.job.num}] {label}: {what}  ({shown_path(job_dir)})"
+        print(textwrap.fill(line, 100, subsequent_indent="    ", break_on_hyphens=False), flush=True)
         if stop.received:
             self.stop_sweep(config, int(config.hydra.job.num) + 1)
 
@@ -125,9 +126,9 @@ class SweepSummary(Callback):
         save_verdict(Path(config.hydra.sweep.dir), rows)
         unfinished = [r for r in rows if r.get("status") not in ("finished", "pruned")]  # pruned: Optuna stopped it
         wandb_dirs = [r["wandb_dir"] for r in rows if r.get("wandb_dir")]
-        print(f"Sweep outputs: {sweep_dir}   (report: selfsup-report {sweep_dir})")
+        print(f"Sweep outputs: {sweep_dir}\n  report: selfsup-report {sweep_dir}")
         if wandb_dirs:
-            print(f"W&B offline runs: {len(wandb_dirs)} (upload: wandb sync {sweep_dir}/*/wandb/offline-run-*)")
+            print(f"W&B offline runs: {len(wandb_dirs)}\n  upload: wandb sync {sweep_dir}/*/wandb/offline-run-*")
         statuses = [r.get("status") or "failed" for r in unfinished]
         for r, status in zip(unfinished, statuses):
             if status in ("preempted", "interrupted"):

@@ -232,6 +232,16 @@ def compare(a: Group, b: Group, key: str, outcomes: dict) -> tuple[str, str | No
     return ruling(a, b, d, a.spread(key), b.spread(key), "leads")
 
 
+def scorers_differ(groups: list[Group], key: str) -> str | None:
+    """`the scorers differ (summed log-prob; pseudo-log-likelihood): ...` where the groups' pairs were scored by
+    different scorers (families), else None."""
+    scorers = [(g.rows[0].get("pairs_scorers") or {}).get(key) for g in groups]
+    names = list(dict.fromkeys(s for s in scorers if s))
+    if len(names) < 2:
+        return None
+    return f"the scorers differ ({'; '.join(names)}): the margins over random-init compare, raw accuracies do not"
+
+
 def ruling(a: Group, b: Group, d: Interval, spread_a, spread_b, verb: str) -> tuple[str, str | None]:
     """The rules on the difference d = a - b of two groups: no difference (the interval holds 0, or |d| within the
     seed spread), no lead called (one seed), or `a <verb> b by |d|` (verb "leads": d > 0 is better; "is lower
@@ -352,7 +362,9 @@ def exam_lines(groups: list[Group], outcomes: dict, width: int) -> list[str]:
                 + (" at every seed" if any(len(g.rows) > 1 for g in members) else "")
                 + ": nothing beyond word frequencies learned yet"
             )
-        lines += textwrap.wrap(f"{head}: " + ". ".join(parts), width, initial_indent="  ", subsequent_indent="    ")
+        lines += textwrap.wrap(
+            f"{head}: " + ". ".join(parts), width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+        )
     return lines
 
 
@@ -393,7 +405,7 @@ def describe(group: Group, key: str) -> str:
     above = sum(m.low > 0 for m in found)
     return (
         f"{group.label} mean {statistics.fmean(values):+.3f} ({min(values):+.3f} to {max(values):+.3f} over "
-        f"{len(found)} seeds, interval above 0 at {above})"
+        f"{len(found)} seeds, interval above 0 at {above} of {len(found)} seeds)"
     )
 
 
@@ -412,6 +424,7 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
         "Verdict (margin over random-init, 95% paired-bootstrap interval" + (f"; {equal}):" if equal else "):"),
         width,
         subsequent_indent="    ",
+        break_on_hyphens=False,
     )
     outcomes = {}
     if len(groups) > 1:
@@ -428,6 +441,7 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
         if len(having) > 1:
             best = max(having, key=lambda g: statistics.fmean(m.value for m in g.margins(key)))
             parts.append(joined([compare(best, g, key, outcomes) for g in having if g is not best]))
+            parts.append(scorers_differ(having, key) or "")
         for order in ("unigram", "bigram"):
             below = [g.label for g in having if below_counts(g, key) == order]
             if below:
@@ -437,11 +451,13 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
                     + (": nothing beyond word frequencies" if order == "unigram" else ": nothing beyond word pairs")
                     + " learned yet"
                 )
-        text = f"{score_label(key)}: " + ". ".join(parts)
-        lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ")
+        text = f"{score_label(key)}: " + ". ".join(p for p in parts if p)
+        lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
     lines += exam_lines(groups, outcomes, width)
     if out:
-        lines += textwrap.wrap(left_out(out), width, initial_indent="  ", subsequent_indent="    ")
+        lines += textwrap.wrap(
+            left_out(out), width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+        )
     return lines
 
 

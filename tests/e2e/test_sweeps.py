@@ -88,7 +88,8 @@ def test_a_failing_job_does_not_end_the_sweep(lr_sweep, cache_dir):
     assert "[job 1] optim.lr=0.001: val loss" in out.stdout
     assert f"failed: {bad}" in out.stdout and "1 of 2 jobs failed" in out.stderr
     # the end-of-sweep table: the swept value as a column, metrics said how they were computed
-    table = " ".join(out.stdout[out.stdout.index("job | objective | architecture | lr") :].split())
+    table = " ".join(out.stdout[out.stdout.index("job | objective | lr    | val loss*") :].split())
+    assert "job | objective | architecture | params | steps" in table  # the runs' facts: a table of their own
     assert "val loss: the last validation" in table and "tokens/s: input tokens per second of training time" in table
 
     # the same sweep into the same dir: refused before Hydra writes anything

@@ -175,6 +175,11 @@ def test_sweep_jobs_share_one_wandb_group_and_print_a_table(sweep):
     assert "val loss" in out.stdout and "signal/token" in out.stdout and "tokens/s" in out.stdout
     assert "fixed loss" in out.stdout and "probe acc" in out.stdout and "pairs acc" in out.stdout
     assert "pairs margin" in out.stdout and "probe margin" in out.stdout and "FLOPs" in out.stdout
+    lines = out.stdout.replace(str(root), "outputs/multirun/2026-12-04/16-00-00").splitlines()  # as a user's
+    tables = [line for line in lines if " | " in line or "-+-" in line]
+    assert tables and max(map(len, tables)) <= 160  # the console's tables: 160 columns, its prose: 100
+    long = [line for line in lines if line not in tables and len(line) > 100 and "[HYDRA]" not in line]
+    assert not long, long  # (Hydra's own launcher lines aside)
     # the sweep's verdict, as printed, is the one kept in verdict.json
     verdict = json.loads((root / "verdict.json").read_text())["verdict"]
     assert verdict.startswith("Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: 6 steps")
@@ -662,7 +667,7 @@ def test_the_report_of_an_objective_sweep_shows_the_objective_swept_and_the_cons
     text = (tmp_path / "r.html").read_text()
     assert f"{len(OBJECTIVES)} runs; swept: <code>objective</code>." in text
     header = re.findall(r"<th>(.*?)</th>", text.split('<table id="runs">', 1)[1].split("</thead>", 1)[0])
-    assert header[:4] == ["run", "objective", "architecture", "val loss"] and "n/a" not in text.split("</table>")[0]
+    assert header[:4] == ["run", "objective", "architecture", "val loss*"] and "n/a" not in text.split("</table>")[0]
     block = re.search(r'<div id="verdict"><p><b>(.*?)</b></p><ul>(.*?)</ul></div>', text, re.S)
     shown = " ".join(html.unescape(" ".join([block.group(1), *re.findall(r"<li>(.*?)</li>", block.group(2))])).split())
     printed = out.stdout[out.stdout.index("Verdict (margin") : out.stdout.index("Sweep outputs:")]

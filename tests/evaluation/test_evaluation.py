@@ -507,3 +507,27 @@ def test_a_stop_signal_ends_the_evaluation_at_a_boundary_and_keeps_nothing_of_it
     finally:
         stop.clear()
     assert evaluation(run.model) == complete  # the same model scored again, once no stop is asked for
+
+
+def test_the_evaluation_says_each_part_as_it_goes_with_the_time_the_last_one_took(cache_dir):
+    """report_progress: a line as each part starts (the fixed exam, the pairs and their random-init seeds, each
+    task and its seeds), naming the part before with its seconds, and a closing line with the whole time."""
+    from selfsup.evaluation.baselines import report_progress
+
+    small = ["eval.tasks.probe.max_train_examples=100", "eval.tasks.probe.max_test_examples=50"]
+    run = build(config(cache_dir, *small, "architecture.d_model=24", "eval.probe.random_init_seeds=2"))
+    said: list[str] = []
+    report_progress(said.append)
+    try:
+        run.module.evaluation(run.model)
+    finally:
+        report_progress(None)
+    assert said[0] == "evaluating: the fixed exam"
+    assert said[1].startswith("evaluating: the tasks' random-init seed 1 of 2  (the fixed exam: ")
+    assert said[2].startswith("evaluating: the tasks' random-init seed 2 of 2  (the tasks' random-init seed 1 of 2: ")
+    assert said[3].startswith("evaluating: task probe  (the tasks' random-init seed 2 of 2: ")
+    assert said[-1].startswith("evaluated in ") and said[-1].endswith(" s)") and len(said) == 5
+    seconds = [float(line.rsplit(": ", 1)[1].removesuffix(" s)")) for line in said[1:]]
+    total = float(said[-1].split()[2])
+    assert all(s >= 0 for s in seconds) and sum(seconds) <= total + 0.1
+    assert all(len(line) <= 100 for line in said)

@@ -105,7 +105,8 @@ def test_a_clear_lead_over_seeds_is_called_with_its_interval_and_spread(tmp_path
     assert d.low > spread  # constructed: the lead is far outside both
     assert f"clm leads mlm by {d.value:.3f} (clm - mlm {d}; seed spread {spread:.3f})" in text
     assert (
-        f"clm mean {np.mean(clm):+.3f} ({min(clm):+.3f} to {max(clm):+.3f} over 3 seeds, interval above 0 at 3)" in text
+        f"clm mean {np.mean(clm):+.3f} ({min(clm):+.3f} to {max(clm):+.3f} over 3 seeds, interval above 0 at 3 of 3 seeds)"
+        in text
     )
 
 
@@ -382,3 +383,17 @@ def test_damaged_exam_sums_bound_nothing(tmp_path):
     rows += [exam_run(tmp_path, f"b{s}", 5.5, s, 0.4) for s in range(2)]
     rows[3]["eval"]["eval/fixed/loss"] += 0.1  # the summary says another loss than its sums
     assert "not bounded (exam outcomes do not match summary.json): no lead called" in verdict_text(rows)
+
+
+def test_a_difference_between_families_on_the_pairs_says_the_scorers_differ(tmp_path):
+    rng = np.random.default_rng(12)
+    base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
+    rows = [run(tmp_path, "a", outcomes(rng, 0.8), base, "clm"), run(tmp_path, "b", outcomes(rng, 0.6), base, "mlm")]
+    rows[1]["pairs_scorers"] = {"eval/pairs": "pseudo-log-likelihood"}
+    text = verdict_text(rows)
+    assert text.endswith(
+        "the scorers differ (summed log-prob; pseudo-log-likelihood): the margins over random-init compare, raw "
+        "accuracies do not"
+    )
+    rows[1]["pairs_scorers"] = {"eval/pairs": "summed log-prob"}
+    assert "scorers differ" not in verdict_text(rows)

@@ -53,7 +53,14 @@ import numpy as np
 import torch
 
 from selfsup.data.records import check_count
-from selfsup.evaluation.baselines import EvaluationStopped, boundary, cached, untrained_key
+from selfsup.evaluation.baselines import (
+    EvaluationStopped,
+    boundary,
+    cached,
+    evaluation_done,
+    evaluation_started,
+    untrained_key,
+)
 from selfsup.evaluation.fixed import EXAMS, PANEL_SETTINGS, FixedExam, check_panel
 from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
@@ -285,6 +292,7 @@ class Evaluation:
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
         started = time.perf_counter()
+        evaluation_started()
         devices = [model_device(model)] if model_device(model).type == "cuda" else []
         # inside Lightning's validation (inference mode): tensors made here must be usable by autograd (the
         # linear classifier, a fine-tune); a compiled model runs eagerly (the probe's shapes would recompile)
@@ -314,6 +322,7 @@ class Evaluation:
                     metrics.update(self.probe_metrics(model, name))
                 metrics.update(self.baselines)
         self.seconds += time.perf_counter() - started
+        evaluation_done(time.perf_counter() - started)
         return metrics
 
     @contextlib.contextmanager

@@ -440,7 +440,7 @@ class MinimalPairs:
             self.baselines = self.random_init_and_references(model)
         out = {}
         for prefix in self.scorers:
-            boundary(f"the pairs' {prefix}")
+            boundary(f"the pairs by {self.scorers[prefix][0]}")
             for key, outcome in self.outcomes(prefix, self.scores(model, prefix)).items():
                 self.last[key] = outcome
                 out[f"{key}/accuracy"] = float(outcome.mean())

@@ -60,9 +60,9 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
         "objective",
         "architecture",
         *keys,
-        "val loss",
+        "val loss*",
         "val ppl",
-        "fixed loss",
+        "fixed loss*",
         "pairs acc",
         "pairs margin",
         "probe acc",
@@ -213,9 +213,9 @@ code { background: #f3f3f3; padding: 0 0.2em; }
 """
 
 NUMERIC = {
-    "val loss",
+    "val loss*",
     "val ppl",
-    "fixed loss",
+    "fixed loss*",
     "pairs acc",
     "pairs margin",
     "probe acc",
@@ -368,6 +368,17 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+COST = ("val signal/token", "tokens seen", "FLOPs", "targets", "tokens/s", "wall time")  # the runs table's 2nd part
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(_md_cell(h) for h in header) + " |",
+        "|" + "|".join("---:" if h in NUMERIC or h.endswith((" acc", " margin")) else "---" for h in header) + "|",
+        *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
+    ]
+
+
 def render_markdown(
     runs: list[Run], keys: list[str], plots: list[tuple[str, str, bytes]], out: Path, setup: dict | None = None
 ) -> tuple[str, list[Path]]:
@@ -385,10 +396,12 @@ def render_markdown(
         *[line + "\n" for line in setup.get("study", [])],
         "## Runs",
         "",
-        "| " + " | ".join(_md_cell(h) for h in header) + " |",
-        "|" + "|".join("---:" if h in NUMERIC or h.endswith((" acc", " margin")) else "---" for h in header) + "|",
     ]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    scores = [i for i, h in enumerate(header) if h not in COST]  # two tables of at most ~200 columns
+    cost = [0] + [i for i, h in enumerate(header) if h in COST]
+    lines += _md_table([header[i] for i in scores], [[row[i] for i in scores] for row in rows])
+    lines += ["", "Their cost:", ""]
+    lines += _md_table([header[i] for i in cost], [[row[i] for i in cost] for row in rows])
     lines += ["", VALUES_NOTE, ""]
     lines += [f"- **{r.label}**: {r.note}" for r in runs if r.note]
     lines += ["", "## How to compare", "", COMPARISON_NOTE, ""]
