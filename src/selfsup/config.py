@@ -111,11 +111,29 @@ class PairsConfig:
 
 
 @dataclass
+class HeldoutConfig:
+    """eval/heldout/...: a fixed text scored by the family's scorer in bits per UTF-8 byte
+    (selfsup.evaluation.heldout.HeldoutText)."""
+
+    _target_: str = "selfsup.evaluation.HeldoutText"
+    source: str = "builtin"  # builtin (held-out stdlib docstrings, never pretrained on) | text_files | hf_dataset
+    paths: List[str] = field(default_factory=list)  # text_files: .txt / .jsonl / .parquet files or folders
+    text_field: str = "text"  # .jsonl / .parquet / hf_dataset: the column that holds the text
+    hf_name: Optional[str] = None  # hf_dataset: a data set's name or local folder
+    hf_config: Optional[str] = None
+    split: str = "validation"
+    data_files: Optional[Any] = None  # hf_dataset: local files for a builder such as hf_name=json
+    max_bytes: int = 16384  # UTF-8 bytes read, documents in order (the last one cut)
+    batch_tokens: int = 16384  # token positions per forward
+
+
+@dataclass
 class EvalConfig:
     _target_: str = "selfsup.evaluation.Evaluation"
     _convert_: str = "all"
     fixed: Optional[FixedExamConfig] = field(default_factory=FixedExamConfig)  # eval/fixed/loss (null: none)
     pairs: Optional[PairsConfig] = field(default_factory=PairsConfig)  # eval/pairs/... (null: none)
+    heldout: Optional[HeldoutConfig] = field(default_factory=HeldoutConfig)  # eval/heldout/... (null: none)
     every_n_validations: int = 0  # also evaluate at every k-th validation (0: after training only)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     # eval/<name>/...: the probe's tasks, each the keyword arguments of selfsup.evaluation.Task (or of the

@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks.progress import ProgressBar
 
 from selfsup.evaluation.baselines import report_progress
 from selfsup.evaluation.pairs import pair_lines
-from selfsup.names import FIXED_LOSS, PAIRS, VAL_LOSS
+from selfsup.names import FIXED_LOSS, HELDOUT_BPB, PAIRS, VAL_LOSS
 from selfsup.throughput import TokenThroughput
 
 WIDTH = 100
@@ -31,6 +31,7 @@ WIDTH = 100
 VALIDATION = [
     (VAL_LOSS, "loss", ".3f"),
     (FIXED_LOSS, "fixed exam", ".3f"),
+    (HELDOUT_BPB, "bpb", ".3f"),
     (PAIRS, "pairs", ".3f"),
     ("eval/probe/accuracy", "probe", ".3f"),
     ("val/perplexity", "ppl", ".1f"),

@@ -14,6 +14,7 @@ from pathlib import Path
 # metrics, as logged (W&B, csv/metrics.csv) and kept in summary.json's "eval"
 VAL_LOSS, VAL_PERPLEXITY, VAL_ACCURACY = "val/loss", "val/perplexity", "val/accuracy"
 FIXED_LOSS = "eval/fixed/loss"
+HELDOUT_BPB = "eval/heldout/bits_per_byte"
 PAIRS, PAIRS_MARGIN = "eval/pairs/accuracy", "eval/pairs/margin"
 PROBE = "eval/probe/accuracy"
 
@@ -59,7 +60,7 @@ NUMBERS = (
 TEXTS = ("status", "objective", "architecture", "run_dir", "error")
 SCORES = (
     "/accuracy", "/accuracy_se", "/margin", "/margin_low", "/margin_high", "/loss", "/loss_low", "/loss_high",
-    "/unigram_gap_low", "/random_init_accuracy",
+    "/unigram_gap_low", "/random_init_accuracy", "/bits_per_byte", "/bits_per_byte_low", "/bits_per_byte_high",
 )  # fmt: skip
 
 

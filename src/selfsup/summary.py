@@ -8,10 +8,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from selfsup.evaluation.fixed import split_lines
+from selfsup.evaluation.heldout import heldout_line
 from selfsup.evaluation.pairs import pair_lines
 from selfsup.evaluation.stats import Interval
-from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PAIRS_MARGIN, PROBE, RunSummary
-from selfsup.verdict import count, exam_of, run_margin, verdict_lines
+from selfsup.names import ERROR, FIXED_LOSS, HELDOUT_BPB, PAIRS, PAIRS_MARGIN, PROBE, RunSummary
+from selfsup.verdict import SITTINGS, count, exam_of, run_margin, verdict_lines
 
 COLUMNS = [
     ("job", "job"),
@@ -23,6 +24,7 @@ COLUMNS = [
     ("targets_seen", "targets"),
     ("val_loss", "val loss*"),
     (FIXED_LOSS, "fixed loss*"),
+    (HELDOUT_BPB, "held-out bpb*"),
     (PAIRS, "pairs acc"),
     (PAIRS_MARGIN, "pairs margin"),
     (PROBE, "probe acc"),
@@ -34,19 +36,30 @@ COLUMNS = [
 ]
 # the end-of-sweep table in two, each within 160 columns for a sweep of two settings: the scores (the swept values
 # and the user's tasks beside them), then the runs' facts
-SCORES_TABLE = ["job", "objective", "val_loss", FIXED_LOSS, PAIRS, PAIRS_MARGIN, PROBE, "eval/probe/margin", "status"]
+SCORES_TABLE = [
+    "job",
+    "objective",
+    "val_loss",
+    FIXED_LOSS,
+    HELDOUT_BPB,
+    PAIRS,
+    PAIRS_MARGIN,
+    PROBE,
+    "eval/probe/margin",
+]
 FACTS_TABLE = [
     "job", "objective", "architecture", "parameters", "steps", "flops_seen", "targets_seen", "signal_per_token",
-    "tokens_per_sec", "wall_seconds",
+    "tokens_per_sec", "wall_seconds", "status",
 ]  # fmt: skip
 
 
 DEFINITIONS = (
     "*: within one family only: val loss grades each run on its own objective and settings (compare it only "
-    "between seeds of one setting), the fixed exam is its family's; "
+    "between seeds of one setting), the fixed exam and the held-out text's scorer are its family's; "
     "FLOPs: training FLOPs spent; targets: scored targets over training; val loss: the last validation; "
     "fixed loss, pairs acc, probe acc: the last evaluation; fixed loss: the family's fixed exam with its bootstrap "
-    "95% interval over the exam's windows (comparable within a family only); pairs acc: zero-shot minimal pairs (decoders "
+    "95% interval over the exam's windows; held-out bpb: a held-out text scored by the family's scorer, in bits per "
+    "UTF-8 byte, with its 95% interval over the text's documents; pairs acc: zero-shot minimal pairs (decoders "
     "by summed log-probability, encoders by pseudo-log-likelihood, encoder-decoders by the decoder's "
     "log-probability given a blank encoder input); pairs margin, probe margin: the accuracy minus the "
     "mean of the same score on untrained models of the run's shape (random-init), with its paired "
@@ -96,8 +109,9 @@ def value(row: dict, key: str):
     """A summary value; eval/... keys come from its `eval` dict, swept settings from `swept`."""
     if key.endswith("/margin"):
         return run_margin(row, key.removesuffix("/margin"))
-    if key == FIXED_LOSS and exam_of(row) is not None:  # with its interval
-        return exam_of(row)
+    sitting = next((s for s in SITTINGS if s.key == key), None)
+    if sitting is not None and exam_of(row, sitting) is not None:  # with its interval
+        return exam_of(row, sitting)
     if key.startswith("eval/"):
         return (row.get("eval") or {}).get(key)
     if key in (row.get("swept") or {}):
@@ -143,6 +157,7 @@ def run_lines(row: dict) -> list[str]:
     lines = [head, "  " + "  ".join(scores)] if scores else [head]
     lines += ["  " + line for line in task_lines(row.get("eval") or {})]
     lines += ["  " + line for line in split_lines(row.get("eval") or {})]
+    lines += ["  " + line for line in [heldout_line(row.get("eval") or {})] if line]
     lines += ["  " + line for line in pair_lines(row.get("eval") or {}, row.get("pairs_scorers") or {})]
     lines += verdict_lines([row])
     if row.get("tokens_per_sec"):
@@ -191,7 +206,7 @@ def summary_table(rows: list[dict]) -> str:
     titles = dict(COLUMNS)
     at = SCORES_TABLE.index("eval/probe/margin") + 1
     scores = [(k, titles[k]) for k in SCORES_TABLE[:2]] + swept_columns(rows)
-    scores += [(k, titles[k]) for k in SCORES_TABLE[2:at]] + task_columns(rows) + [("status", "status")]
+    scores += [(k, titles[k]) for k in SCORES_TABLE[2:at]] + task_columns(rows)
     if not any(r.get("eval") for r in rows):  # eval=none: no empty columns
         scores = [c for c in scores if not c[0].startswith("eval/")]
     facts = [(k, titles[k]) for k in FACTS_TABLE]

@@ -15,7 +15,7 @@ from hydra.experimental.callback import Callback
 
 from selfsup.errors import UserError
 from selfsup.evaluation.stats import Interval
-from selfsup.names import ERROR, FIXED_LOSS, PAIRS, PROBE, RunSummary, override_key, shown
+from selfsup.names import ERROR, FIXED_LOSS, HELDOUT_BPB, PAIRS, PROBE, RunSummary, override_key, shown
 from selfsup.reliability import stop
 from selfsup.summary import DEFINITIONS, read_summaries, shown_path, summary_table, value
 from selfsup.upstream import failed_job_value
@@ -94,6 +94,7 @@ class SweepSummary(Callback):
                 for name, v in (
                     ("val loss", summary.get("val_loss")),
                     ("fixed loss", value(summary, FIXED_LOSS)),
+                    ("held-out bpb", value(summary, HELDOUT_BPB)),
                     ("pairs acc", value(summary, PAIRS)),
                     ("probe acc", value(summary, PROBE)),
                 )

@@ -15,9 +15,10 @@ different families are never ranked. Runs of the same setting at different seeds
                            the interval of the difference holds 0, or the difference is within the seed
                            spread; with one seed per group the spread is not measured and no lead is called
 
-The fixed exam (eval/fixed/loss) is a loss, not a margin, and is the same exam only within a family: its
-section, per family, gives each group's loss with its stratified bootstrap 95% interval over the exam's
-windows and compares the lowest with each other group, paired over the same windows and masks
+The fixed exam (eval/fixed/loss) and the held-out text (eval/heldout/bits_per_byte) are losses, not margins,
+and the same only within a family (the exams and the scorers differ between families): the section of each, per
+family, gives each group's score with its bootstrap 95% interval over the exam's windows (the text's
+documents) and compares the lowest with each other group, paired over the same windows and masks (documents)
 (selfsup.evaluation.stats.exam_difference), with the same rules: "A is lower than B by d [lo, hi]" only when
 the interval excludes 0 and |d| exceeds the seed spread (the larger range of either group's losses over its
 seeds), else "no difference at this scale".
@@ -33,6 +34,7 @@ names each run it left out and why (preempted, interrupted, failed, pruned, no s
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import textwrap
@@ -42,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from selfsup.evaluation.stats import Interval, difference, exam_difference
-from selfsup.names import FIXED_LOSS, OUTCOMES, shown
+from selfsup.names import OUTCOMES, shown
 
 VERDICT = "verdict.json"  # a sweep's, in its sweep dir
 EQUAL_WITHIN = 0.01  # FLOPs and tokens differ by up to a step when trainer.max_flops / max_tokens stops a run
@@ -171,26 +173,30 @@ def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
     return _check_exam(found, evaluated) or found
 
 
-EXAM_ARRAYS = ("nll", "count", "member")
-
-
 def _check_exam(found: dict, evaluated: dict) -> str | None:
-    """What is wrong with the fixed exam's per-window arrays of outcomes.npz (None: nothing, or none kept)."""
-    if f"{FIXED_LOSS.removesuffix('/loss')}|nll" not in found:
-        return None
-    arrays = [found.get(f"eval/fixed|{k}") for k in (*EXAM_ARRAYS, "unigram")]
-    arrays = [a for a in arrays[:3] if a is not None] + [a for a in arrays[3:] if a is not None]
-    if len(arrays) < 3 or any(a.ndim != 1 or a.shape != arrays[0].shape for a in arrays):
-        return "outcomes.npz holds exam arrays of the wrong shape"
-    if not all(np.issubdtype(a.dtype, np.number) and np.isfinite(a).all() for a in arrays):
-        return "outcomes.npz holds exam values that are not finite numbers"
-    nll, counted, member = arrays[:3]
-    losses = [
-        nll[member == m].sum() / counted[member == m].sum() for m in np.unique(member) if counted[member == m].any()
-    ]
-    expected = evaluated.get(FIXED_LOSS)
-    if expected is not None and losses and abs(float(np.mean(losses)) - expected) > 1e-6 * max(1.0, abs(expected)):
-        return "exam outcomes do not match summary.json"
+    """What is wrong with the per-unit arrays of outcomes.npz of each sitting (None: nothing, or none kept)."""
+    for sitting in SITTINGS:
+        at = sitting.prefix + "|"
+        if at + "nll" not in found:
+            continue
+        arrays = [found.get(at + k) for k in ("nll", "count", "member")]
+        arrays = [a for a in arrays if a is not None] + ([found[at + "unigram"]] if at + "unigram" in found else [])
+        if len(arrays) < 3 or any(a.ndim != 1 or a.shape != arrays[0].shape for a in arrays):
+            return f"outcomes.npz holds {sitting.title} arrays of the wrong shape"
+        if not all(np.issubdtype(a.dtype, np.number) and np.isfinite(a).all() for a in arrays):
+            return f"outcomes.npz holds {sitting.title} values that are not finite numbers"
+        nll, counted, member = arrays[:3]
+        ratios = [
+            nll[member == m].sum() / counted[member == m].sum() for m in np.unique(member) if counted[member == m].any()
+        ]
+        expected = evaluated.get(sitting.key)
+        found_value = float(np.mean(ratios)) * sitting.scale if ratios else None
+        if (
+            expected is not None
+            and found_value is not None
+            and abs(found_value - expected) > 1e-6 * max(1.0, abs(expected))
+        ):
+            return f"{sitting.title} outcomes do not match summary.json"
     return None
 
 
@@ -264,68 +270,96 @@ def ruling(a: Group, b: Group, d: Interval, spread_a, spread_b, verb: str) -> tu
     ), None
 
 
-# ------------------------------------------------------------------------------------------ the fixed exam
-def exam_of(row: dict) -> Interval | None:
-    """A run's fixed-exam loss with its interval; None without both."""
+# ------------------------------------------------------------------------------------------ the fixed exam, the text
+@dataclass(frozen=True)
+class Sitting:
+    """A score that is a ratio over shared units (the fixed exam's windows, the held-out text's documents), lower
+    is better, compared within a family: its metric and the words the verdict says of it."""
+
+    prefix: str  # eval/fixed: its outcomes are <prefix>|nll, |count, |member, |unigram, |examples
+    metric: str  # <prefix>/<metric>, _low, _high in summary.json
+    title: str
+    unit: str
+    scale: float  # the metric per unit of the arrays' ratio (nats): 1, or 1 / ln 2 for bits
+    units: str  # what the per-unit arrays are, in a reason
+
+    @property
+    def key(self) -> str:
+        return f"{self.prefix}/{self.metric}"
+
+
+SITTINGS = (
+    Sitting("eval/fixed", "loss", "fixed exam", "loss in nats", 1.0, "per-window sums"),
+    Sitting("eval/heldout", "bits_per_byte", "held-out text", "bits per byte", 1 / math.log(2), "per-document sums"),
+)
+
+
+def exam_of(row: dict, sitting: Sitting = SITTINGS[0]) -> Interval | None:
+    """A run's score on a sitting (the fixed exam's loss, the held-out text's bits per byte) with its interval;
+    None without both."""
     evaluated = row.get("eval") or {}
-    value, low, high = (evaluated.get(FIXED_LOSS + end) for end in ("", "_low", "_high"))
+    value, low, high = (evaluated.get(sitting.key + end) for end in ("", "_low", "_high"))
     return None if None in (value, low, high) else Interval(value, low, high, signed=False)
 
 
-def exam_spread(group: Group) -> float | None:
-    values = [exam_of(row).value for row in group.rows]
+def exam_spread(group: Group, sitting: Sitting) -> float | None:
+    values = [exam_of(row, sitting).value for row in group.rows]
     return max(values) - min(values) if len(values) > 1 else None
 
 
-def exam_mean(group: Group) -> float:
-    return statistics.fmean(exam_of(row).value for row in group.rows)
+def exam_mean(group: Group, sitting: Sitting) -> float:
+    return statistics.fmean(exam_of(row, sitting).value for row in group.rows)
 
 
-def pooled_exam(group: Group, outcomes: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | str | None:
-    """The group's per-window exam sums, the mean over its seeds (nll), with the windows' counts and members and
-    the exam's hash; None where a run kept none or its runs sat other exams; what is wrong (load_outcomes)."""
+def pooled_exam(group: Group, sitting: Sitting, outcomes: dict) -> tuple | str | None:
+    """The group's per-unit sums, the mean over its seeds (nll), with the units' counts and members and the
+    sitting's hash; None where a run kept none or its runs sat others; what is wrong (load_outcomes)."""
     kept = [outcomes.get(id(row)) for row in group.rows]
     wrong = [o for o in kept if isinstance(o, str)]
     if wrong:
         return wrong[0]
-    if any(o is None or "eval/fixed|nll" not in o for o in kept):
+    at = sitting.prefix + "|"
+    if any(o is None or at + "nll" not in o for o in kept):
         return None
     first = kept[0]
     same = all(
-        str(o["eval/fixed|examples"]) == str(first["eval/fixed|examples"])
-        and np.array_equal(o["eval/fixed|count"], first["eval/fixed|count"])
-        and np.array_equal(o["eval/fixed|member"], first["eval/fixed|member"])
+        str(o[at + "examples"]) == str(first[at + "examples"])
+        and np.array_equal(o[at + "count"], first[at + "count"])
+        and np.array_equal(o[at + "member"], first[at + "member"])
         for o in kept
     )
     if not same:
         return None
-    nll = np.mean([o["eval/fixed|nll"] for o in kept], axis=0)
-    return nll, first["eval/fixed|count"], first["eval/fixed|member"], str(first["eval/fixed|examples"])
+    nll = np.mean([o[at + "nll"] for o in kept], axis=0)
+    return nll, first[at + "count"], first[at + "member"], str(first[at + "examples"])
 
 
-def compare_exam(a: Group, b: Group, outcomes: dict) -> tuple[str, str | None]:
-    """(a's fixed-exam loss minus b's and what it says: the rules of `ruling`, lower is better)."""
-    x, y = pooled_exam(a, outcomes), pooled_exam(b, outcomes)
+def compare_exam(a: Group, b: Group, sitting: Sitting, outcomes: dict) -> tuple[str, str | None]:
+    """(a's score minus b's and what it says: the rules of `ruling`, lower is better)."""
+    x, y = pooled_exam(a, sitting, outcomes), pooled_exam(b, sitting, outcomes)
     if x is None or y is None or isinstance(x, str) or isinstance(y, str) or not same_exam(x, y):
         problems = [p for p in (x, y) if isinstance(p, str)]
         why = (
             problems[0]
             if problems
-            else "sat other exams"
+            else f"other {sitting.title}s"
             if x is not None and y is not None
-            else "no per-window sums kept"
+            else f"no {sitting.units} kept"
         )
-        return f"{a.label} - {b.label} {exam_mean(a) - exam_mean(b):+.3f}, not bounded ({why}): no lead called", None
+        gap = exam_mean(a, sitting) - exam_mean(b, sitting)
+        return f"{a.label} - {b.label} {gap:+.3f}, not bounded ({why}): no lead called", None
     d = exam_difference(x[0], y[0], x[1], x[2])
-    return ruling(a, b, d, exam_spread(a), exam_spread(b), "is lower than")
+    k = sitting.scale
+    d = Interval(d.value * k, d.low * k, d.high * k, None if d.se is None else d.se * k)
+    return ruling(a, b, d, exam_spread(a, sitting), exam_spread(b, sitting), "is lower than")
 
 
 def same_exam(x: tuple, y: tuple) -> bool:
     return x[3] == y[3] and np.array_equal(x[1], y[1]) and np.array_equal(x[2], y[2])
 
 
-def describe_exam(group: Group) -> str:
-    found = [exam_of(row) for row in group.rows]
+def describe_exam(group: Group, sitting: Sitting) -> str:
+    found = [exam_of(row, sitting) for row in group.rows]
     if len(found) == 1:
         return f"{group.label} {found[0]}"
     values = [m.value for m in found]
@@ -335,36 +369,41 @@ def describe_exam(group: Group) -> str:
     )
 
 
-def worse_than_unigram(group: Group) -> bool:
-    """Every run of the group scores the exam worse than the unigram counts on the same targets (the interval of
-    eval/fixed/unigram_gap above 0)."""
-    lows = [(row.get("eval") or {}).get(f"{FIXED_LOSS.removesuffix('/loss')}/unigram_gap_low") for row in group.rows]
+def worse_than_unigram(group: Group, sitting: Sitting) -> bool:
+    """Every run of the group scores worse than the unigram counts on the same targets (the interval of
+    <prefix>/unigram_gap above 0)."""
+    lows = [(row.get("eval") or {}).get(f"{sitting.prefix}/unigram_gap_low") for row in group.rows]
     return all(low is not None and low > 0 for low in lows)
 
 
 def exam_lines(groups: list[Group], outcomes: dict, width: int) -> list[str]:
-    """Per family, the fixed exam's section (see the module's doc)."""
-    with_exam = [g for g in groups if all(exam_of(row) is not None for row in g.rows)]
-    families: dict[str, list[Group]] = {}
-    for g in with_exam:
-        families.setdefault(str(g.rows[0].get("architecture")), []).append(g)
+    """Per sitting and family, its section (see the module's doc)."""
     lines = []
-    for family, members in families.items():
-        members.sort(key=exam_mean)
-        head = "fixed exam" + (f" of {family}" if len(families) > 1 else "") + " (loss in nats, lower is better)"
-        parts = ["; ".join(describe_exam(g) for g in members)]
-        if len(members) > 1:
-            parts.append(joined([compare_exam(members[0], g, outcomes) for g in members[1:]]))
-        worse = [g.label for g in members if worse_than_unigram(g)]
-        if worse:
-            parts.append(
-                f"{'; '.join(worse)}: worse than a unigram count model on the same targets"
-                + (" at every seed" if any(len(g.rows) > 1 for g in members) else "")
-                + ": nothing beyond word frequencies learned yet"
+    for sitting in SITTINGS:
+        families: dict[str, list[Group]] = {}
+        for g in groups:
+            if all(exam_of(row, sitting) is not None for row in g.rows):
+                families.setdefault(str(g.rows[0].get("architecture")), []).append(g)
+        for family, members in families.items():
+            members.sort(key=lambda g: exam_mean(g, sitting))
+            head = f"{sitting.title}" + (f" of {family}" if len(families) > 1 else "")
+            parts = ["; ".join(describe_exam(g, sitting) for g in members)]
+            if len(members) > 1:
+                parts.append(joined([compare_exam(members[0], g, sitting, outcomes) for g in members[1:]]))
+            worse = [g.label for g in members if worse_than_unigram(g, sitting)]
+            if worse:
+                parts.append(
+                    f"{'; '.join(worse)}: worse than a unigram count model on the same targets"
+                    + (" at every seed" if any(len(g.rows) > 1 for g in members) else "")
+                    + ": nothing beyond word frequencies learned yet"
+                )
+            lines += textwrap.wrap(
+                f"{head} ({sitting.unit}, lower is better): " + ". ".join(parts),
+                width,
+                initial_indent="  ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
             )
-        lines += textwrap.wrap(
-            f"{head}: " + ". ".join(parts), width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
-        )
     return lines
 
 
@@ -417,7 +456,7 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
     keys = list(dict.fromkeys(k for row in members for k in score_keys(row)))
     keys.sort(key=lambda k: not k.startswith("eval/pairs"))  # the pairs' scorers, then the probe tasks
     out = [row for row in rows if not any(row is m for m in members)]
-    if not keys and not any(exam_of(row) is not None for row in members):
+    if not keys and not any(exam_of(row, sitting) is not None for row in members for sitting in SITTINGS):
         return []  # nothing to read (the sweep's footer lists the runs that did not finish)
     equal = held_equal(members)
     lines = textwrap.wrap(

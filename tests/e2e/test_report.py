@@ -166,6 +166,7 @@ def test_html_is_self_contained_with_real_png_plots(html_report):
         "val_loss_vs_tokens",
         "train_loss_vs_tokens",
         "fixed_loss_vs_mask_rate",
+        "heldout_vs_mask_rate",
         "pairs_vs_mask_rate",
         "probe_vs_mask_rate",
     ]  # 1 span length: no span plot
@@ -212,6 +213,16 @@ def test_the_verdict_is_the_same_in_the_console_the_report_and_verdict_json(html
     md = (mask_sweep.parent / "r.md").read_text()
     part = md[md.index("**Verdict") : md.index("\n## ", md.index("**Verdict"))]  # to the next section
     assert " ".join(part.replace("**", "").replace("\n- ", "\n").split()) == verdict
+    # the fixed exam and the held-out text: a section each, the settings paired over the same windows (documents)
+    for sitting in ("fixed exam (loss in nats, lower is better): ", "held-out text (bits per byte, lower is better): "):
+        assert sitting in verdict
+    assert re.search(
+        r"mlm mask_rate=0\.[14] (is lower than mlm mask_rate=0\.[14] by|- mlm mask_rate=0\.[14] )", verdict
+    )
+    # the W&B summary of the sweep's last job holds the sweep's verdict (its jobs so far: all of them)
+    from conftest import wandb_summary
+
+    assert " ".join(wandb_summary(mask_sweep / "3")["summary"]["sweep_verdict"].split()) == verdict
 
 
 def test_predictions_show_the_same_exam_examples_for_every_run_with_each_models_guesses(html_report, mask_sweep):
@@ -249,6 +260,7 @@ def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mas
     pngs = sorted((tmp_path / "out").glob("*.png"))
     assert [p.name for p in pngs] == [
         "summary-fixed_loss_vs_mask_rate.png",
+        "summary-heldout_vs_mask_rate.png",
         "summary-pairs_vs_mask_rate.png",
         "summary-probe_vs_mask_rate.png",
         "summary-train_loss_vs_tokens.png",
@@ -355,9 +367,9 @@ def test_curves_are_one_line_per_swept_value_with_the_seed_band(mask_sweep):
 
     runs = load_runs([str(mask_sweep)])
     series = curve_series(runs, "val/loss", "train/tokens_seen", swept_keys(runs))
-    assert [s["label"] for s in series] == [
-        "mlm, mask_rate=0.1 (mean of 2 seeds)",
-        "mlm, mask_rate=0.4 (mean of 2 seeds)",
+    assert [s["label"] for s in series] == [  # the verdict's names of the settings; 2 seeds: their min-max
+        "mlm mask_rate=0.1 (mean of 2 seeds, min-max band)",
+        "mlm mask_rate=0.4 (mean of 2 seeds, min-max band)",
     ]
     for line, seeds in zip(series, (runs[:2], runs[2:])):
         curves = [dict(run.val_curve()) for run in seeds]
@@ -419,7 +431,7 @@ def test_a_users_task_is_in_the_closing_lines_the_sweep_table_the_report_and_the
     )
     assert any(line.strip().startswith("order: ") for line in lines)  # the verdict scores it too
     header = next(line for line in out.stdout.splitlines() if line.startswith("job "))
-    assert [c.strip() for c in header.split("|")][-5:-1] == ["probe acc", "probe margin", "order acc", "order margin"]
+    assert [c.strip() for c in header.split("|")][-4:] == ["probe acc", "probe margin", "order acc", "order margin"]
     made = report(root)
     assert made.returncode == 0, made.stderr[-3000:]
     text = (root / "report.html").read_text()
@@ -578,13 +590,24 @@ def test_a_reader_sees_the_swept_columns_the_verdict_the_baselines_and_nothing_w
         "val_loss_vs_tokens",
         "train_loss_vs_tokens",
         "fixed_loss_vs_mask_rate",
+        "heldout_vs_mask_rate",
         "pairs_vs_mask_rate",
         "probe_vs_mask_rate",
     }
+    for figure in facts["figures"]:  # every figure has its caption, in sentences that say what is drawn
+        assert figure["caption"] and figure["caption"] == figure["alt"] and figure["caption"].endswith("."), figure
+    # the verdict and the per-setting figures name the same settings, with the same words
+    named = set(re.findall(r"mlm mask_rate=0\.\d", " ".join(facts["verdictItems"])))
+    assert named == {"mlm mask_rate=0.1", "mlm mask_rate=0.4"}
+    for name in ("fixed_loss_vs_mask_rate", "heldout_vs_mask_rate", "pairs_vs_mask_rate", "probe_vs_mask_rate"):
+        caption = shown[name]["caption"]
+        assert set(caption.split(" Settings: ")[1].removesuffix(".").split("; ")) == named, caption
+        assert "Whiskers: each run's 95%" in caption and "the one the verdict reads" in caption
     for name, words in (
         ("probe_vs_mask_rate", ["random-init (mean, ± sd band)", "majority class"]),
         ("pairs_vs_mask_rate", ["random-init (mean, ± sd band)", "unigram", "bigram"]),
         ("fixed_loss_vs_mask_rate", ["unigram"]),
+        ("heldout_vs_mask_rate", ["unigram"]),
     ):
         for figure_text in (shown[name]["alt"], shown[name]["caption"]):
             assert "Baselines: " in figure_text and all(w in figure_text.split("Baselines: ")[1] for w in words)
@@ -592,3 +615,39 @@ def test_a_reader_sees_the_swept_columns_the_verdict_the_baselines_and_nothing_w
         line.startswith("Probe accuracy against tokens seen and training FLOPs: not drawn")
         for line in facts["notDrawn"]
     )
+
+
+def test_one_colour_per_setting_in_every_figure_and_each_run_drawn_with_the_verdicts_interval(mask_sweep):
+    """setting_colors: a colour per setting (the verdict's names), the same in the curves and the knob plots; each
+    run's point in a knob plot has the whiskers of the interval the verdict reads."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from selfsup.report import load_runs, swept_keys
+    from selfsup.report.plots import curves_figure, knob_figure, setting_colors
+
+    runs = load_runs([str(mask_sweep)])
+    keys = swept_keys(runs)
+    colors = setting_colors(runs, keys)
+    assert list(colors) == ["mlm mask_rate=0.1", "mlm mask_rate=0.4"] and len(set(colors.values())) == 2
+    fig, _ = curves_figure(runs, "val/loss", "train/tokens_seen", "y", "x", "t", keys)
+    try:
+        drawn = {line.get_label().split(" (")[0]: to_hex(line.get_color()) for line in fig.axes[0].get_lines()}
+        assert {k: v for k, v in drawn.items() if k in colors} == colors
+    finally:
+        plt.close(fig)
+    fig, _ = knob_figure(runs, keys, "objective.mask_rate", {"mlm"}, "pairs", "t", "x", "y")
+    try:
+        bars = [c for c in fig.axes[0].containers if c.lines[0].get_gid() == "interval"]
+        assert len(bars) == 4  # one per run
+        for bar, run in zip(bars, sorted(runs, key=lambda r: (r.config["objective.mask_rate"], r.label))):
+            setting = f"mlm mask_rate={run.config['objective.mask_rate']}"
+            assert to_hex(bar.lines[0].get_color()) == colors[setting]
+            low, high = run.interval("eval/pairs/accuracy")
+            evaluated = run.summary["eval"]
+            margin = evaluated["eval/pairs/margin"]
+            assert low == pytest.approx(evaluated["eval/pairs/accuracy"] - margin + evaluated["eval/pairs/margin_low"])
+            [segments] = [c.get_segments() for c in bar.lines[2]]
+            assert segments[0][:, 1].tolist() == pytest.approx([low, high])
+    finally:
+        plt.close(fig)

@@ -24,6 +24,7 @@ return {
   }),
   headers: Array.from(document.querySelectorAll('#runs th')).map(text),
   verdict: text(document.querySelector('#verdict p')),
+  verdictItems: Array.from(document.querySelectorAll('#verdict li')).map(text),
   figures: Array.from(document.querySelectorAll('figure')).map(f => {
     const img = f.querySelector('img'), r = img.getBoundingClientRect();
     return {id: f.id, alt: img.alt, caption: text(f.querySelector('figcaption')), loaded: img.complete &&

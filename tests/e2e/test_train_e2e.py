@@ -123,8 +123,13 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
         f"eval/fixed/{k}"
         for k in ("loss_low", "loss_high", "loss_se", "unigram_gap", "unigram_gap_low", "unigram_gap_high")
     }
+    heldout = {f"eval/heldout/bits_per_byte{e}" for e in ("", "_low", "_high", "_se")}  # the held-out text
+    heldout |= {
+        f"eval/heldout/{k}" for k in ("unigram_bits_per_byte", "unigram_gap", "unigram_gap_low", "unigram_gap_high")
+    }
     assert set(evaluated) == {
         *fixed,
+        *heldout,
         "eval/fixed/loss",
         "eval/fixed/perplexity",
         "eval/probe/accuracy",

@@ -523,10 +523,11 @@ def test_the_evaluation_says_each_part_as_it_goes_with_the_time_the_last_one_too
     finally:
         report_progress(None)
     assert said[0] == "evaluating: the fixed exam"
-    assert said[1].startswith("evaluating: the tasks' random-init seed 1 of 2  (the fixed exam: ")
-    assert said[2].startswith("evaluating: the tasks' random-init seed 2 of 2  (the tasks' random-init seed 1 of 2: ")
-    assert said[3].startswith("evaluating: task probe  (the tasks' random-init seed 2 of 2: ")
-    assert said[-1].startswith("evaluated in ") and said[-1].endswith(" s)") and len(said) == 5
+    assert said[1].startswith("evaluating: the held-out text  (the fixed exam: ")
+    assert said[2].startswith("evaluating: the tasks' random-init seed 1 of 2  (the held-out text: ")
+    assert said[3].startswith("evaluating: the tasks' random-init seed 2 of 2  (the tasks' random-init seed 1 of 2: ")
+    assert said[4].startswith("evaluating: task probe  (the tasks' random-init seed 2 of 2: ")
+    assert said[-1].startswith("evaluated in ") and said[-1].endswith(" s)") and len(said) == 6
     seconds = [float(line.rsplit(": ", 1)[1].removesuffix(" s)")) for line in said[1:]]
     total = float(said[-1].split()[2])
     assert all(s >= 0 for s in seconds) and sum(seconds) <= total + 0.1

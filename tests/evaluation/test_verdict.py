@@ -382,7 +382,7 @@ def test_damaged_exam_sums_bound_nothing(tmp_path):
     rows = [exam_run(tmp_path, f"a{s}", 5.0, s, 0.15) for s in range(2)]
     rows += [exam_run(tmp_path, f"b{s}", 5.5, s, 0.4) for s in range(2)]
     rows[3]["eval"]["eval/fixed/loss"] += 0.1  # the summary says another loss than its sums
-    assert "not bounded (exam outcomes do not match summary.json): no lead called" in verdict_text(rows)
+    assert "not bounded (fixed exam outcomes do not match summary.json): no lead called" in verdict_text(rows)
 
 
 def test_a_difference_between_families_on_the_pairs_says_the_scorers_differ(tmp_path):
@@ -397,3 +397,40 @@ def test_a_difference_between_families_on_the_pairs_says_the_scorers_differ(tmp_
     )
     rows[1]["pairs_scorers"] = {"eval/pairs": "summed log-prob"}
     assert "scorers differ" not in verdict_text(rows)
+
+
+def test_the_held_out_text_is_compared_in_bits_per_byte_within_a_family(tmp_path):
+    """The held-out text's section: per-document sums in nats over bytes, the difference in bits per byte."""
+    import math
+
+    from selfsup.evaluation.heldout import heldout_metrics
+
+    docs = np.random.default_rng(13).integers(200, 2000, 60).astype(float)  # bytes per document
+    member = np.zeros(60, dtype=np.int16)
+    rows, sums = [], []
+    for name, bpb, seed in [(f"{r}{s}", b, s) for r, b in (("a", 1.2), ("b", 1.5)) for s in range(2)]:
+        rng = np.random.default_rng([zlib.crc32(name.encode()), seed])
+        nll = rng.normal(bpb * math.log(2) * docs, 0.05 * np.sqrt(docs))
+        kept = {"nll": nll, "count": docs, "member": member}
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        np.savez(
+            run_dir / OUTCOMES, **{f"eval/heldout|{k}": v for k, v in kept.items()}, **{"eval/heldout|examples": "t"}
+        )
+        rate = 0.15 if name.startswith("a") else 0.4
+        rows.append(
+            {
+                "status": "finished",
+                "objective": "clm",
+                "architecture": "decoder",
+                "swept": {"objective.mask_rate": rate, "seed": seed},
+                "run_dir": str(run_dir),
+                "eval": heldout_metrics(kept),
+            }
+        )
+        sums.append(nll)
+    text = verdict_text(rows)
+    d = exam_difference(np.mean(sums[:2], axis=0), np.mean(sums[2:], axis=0), docs, member)
+    assert text.splitlines()[1].startswith("  held-out text (bits per byte, lower is better): clm mask_rate=0.15 mean")
+    assert f"is lower than clm mask_rate=0.4 by {abs(d.value) / math.log(2):.3f}" in text
+    assert -d.value / math.log(2) == pytest.approx(0.3, abs=0.01)

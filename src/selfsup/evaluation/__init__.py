@@ -23,6 +23,9 @@ scores every run on exams that do not depend on its settings, after training (an
                                                  sentinels and eos, out of the loss and without a fraction),
                                                  pooled over the members weighted as the loss, beside the
                                                  training split's unigram on the same targets
+    eval/heldout/bits_per_byte, _low, _high      a held-out text scored by the family's scorer in bits per UTF-8
+                                                 byte, with its interval over the text's documents
+                                                 (selfsup.evaluation.heldout)
     eval/pairs/accuracy, eval/pairs/<type>/...   zero-shot minimal pairs, beside their random-init and n-gram
                                                  references (selfsup.evaluation.pairs)
     eval/predictions                             a table of the exam's first examples with the model's
@@ -62,14 +65,15 @@ from selfsup.evaluation.baselines import (
     untrained_key,
 )
 from selfsup.evaluation.fixed import EXAMS, PANEL_SETTINGS, FixedExam, check_panel
-from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd
+from selfsup.evaluation.heldout import HeldoutText
+from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd, scorer_name
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
 from selfsup.evaluation.scoring import unigram_logprobs
 from selfsup.evaluation.stats import exam_difference, exam_loss, margin, standard_error
 from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
 from selfsup.loss import stream_seed
 
-FIXED = "eval/fixed"
+FIXED, HELDOUT = "eval/fixed", "eval/heldout"
 
 EXAMPLE_COLUMNS = ["step", "example", "input", "target", "prediction", "accuracy"]
 
@@ -83,6 +87,7 @@ __all__ = [
     "Evaluation",
     "Examples",
     "FixedExam",
+    "HeldoutText",
     "MinimalPairs",
     "PairSource",
     "Task",
@@ -103,12 +108,14 @@ class Evaluation:
         pairs: MinimalPairs | None = None,
         probe: Mapping | None = None,
         tasks: Mapping[str, Task] | None = None,
+        heldout: HeldoutText | None = None,
     ):
         probe = dict(probe or {})
         self.fixed = fixed is not None and fixed is not False
         self.fixed_max_tokens = fixed.get("max_tokens") if isinstance(fixed, Mapping) else None
         self.fixed_panel = {k: fixed[k] for k in PANEL_SETTINGS if k in fixed} if isinstance(fixed, Mapping) else {}
         self.pairs = pairs
+        self.heldout = heldout
         self.every_n_validations = every_n_validations
         self.protocol = probe.get("protocol", "linear")
         self.finetune_steps = probe.get("finetune_steps", 200)
@@ -164,6 +171,14 @@ class Evaluation:
         check_panel(**self.fixed_panel)
         if self.pairs is not None:
             self.pairs.check()
+        if self.heldout is not None:
+            self.heldout.check()
+            inside = [d for d in self.heldout.documents if training_documents and d in training_documents]
+            if inside:
+                raise EvalError(
+                    f"eval.heldout: {len(inside)} of its documents are documents of the pretraining data (e.g. "
+                    f"{inside[0][:40]!r}): a held-out text must be held out; use another text or other data.paths"
+                )
         if self.every_n_validations < 0:
             raise EvalError(
                 f"eval.every_n_validations={self.every_n_validations} must be 0 (after training only) or more"
@@ -202,10 +217,16 @@ class Evaluation:
         self.make_model, self.tokenizer = make_model, tokenizer
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.tokenizer_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest() if tokenizer is not None else None
-        if self.fixed:
-            unigram = (
-                unigram_logprobs(train_tokens, vocab.size) if train_tokens is not None and len(train_tokens) else None
+        unigram = (
+            unigram_logprobs(train_tokens, vocab.size)
+            if (self.fixed or self.heldout is not None) and train_tokens is not None and len(train_tokens)
+            else None
+        )
+        if self.heldout is not None:
+            self.heldout.setup(
+                architecture, vocab, tokenizer, model_length, unigram, scorer_name(architecture, objective)
             )
+        if self.fixed:
             self.exam = FixedExam(
                 architecture, vocab, seq_len, val_tokens, self.fixed_max_tokens, unigram, **self.fixed_panel
             )
@@ -263,6 +284,9 @@ class Evaluation:
         if self.exam is not None and self.exam.windows_last:
             out.update({f"{FIXED}|{k}": v for k, v in self.exam.windows_last.items()})
             out[f"{FIXED}|examples"] = np.array(self.exam.fingerprint)
+        if self.heldout is not None and self.heldout.last:
+            out.update({f"{HELDOUT}|{k}": v for k, v in self.heldout.last.items()})
+            out[f"{HELDOUT}|examples"] = np.array(self.heldout.fingerprint)
         return out
 
     def due(self, last: bool) -> bool:
@@ -276,6 +300,7 @@ class Evaluation:
         the evaluation at a boundary (between parts, tasks and random-init seeds): nothing of it is kept."""
         kept = dict(self.last), dict(self.pairs.last) if self.pairs is not None else {}
         windows = self.exam.windows_last if self.exam is not None else {}
+        documents = self.heldout.last if self.heldout is not None else {}
         try:
             return self.evaluate(model)
         except EvaluationStopped as stopped:
@@ -285,6 +310,8 @@ class Evaluation:
                 self.pairs.last = kept[1]
             if self.exam is not None:
                 self.exam.windows_last = windows
+            if self.heldout is not None:
+                self.heldout.last = documents
             logging.getLogger("selfsup").warning(
                 f"{signal_name}: the evaluation stopped in {where}; none of it is kept"
             )
@@ -314,6 +341,10 @@ class Evaluation:
                 boundary("the minimal pairs")
                 with self.timed("pairs"):
                     metrics.update(self.pairs(model))
+            if self.heldout is not None:
+                boundary("the held-out text")
+                with self.timed("heldout"):
+                    metrics.update(self.heldout(model))
             with self.timed("probe"):
                 if self.encoded and not self.baselines:  # the same for every evaluation of the run: once
                     self.baselines = self.random_init_and_majority(model)

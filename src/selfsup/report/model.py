@@ -10,7 +10,7 @@ from pathlib import Path
 
 from selfsup.errors import UserError
 from selfsup.evaluation.stats import Interval
-from selfsup.names import FIXED_LOSS, PAIRS, PROBE, shown
+from selfsup.names import FIXED_LOSS, HELDOUT_BPB, PAIRS, PROBE, shown
 
 
 class ReportError(UserError):
@@ -68,6 +68,7 @@ class Run:
             "val_loss": self.last("val/loss"),
             "val_perplexity": self.last("val/perplexity"),
             "fixed_loss": self.last(FIXED_LOSS),
+            "heldout": self.last(HELDOUT_BPB),
             "pairs": self.last(PAIRS),
             "pairs_margin": self.margin(PAIRS),
             "probe": self.last(PROBE),
@@ -97,10 +98,29 @@ class Run:
         found = [self.last(f"{key}/{part}") for part in ("margin", "margin_low", "margin_high")]
         return None if None in found else str(Interval(*found))
 
-    def fixed(self) -> str | None:
-        """`5.123 [5.101, 5.145]`: the last fixed-exam loss with its 95% interval over the exam's windows."""
-        found = [self.last(FIXED_LOSS + end) for end in ("", "_low", "_high")]
+    def bounded(self, key: str) -> str | None:
+        """`5.123 [5.101, 5.145]`: the last value of a score logged with its 95% interval (key_low, key_high: the
+        fixed exam's loss, the held-out text's bits per byte)."""
+        found = [self.last(key + end) for end in ("", "_low", "_high")]
         return None if None in found else str(Interval(*found, signed=False))
+
+    def interval(self, key: str) -> tuple[float, float] | None:
+        """The 95% interval the verdict reads of a score's last value: <key>_low, _high (the fixed exam's loss, the
+        held-out text's bits per byte) or, for an accuracy, its margin over random-init's interval drawn around it
+        (accuracy - (margin - margin_low), accuracy + (margin_high - margin)); None where neither was logged."""
+        value = self.task_value(key)
+        if value is None:
+            return None
+        low, high = self.task_value(key + "_low"), self.task_value(key + "_high")
+        if low is not None and high is not None:
+            return low, high
+        if key.endswith("/accuracy"):
+            m, lo, hi = (
+                self.task_value(f"{key.removesuffix('/accuracy')}/margin{end}") for end in ("", "_low", "_high")
+            )
+            if None not in (m, lo, hi):
+                return value - (m - lo), value + (hi - m)
+        return None
 
     def curve(self, y_key: str = "val/loss", x_key: str = "train/tokens_seen") -> list[tuple[float, float]]:
         """(x, y) of every logged row that has both."""

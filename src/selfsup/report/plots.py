@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from selfsup.names import FIXED_LOSS, PAIRS, PROBE, RunSummary
+from selfsup.names import FIXED_LOSS, HELDOUT_BPB, PAIRS, PROBE, RunSummary
 from selfsup.report.model import (
     MASK_RATE,
     SEED,
@@ -13,9 +13,9 @@ from selfsup.report.model import (
     Run,
     _finite,
     _number,
-    _show,
 )
 from selfsup.report.runs import study_importances
+from selfsup.verdict import setting_label
 
 OBJECTIVE_COLORS = {
     "mlm": "#1f77b4",
@@ -25,6 +25,22 @@ OBJECTIVE_COLORS = {
     "ul2": "#ff7f0e",
 }
 EXTRA_COLORS = ["#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+# matplotlib's tab10, then tab20's lighter shades: one per setting
+SETTING_COLORS = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+]  # fmt: skip
+
+
+def setting_colors(runs: list[Run], keys: list[str]) -> dict[str, str]:
+    """{setting (as the verdict names it): colour}, the same in every figure of a report: where each setting is
+    its own objective (an objectives sweep), the objective's colour; else SETTING_COLORS in the order the
+    settings first appear among the runs."""
+    settings = list(dict.fromkeys(setting_of(run, keys) for run in runs))
+    objectives = {setting_of(run, keys): run.objective or "?" for run in runs}
+    if len(set(objectives.values())) == len(settings):
+        return {label: _colors(runs)[objectives[label]] for label in settings}
+    return {label: SETTING_COLORS[i % len(SETTING_COLORS)] for i, label in enumerate(settings)}
 
 
 def _colors(runs: list[Run]) -> dict[str, str]:
@@ -71,7 +87,12 @@ BASELINE_STYLE = {
     "unigram": ("#8c564b", "-."),
     "bigram": ("#e377c2", (0, (1, 1))),
 }
-METRIC_KEYS = {"fixed_loss": FIXED_LOSS, "probe": PROBE, "pairs": PAIRS}  # Run.metrics() names -> logged keys
+METRIC_KEYS = {
+    "fixed_loss": FIXED_LOSS,
+    "heldout": HELDOUT_BPB,
+    "probe": PROBE,
+    "pairs": PAIRS,
+}  # Run.metrics() names -> logged keys
 
 
 def fixed_unigram_loss(run: Run) -> float | None:
@@ -100,6 +121,9 @@ def run_baselines(run: Run, key: str) -> dict[str, tuple[float, float | None]]:
     known."""
     if key == FIXED_LOSS:
         found = fixed_unigram_loss(run)
+        return {} if found is None else {"unigram": (found, None)}
+    if key == HELDOUT_BPB:
+        found = run.task_value("eval/heldout/unigram_bits_per_byte")
         return {} if found is None else {"unigram": (found, None)}
     if not key.endswith("/accuracy"):
         return {}
@@ -186,14 +210,35 @@ def outside_legend(ax, fontsize: int = 7) -> None:
 
 
 def setting_of(run: Run, keys: list[str]) -> str:
-    """A run's setting, seed aside: its objective and the swept values (one colour and legend entry each)."""
-    return _group_label(run, [k for k in keys if k != SEED])
+    """A run's setting, seed aside, as the verdict names it: its objective and the swept values (one colour and
+    legend entry each)."""
+    return setting_label(run.as_summary_row(keys))
+
+
+T_975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]  # Student's t, 1-10 df
+
+
+def seed_band(values):
+    """The band of a mean over seeds [seeds, points]: (low, high, words): the min-max with 2 seeds, the 95%
+    interval of the mean (Student's t) with 3 or more."""
+    import numpy as np
+
+    n = len(values)
+    if n < 3:
+        return values.min(0), values.max(0), "min-max band"
+    half = (T_975[n - 2] if n - 1 <= len(T_975) else 1.96) * values.std(0, ddof=1) / np.sqrt(n)
+    mean = values.mean(0)
+    return mean - half, mean + half, "95% interval of the mean"
+
+
+BAND_WORDS = "seeds: their mean, with a band of their min-max (2 seeds) or the 95% interval of the mean (3 or more)"
 
 
 def curve_series(runs: list[Run], y_key: str, x_key: str, keys: list[str] | None = None) -> list[dict]:
     """The lines of a curve plot: one per setting (objective and swept values, seed aside). A setting with
     several finished seeds is their mean over the x values they share (else, x differing by seed, evaluation by
-    evaluation, x the mean too), with the min-max as `low`/`high`; a
+    evaluation, x the mean too), with `low`/`high` its band (seed_band: min-max with 2 seeds, the 95% interval
+    of the mean with 3 or more); a
     single run, or a run that did not finish (dashed), is its own line.
     [{label, x, y, low, high, dashed, setting}]"""
     import numpy as np
@@ -243,14 +288,15 @@ def curve_series(runs: list[Run], y_key: str, x_key: str, keys: list[str] | None
                         }
                     )
                 continue
+            low, high, band = seed_band(values)
             series.append(
                 {
                     "setting": label,
-                    "label": f"{label} (mean of {len(finished)} seeds)",
+                    "label": f"{label} (mean of {len(finished)} seeds, {band})",
                     "x": grid,
                     "y": list(values.mean(0)),
-                    "low": list(values.min(0)),
-                    "high": list(values.max(0)),
+                    "low": list(low),
+                    "high": list(high),
                     "dashed": False,
                 }
             )
@@ -275,7 +321,7 @@ def curves_figure(
     if not drawn:
         return None, left_out
     plt = _pyplot()
-    colors = {setting: plt.cm.tab10(i % 10) for i, setting in enumerate(dict.fromkeys(s["setting"] for s in drawn))}
+    colors = setting_colors(runs, keys or [])
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for line in drawn:
         color = colors[line["setting"]]
@@ -304,8 +350,8 @@ def curves_figure(
 
 
 def plot_loss_vs_tokens(runs: list[Run], keys: list[str] | None = None, key: str = "val/loss") -> bytes | None:
-    """A loss against tokens seen, one colour per setting (`curve_series`): seeds as their mean and a min-max
-    band; a series of one point is left out, and None when none has two."""
+    """A loss against tokens seen, one colour per setting (`curve_series`): seeds as their mean and a band
+    (seed_band); a series of one point is left out, and None when none has two."""
     what = "Validation" if key.startswith("val/") else "Training"
     ylabel, xlabel = key.replace("/", " ").replace("_", " "), "tokens seen (train/tokens_seen)"
     fig, _ = curves_figure(runs, key, "train/tokens_seen", ylabel, xlabel, f"{what} loss against tokens seen", keys)
@@ -458,11 +504,24 @@ def plot_study(study) -> list[tuple[str, str, bytes]]:
     return plots
 
 
-def _group_label(run: Run, keys: list[str]) -> str:
-    parts = [run.objective or "?"] + [
-        f"{k.split('.')[-1]}={_show(run.value(k))}" for k in keys if run.value(k) != "n/a" and k != "objective"
-    ]  # the objective: first
-    return ", ".join(parts)
+def run_point(run: Run, metric: str) -> tuple[float, float, float]:
+    """A run's final value of a metric (a key of Run.metrics()) and the ends of its 95% interval, the one the
+    verdict reads (Run.interval; the value at both ends where it has none)."""
+    value = run.metrics()[metric]
+    found = run.interval(METRIC_KEYS[metric])
+    return (value, value, value) if found is None else (value, *found)
+
+
+def draw_runs(ax, points: list[tuple[float, Run]], metric: str, color: str, label: str | None) -> None:
+    """Each run at its x: its value with its 95% interval as whiskers (its marker's gid: `interval`)."""
+    for x, run in points:
+        value, low, high = run_point(run, metric)
+        bars = ax.errorbar(
+            [x], [value], yerr=[[value - low], [high - value]], marker="o", markersize=4, capsize=3,
+            linestyle="none", color=color, alpha=0.8, zorder=3, label=label,
+        )  # fmt: skip
+        bars.lines[0].set_gid("interval")
+        label = None
 
 
 def knob_figure(
@@ -475,10 +534,11 @@ def knob_figure(
     xlabel: str,
     ylabel: str,
 ):
-    """A final metric (a key of Run.metrics()) against one config value: one line per setting of the other swept
-    values (seed aside), points = mean over seeds, bars = min-max over seeds, with the metric's baselines (None
-    when fewer than 2 distinct x values); and whether it is a scatter: when the other swept values differ from run
-    to run (an Optuna study's sampled values: every line would be one point), the runs are one scatter instead."""
+    """A final metric (a key of Run.metrics()) against one config value: each run a point with its 95% interval
+    (the verdict's) as whiskers, in its setting's colour (setting_colors), a grey line through the means over
+    seeds of each line of the other swept values (seed aside), and the metric's baselines (None when fewer than
+    2 distinct x values); and whether it is a scatter: when the other swept values differ from run to run (an
+    Optuna study's sampled values: every line would be one point), no line joins them."""
     chosen = [
         r
         for r in runs
@@ -491,71 +551,40 @@ def knob_figure(
         return None, False
     other = [k for k in keys if k not in (x_key, SEED)]
     lines: dict[str, dict[float, list[float]]] = {}
-    objective_of = {}
     for run in chosen:
-        label = _group_label(run, other)
+        label = setting_label(run.as_summary_row(other))
         lines.setdefault(label, {}).setdefault(_number(run.config[x_key]), []).append(run.metrics()[metric])
-        objective_of[label] = run.objective
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     scattered = any(len(points) < 2 for points in lines.values())
-    if scattered:  # a line per setting would be single points: the runs, each at its own x
-        others = ", ".join(k.split(".")[-1] for k in other if k != "objective")
-        ax.scatter(
-            [_number(r.config[x_key]) for r in chosen],
-            [r.metrics()[metric] for r in chosen],
-            s=22,
-            color="#1f77b4",
-            zorder=3,
-            label="a run" + (f" ({others} differ)" if others else ""),
-        )
-    colors = _colors(runs)
-    one_objective = len(set(objective_of.values())) == 1
-    same_objective: dict[str, int] = {}
-    markers, styles = "osD^v<>ph*", ["-", "--", ":", "-."]
-    for i, (label, points) in enumerate(lines.items() if not scattered else []):
-        xs = sorted(points)
-        means = [sum(points[x]) / len(points[x]) for x in xs]
-        low = [m - min(points[x]) for x, m in zip(xs, means)]
-        high = [max(points[x]) - m for x, m in zip(xs, means)]
-        objective = objective_of[label]
-        n = same_objective[objective] = same_objective.get(objective, -1) + 1
-        # one objective: a color per line; several: the objective's color, a line style per setting
-        color = plt.cm.tab10(i % 10) if one_objective else colors[objective]
-        ax.errorbar(
-            xs,
-            means,
-            yerr=[low, high],
-            marker=markers[n % len(markers)],
-            capsize=4,
-            linewidth=1.5,
-            linestyle="-" if one_objective else styles[n % len(styles)],
-            color=color,
-            label=label,
-            zorder=3,
-        )
-        for x in xs:
-            ax.scatter([x] * len(points[x]), points[x], s=10, color=color, alpha=0.35, zorder=3)
+    colors = setting_colors(runs, keys)
+    if not scattered:
+        for points in lines.values():
+            xs = sorted(points)
+            ax.plot(xs, [sum(points[x]) / len(points[x]) for x in xs], color="#888888", linewidth=1.2, zorder=2)
+    settings: dict[str, list[Run]] = {}
+    for run in chosen:
+        settings.setdefault(setting_of(run, keys), []).append(run)
+    xs = [_number(r.config[x_key]) for r in chosen]
+    step = 0.012 * (max(xs) - min(xs))  # the seeds of a setting side by side, not on top of each other
+    for label, members in settings.items():
+        shown = label if not scattered or len(settings) <= 10 else None
+        at = [_number(r.config[x_key]) for r in members]
+        offsets = [(j - (len(members) - 1) / 2) * step if at.count(x) > 1 else 0.0 for j, x in enumerate(at)]
+        draw_runs(ax, [(x + o, r) for x, o, r in zip(at, offsets, members)], metric, colors[label], shown)
     draw_baselines(ax, baselines(chosen, METRIC_KEYS[metric]))
-    counts = {len(v) for points in lines.values() for v in points.values()}
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    if scattered:
-        spread = "one point per run"
-    elif counts == {1}:
-        spread = "one run per point"
-    else:
-        spread = (f"mean over {counts.pop()} seeds" if len(counts) == 1 else "mean over seeds") + ", bars = min-max"
-    ax.set_title(f"{title} ({spread})")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     outside_legend(ax, 8)
     return fig, scattered
 
 
 def setting_figure(runs: list[Run], keys: list[str], metric: str, title: str, ylabel: str):
-    """A final metric per setting (objective and swept values, seed aside), the x axis the settings: the mean
-    over seeds with min-max bars and each run as a faint dot, and over each setting its architecture's
-    baselines. None unless two objectives or more have it."""
+    """A final metric per setting (objective and swept values, seed aside), the x axis the settings: each run a
+    point with its 95% interval (the verdict's) as whiskers, side by side, in its setting's colour, and over each
+    setting its architecture's baselines. None unless two objectives or more have it."""
     chosen = [r for r in runs if r.finished and _finite(r.metrics()[metric])]
     if len({r.objective for r in chosen}) < 2:
         return None
@@ -563,24 +592,12 @@ def setting_figure(runs: list[Run], keys: list[str], metric: str, title: str, yl
     for run in chosen:
         groups.setdefault(setting_of(run, keys), []).append(run)
     plt = _pyplot()
-    colors = _colors(runs)
+    colors = setting_colors(runs, keys)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     spans: dict[str | None, list] = {}
     for i, (label, members) in enumerate(groups.items()):
-        values = [r.metrics()[metric] for r in members]
-        mean = sum(values) / len(values)
-        color = colors[members[0].objective or "?"]
-        ax.errorbar(
-            [i],
-            [mean],
-            yerr=[[mean - min(values)], [max(values) - mean]],
-            marker="o",
-            capsize=5,
-            color=color,
-            linestyle="none",
-            zorder=3,
-        )
-        ax.scatter([i] * len(values), values, s=12, color=color, alpha=0.35, zorder=3)
+        offsets = [0.0] if len(members) == 1 else [-0.2 + 0.4 * j / (len(members) - 1) for j in range(len(members))]
+        draw_runs(ax, [(i + o, r) for o, r in zip(offsets, members)], metric, colors[label], None)
         spans.setdefault(members[0].architecture or "?", []).append([i - 0.4, i + 0.4])
     found = baselines(chosen, METRIC_KEYS[metric])
     if any(b["architecture"] is None for b in found):  # the same for every architecture: over every setting
@@ -588,10 +605,8 @@ def setting_figure(runs: list[Run], keys: list[str], metric: str, title: str, yl
     draw_baselines(ax, found, spans)
     ax.set_xticks(range(len(groups)), list(groups), rotation=20, ha="right", fontsize=8)
     ax.set_xlim(-0.6, len(groups) - 0.4)
-    counts = {len(m) for m in groups.values()}
-    spread = "one run each" if counts == {1} else "mean over seeds, bars = min-max"
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{title} ({spread})")
+    ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
     if found:
         outside_legend(ax, 8)
@@ -602,21 +617,49 @@ KNOBS = [
     (MASK_RATE, "mask_rate", "mask rate (objective.mask_rate)", {"mlm", "span_corruption"}),
     (SPAN_LENGTH, "span_length", "mean span length (objective.mean_span_length)", {"span_corruption"}),
 ]
-COMPARABLE = [
+COMPARABLE = [  # (Run.metrics() name, plot name, axis label, the score in a sentence, how to read it)
     (
         "fixed_loss",
         "fixed_loss",
         "fixed-exam loss (eval/fixed/loss)",
-        "the family's fixed exam (lower is better; the same masks for every run of a family)",
+        "fixed-exam loss",
+        "lower is better; the same windows and masks for every run of a family",
+    ),
+    (
+        "heldout",
+        "heldout",
+        "held-out text, bits per byte (eval/heldout/bits_per_byte)",
+        "held-out text's bits per byte",
+        "lower is better; scored by the family's scorer",
     ),
     (
         "pairs",
         "pairs",
         "minimal-pairs accuracy (eval/pairs/accuracy)",
-        "minimal-pairs accuracy (higher is better; the same pairs for every run)",
+        "minimal-pairs accuracy",
+        "higher is better; the same pairs for every run",
     ),
-    ("probe", "probe", "probe accuracy (eval/probe/accuracy)", "the downstream probe's accuracy (higher is better)"),
+    ("probe", "probe", "probe accuracy (eval/probe/accuracy)", "downstream probe's accuracy", "higher is better"),
 ]
+
+
+def reading(metric: str) -> str:
+    """What a figure's whiskers and floor are, in sentences (the verdict's rules)."""
+    if METRIC_KEYS[metric].endswith("/accuracy"):
+        return (
+            " Whiskers: each run's 95% interval, the one the verdict reads (its margin over random-init's interval, "
+            "drawn around the accuracy). The random-init line is the verdict's floor: a run shows pretraining when "
+            "its whole whisker lies above it."
+        )
+    return (
+        " Whiskers: each run's 95% bootstrap interval, the one the verdict reads. A run whose whole whisker lies "
+        "above the unigram line is worse than a unigram count model."
+    )
+
+
+def settings_words(runs: list[Run], keys: list[str]) -> str:
+    """` Settings: mlm mask_rate=0.1; mlm mask_rate=0.4.` (the verdict's names, a colour each)."""
+    return f" Settings: {'; '.join(dict.fromkeys(setting_of(r, keys) for r in runs))}."
 
 
 def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]:
@@ -630,12 +673,13 @@ def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]
                     name,
                     (
                         f"Each run's own {key.split('/')[0]} loss against tokens seen, a colour per setting "
-                        f"(seeds: mean and min-max band; dashed: a run that did not finish): how it trained "
-                        f"on its own exam, not a comparison across settings."
+                        f"({BAND_WORDS}; dashed: a run that did not finish): how it trained on its own exam, not "
+                        f"a comparison across settings."
                     ),
                     png,
                 )
             )
+    compared = "objectives" if len({r.objective for r in runs}) > 1 else "settings"
     for key, name, what in ((PROBE, "probe", "probe accuracy"), (PAIRS, "pairs", "minimal-pairs accuracy")):
         single = []
         for axis, axis_name, label in (
@@ -656,8 +700,8 @@ def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]
                 single += [label.split(" (")[0]] if left_out else []
                 continue
             caption = (
-                f"{what.capitalize()} ({key}) against {label}, a colour per setting (seeds: mean and min-max "
-                f"band; a point per evaluation): objectives compared at equal text or equal compute."
+                f"{what.capitalize()} ({key}) against {label}, a colour per setting ({BAND_WORDS}; a point per "
+                f"evaluation): the {compared} compared at equal text or equal compute."
                 + baseline_words(baselines(runs, key))
                 + (f" Left out (evaluated once): {', '.join(left_out)}." if left_out else "")
             )
@@ -669,44 +713,41 @@ def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]
             )
             plots.append((f"{name}_vs_tokens", why, b""))
     for x_key, x_name, x_label, objectives in KNOBS:
-        for metric, name, y_label, what in COMPARABLE:
+        for metric, name, y_label, noun, how in COMPARABLE:
             fig, scattered = knob_figure(
                 runs,
                 keys,
                 x_key,
                 objectives,
                 metric,
-                f"{y_label.split(' (')[0].capitalize()} against {x_label.split(' (')[0]}",
+                f"{noun.capitalize()} against {x_label.split(' (')[0]}",
                 x_label,
                 y_label,
             )
             if fig is not None:
-                found = baselines([r for r in runs if r.objective in objectives], METRIC_KEYS[metric])
-                how = (
-                    "each point a run (the other swept values differ from run to run: no line joins them)"
+                chosen = [r for r in runs if r.objective in objectives and r.finished]
+                joined = (
+                    "each point is a run, no line joins them (the other swept values differ from run to run)"
                     if scattered
-                    else "points are the mean over seeds, error bars the min-max over seeds, faint dots the single runs"
+                    else "each point is a run, a grey line joins the means over seeds"
                 )
-                plots.append(
-                    (
-                        f"{name}_vs_{x_name}",
-                        f"Final {what}, against {x_label}: {how}." + baseline_words(found),
-                        _png(fig),
-                    )
+                caption = (
+                    f"The final {noun} ({how}) against {x_label}: {joined}, a colour per setting."
+                    + reading(metric)
+                    + baseline_words(baselines(chosen, METRIC_KEYS[metric]))
+                    + settings_words(chosen, keys)
                 )
-    for metric, name, y_label, what in COMPARABLE[1:]:  # the fixed exams differ by family: not across objectives
-        fig = setting_figure(runs, keys, metric, f"{y_label.split(' (')[0].capitalize()} by setting", y_label)
+                plots.append((f"{name}_vs_{x_name}", caption, _png(fig)))
+    for metric, name, y_label, noun, how in COMPARABLE[2:]:  # the fixed exams and scorers differ by family
+        fig = setting_figure(runs, keys, metric, f"{noun.capitalize()} by setting", y_label)
         if fig is not None:
-            plots.append(
-                (
-                    f"{name}_by_setting",
-                    (
-                        f"Final {what}, per setting: the mean over seeds with min-max bars, "
-                        f"faint dots the single runs, each beside its architecture's "
-                        f"baselines; compare the margins over random-init, not the raw "
-                        f"accuracies." + baseline_words(baselines(runs, METRIC_KEYS[metric]))
-                    ),
-                    _png(fig),
-                )
+            chosen = [r for r in runs if r.finished]
+            caption = (
+                f"The final {noun} ({how}) per setting: each run a point, side by side, each setting beside its "
+                f"architecture's baselines; compare the margins over random-init, not the raw accuracies."
+                + reading(metric)
+                + baseline_words(baselines(runs, METRIC_KEYS[metric]))
+                + settings_words(chosen, keys)
             )
+            plots.append((f"{name}_by_setting", caption, _png(fig)))
     return plots

@@ -7,6 +7,7 @@ import html
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from selfsup.names import FIXED_LOSS, HELDOUT_BPB
 from selfsup.report.model import Run, _show
 from selfsup.summary import DEFINITIONS, task_names
 from selfsup.verdict import verdict_text
@@ -63,6 +64,7 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
         "val loss*",
         "val ppl",
         "fixed loss*",
+        "held-out bpb*",
         "pairs acc",
         "pairs margin",
         "probe acc",
@@ -97,7 +99,8 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
                 *[_show(run.value(k)) for k in keys],
                 number("val_loss", ".4f"),
                 number("val_perplexity", ".2f"),
-                run.fixed() or number("fixed_loss", ".4f"),
+                run.bounded(FIXED_LOSS) or number("fixed_loss", ".4f"),
+                run.bounded(HELDOUT_BPB) or number("heldout", ".4f"),
                 number("pairs", ".4f"),
                 m["pairs_margin"] or "-",
                 number("probe", ".4f"),
@@ -216,6 +219,7 @@ NUMERIC = {
     "val loss*",
     "val ppl",
     "fixed loss*",
+    "held-out bpb*",
     "pairs acc",
     "pairs margin",
     "probe acc",
