@@ -58,7 +58,7 @@ from selfsup.names import (
 )
 from selfsup.reliability import stop
 from selfsup.reliability.checkpoints import check_resume_compatible, resume_state
-from selfsup.run_dir import join_sweep, requeue_checkpoint, resumed_config
+from selfsup.run_dir import join_sweep, requeue_checkpoint, resumed_config, sweep_of
 from selfsup.verdict import VERDICT, verdict_text
 from selfsup.version import code_version
 
@@ -209,6 +209,14 @@ def train_and_evaluate(
     if status == "finished":
         summary["verdict"] = verdict_text([{**summary, "status": status}])
         wandb_summary(loggers, {"verdict": summary["verdict"]})
+        sweep = sweep_of(run_dir) if loggers_first and rank_zero else None
+        if sweep is not None:  # the sweep's verdict over its jobs so far and this one (the last job's: all of them)
+            from selfsup.summary import read_summaries
+
+            rows = [r for r in read_summaries(sweep) if Path(r["run_dir"]).resolve() != Path(run_dir).resolve()]
+            text = verdict_text([*rows, {**summary, "status": status, "run_dir": str(run_dir)}])
+            if text:
+                wandb_summary(loggers, {"sweep_verdict": text})
     if rank_zero and cfg.logger.get("log_model"):
         log_model(
             loggers, run_dir, plain, summary, export=bool(cfg.logger.get("log_export")) and not preempted()

@@ -376,8 +376,9 @@ def worse_than_unigram(group: Group, sitting: Sitting) -> bool:
     return all(low is not None and low > 0 for low in lows)
 
 
-def exam_lines(groups: list[Group], outcomes: dict, width: int) -> list[str]:
-    """Per sitting and family, its section (see the module's doc)."""
+def exam_lines(groups: list[Group], outcomes: dict, width: int, study: bool = False) -> list[str]:
+    """Per sitting and family, its section (see the module's doc); of a study, the lowest trial against the
+    runner-up only."""
     lines = []
     for sitting in SITTINGS:
         families: dict[str, list[Group]] = {}
@@ -387,9 +388,17 @@ def exam_lines(groups: list[Group], outcomes: dict, width: int) -> list[str]:
         for family, members in families.items():
             members.sort(key=lambda g: exam_mean(g, sitting))
             head = f"{sitting.title}" + (f" of {family}" if len(families) > 1 else "")
-            parts = ["; ".join(describe_exam(g, sitting) for g in members)]
+            parts = [
+                f"lowest {describe_exam(members[0], sitting)}"
+                if study
+                else "; ".join(describe_exam(g, sitting) for g in members)
+            ]
             if len(members) > 1:
-                parts.append(joined([compare_exam(members[0], g, sitting, outcomes) for g in members[1:]]))
+                others = members[1:2] if study else members[1:]
+                parts.append(
+                    ("against the runner-up: " if study else "")
+                    + joined([compare_exam(members[0], g, sitting, outcomes) for g in others])
+                )
             worse = [g.label for g in members if worse_than_unigram(g, sitting)]
             if worse:
                 parts.append(
@@ -468,18 +477,32 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
     outcomes = {}
     if len(groups) > 1:
         outcomes = {id(row): load_outcomes(row) for row in members}
+    study = is_study(members)
     for key in keys:
         having = [g for g in groups if len(g.margins(key)) == len(g.rows)]
+        if study:  # the best first
+            having.sort(key=lambda g: -statistics.fmean(m.value for m in g.margins(key)))
         shown = [g for g in having if all(m.low > 0 for m in g.margins(key))]
         held = [g for g in having if g not in shown]
         parts = []
-        if shown:
-            parts.append("shows pretraining: " + "; ".join(describe(g, key) for g in shown))
-        if held:
-            parts.append("no pretraining shown yet: " + "; ".join(describe(g, key) for g in held))
+        if study:  # the best trial against random-init and the runner-up (the table has every trial)
+            parts.append(f"{len(shown)} of {len(having)} trials show pretraining")
+            parts.append(
+                f"best {describe(having[0], key)} ("
+                + ("shows pretraining" if having[0] in shown else "no pretraining shown yet")
+                + ")"
+            )
+        else:
+            if shown:
+                parts.append("shows pretraining: " + "; ".join(describe(g, key) for g in shown))
+            if held:
+                parts.append("no pretraining shown yet: " + "; ".join(describe(g, key) for g in held))
         if len(having) > 1:
             best = max(having, key=lambda g: statistics.fmean(m.value for m in g.margins(key)))
-            parts.append(joined([compare(best, g, key, outcomes) for g in having if g is not best]))
+            others = having[1:2] if study else [g for g in having if g is not best]
+            parts.append(
+                ("against the runner-up: " if study else "") + joined([compare(best, g, key, outcomes) for g in others])
+            )
             parts.append(scorers_differ(having, key) or "")
         for order in ("unigram", "bigram"):
             below = [g.label for g in having if below_counts(g, key) == order]
@@ -492,12 +515,18 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
                 )
         text = f"{score_label(key)}: " + ". ".join(p for p in parts if p)
         lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
-    lines += exam_lines(groups, outcomes, width)
+    lines += exam_lines(groups, outcomes, width, study)
     if out:
         lines += textwrap.wrap(
             left_out(out), width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
         )
     return lines
+
+
+def is_study(rows: list[dict]) -> bool:
+    """The runs are trials of an Optuna study (their sweep dir holds optuna.db): the verdict compares the best
+    with random-init and the runner-up only."""
+    return any(row.get("run_dir") and (Path(row["run_dir"]).parent / "optuna.db").is_file() for row in rows)
 
 
 def left_out(rows: list[dict]) -> str:

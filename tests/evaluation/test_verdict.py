@@ -434,3 +434,23 @@ def test_the_held_out_text_is_compared_in_bits_per_byte_within_a_family(tmp_path
     assert text.splitlines()[1].startswith("  held-out text (bits per byte, lower is better): clm mask_rate=0.15 mean")
     assert f"is lower than clm mask_rate=0.4 by {abs(d.value) / math.log(2):.3f}" in text
     assert -d.value / math.log(2) == pytest.approx(0.3, abs=0.01)
+
+
+def test_a_studys_verdict_compares_the_best_trial_with_random_init_and_the_runner_up_only(tmp_path):
+    """Trials of an Optuna study (optuna.db in their sweep dir): one line per score, not every trial against
+    every other (the table has them all)."""
+    rng = np.random.default_rng(14)
+    base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
+    sweep = tmp_path / "study"
+    sweep.mkdir()
+    (sweep / "optuna.db").write_bytes(b"")
+    rows = []
+    for i, acc in enumerate((0.5, 0.8, 0.6, 0.7)):
+        row = run(sweep, str(i), outcomes(rng, acc), base, "mlm")
+        row["swept"] = {"objective.mask_rate": 0.1 * (i + 1)}
+        rows.append(row)
+    text = verdict_text(rows)
+    [line] = [line for line in text.splitlines() if line.startswith("  pairs: ")]
+    assert line.startswith("  pairs: 3 of 4 trials show pretraining. best mlm mask_rate=0.2 +0.")
+    assert "(shows pretraining). against the runner-up: mlm mask_rate=0.2 - mlm mask_rate=0.4 " in line
+    assert "mask_rate=0.1" not in line and "mask_rate=0.3" not in line
