@@ -6,6 +6,7 @@ seed record (mean, SE, random-init margins) from summaries; the report's study l
 import json
 import math
 
+import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -217,3 +218,20 @@ def test_load_studies_shows_each_study_once(tmp_path):
     for paths in ([first, more], [tmp_path], [first, first / "."]):
         found, problems = load_studies([str(p) for p in paths])
         assert [s.study_name for s in found] == ["tune"] and not problems, paths
+
+
+def test_a_study_of_the_fixed_exam_reads_its_bootstrap_standard_error():
+    """optimized_metric=eval/fixed/loss: one seed's trial carries the exam's own SE (eval/fixed/loss_se, the
+    bootstrap over its windows), the one the pruner compares against at each validation."""
+    from hydra_plugins.selfsup_sweeper.optuna_sweeper import seed_record
+    from selfsup.evaluation import exam_interval
+
+    rng = np.random.default_rng(0)
+    count = rng.integers(10, 30, 200).astype(float)
+    windows = {"nll": rng.normal(5 * count, np.sqrt(count)), "count": count, "member": np.repeat([0, 1], 100)}
+    evaluated = {"eval/fixed/loss": 5.0, **exam_interval(windows)}
+    one = seed_record("eval/fixed/loss", [5.0], [{"eval": evaluated}])
+    assert one["value_se"] == evaluated["eval/fixed/loss_se"] > 0
+    assert evaluated["eval/fixed/loss_se"] == pytest.approx(
+        (evaluated["eval/fixed/loss_high"] - evaluated["eval/fixed/loss_low"]) / 3.92, rel=0.15
+    )  # about the normal interval's half-width / 1.96
