@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from selfsup.evaluation.stats import Interval, difference, exam_difference
+from selfsup.evaluation.stats import Interval, difference, exam_difference, exam_ratio
 from selfsup.names import OUTCOMES, shown
 
 VERDICT = "verdict.json"  # a sweep's, in its sweep dir
@@ -185,12 +185,8 @@ def _check_exam(found: dict, evaluated: dict) -> str | None:
             return f"outcomes.npz holds {sitting.title} arrays of the wrong shape"
         if not all(np.issubdtype(a.dtype, np.number) and np.isfinite(a).all() for a in arrays):
             return f"outcomes.npz holds {sitting.title} values that are not finite numbers"
-        nll, counted, member = arrays[:3]
-        ratios = [
-            nll[member == m].sum() / counted[member == m].sum() for m in np.unique(member) if counted[member == m].any()
-        ]
         expected = evaluated.get(sitting.key)
-        found_value = float(np.mean(ratios)) * sitting.scale if ratios else None
+        found_value = exam_ratio(*arrays[:3]) * sitting.scale if arrays[1].any() else None
         if (
             expected is not None
             and found_value is not None
@@ -348,9 +344,7 @@ def compare_exam(a: Group, b: Group, sitting: Sitting, outcomes: dict) -> tuple[
         )
         gap = exam_mean(a, sitting) - exam_mean(b, sitting)
         return f"{a.label} - {b.label} {gap:+.3f}, not bounded ({why}): no lead called", None
-    d = exam_difference(x[0], y[0], x[1], x[2])
-    k = sitting.scale
-    d = Interval(d.value * k, d.low * k, d.high * k, None if d.se is None else d.se * k)
+    d = exam_difference(x[0], y[0], x[1], x[2]).scaled(sitting.scale)
     return ruling(a, b, d, exam_spread(a, sitting), exam_spread(b, sitting), "is lower than")
 
 

@@ -69,7 +69,7 @@ from selfsup.evaluation.heldout import HeldoutText
 from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd, scorer_name
 from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
 from selfsup.evaluation.scoring import unigram_logprobs
-from selfsup.evaluation.stats import exam_difference, exam_loss, margin, standard_error
+from selfsup.evaluation.stats import margin, ratio_scores, standard_error
 from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
 from selfsup.loss import stream_seed
 
@@ -475,15 +475,7 @@ def exam_interval(windows: dict[str, np.ndarray]) -> dict[str, float]:
     what a tuner's decision must exceed); with a unigram reference, eval/fixed/unigram_gap (the loss minus the
     training split's unigram on the same targets; below 0: more than word frequencies learned) with its paired
     interval, _low and _high. {} without a scored target."""
-    if not windows or not windows["count"].sum():
-        return {}
-    loss = exam_loss(windows["nll"], windows["count"], windows["member"])
-    out = {f"{FIXED}/loss_low": loss.low, f"{FIXED}/loss_high": loss.high, f"{FIXED}/loss_se": loss.se}
-    if "unigram" in windows:
-        gap = exam_difference(windows["nll"], windows["unigram"], windows["count"], windows["member"])
-        out.update({f"{FIXED}/unigram_gap": gap.value, f"{FIXED}/unigram_gap_low": gap.low})
-        out[f"{FIXED}/unigram_gap_high"] = gap.high
-    return out
+    return ratio_scores(windows, f"{FIXED}/loss")
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -32,7 +32,7 @@ from selfsup.data.records import check_count
 from selfsup.data.sources import DataError, iter_text_file_documents, load_hf, quiet_datasets
 from selfsup.evaluation.pairs import FAMILY_ROWS
 from selfsup.evaluation.scoring import score_rows
-from selfsup.evaluation.stats import Interval, exam_difference, exam_loss
+from selfsup.evaluation.stats import exam_ratio, ratio_scores
 from selfsup.evaluation.tasks import EvalError
 
 SOURCES = ("builtin", "text_files", "hf_dataset")
@@ -133,13 +133,14 @@ class HeldoutText:
         self.vocab, self.rows, self.scorer = vocab, FAMILY_ROWS[architecture], scorer
         limit = max(1, model_length - 2)
         pieces, owner, unigram = [], [], np.zeros(len(self.documents))
+        logprobs = None if train_unigram is None else np.asarray(train_unigram, dtype=np.float64)
         for d, encoding in enumerate(tokenizer.encode_batch(self.documents, add_special_tokens=False)):
             ids = encoding.ids
             for start in range(0, len(ids), limit):
                 pieces.append(ids[start : start + limit])
                 owner.append(d)
-            if train_unigram is not None:
-                unigram[d] = -float(np.asarray(train_unigram, dtype=np.float64)[ids].sum())
+            if logprobs is not None:
+                unigram[d] = -float(logprobs[ids].sum())
         self.pieces, self.owner = pieces, np.asarray(owner, dtype=np.int64)
         self.bytes = np.array([len(t.encode("utf-8")) for t in self.documents], dtype=np.float64)
         self.unigram = unigram if train_unigram is not None else None
@@ -162,32 +163,15 @@ class HeldoutText:
         return heldout_metrics(self.last)
 
 
-def bits(interval: Interval) -> Interval:
-    """A per-byte interval in nats as bits."""
-    k = 1 / math.log(2)
-    return Interval(
-        interval.value * k,
-        interval.low * k,
-        interval.high * k,
-        None if interval.se is None else interval.se * k,
-        interval.signed,
-    )
+BITS = 1 / math.log(2)  # bits per nat
 
 
 def heldout_metrics(sums: dict[str, np.ndarray]) -> dict[str, float]:
     """eval/heldout/... from per-document sums: nll (nats), count (bytes), member, unigram (nats)."""
-    score = bits(exam_loss(sums["nll"], sums["count"], sums["member"]))
-    out = {
-        f"{KEY}/bits_per_byte": score.value,
-        f"{KEY}/bits_per_byte_low": score.low,
-        f"{KEY}/bits_per_byte_high": score.high,
-        f"{KEY}/bits_per_byte_se": score.se,
-    }
+    out = {f"{KEY}/bits_per_byte": exam_ratio(sums["nll"], sums["count"], sums["member"]) * BITS}
+    out.update(ratio_scores(sums, f"{KEY}/bits_per_byte", BITS))
     if "unigram" in sums:
-        out[f"{KEY}/unigram_bits_per_byte"] = float(sums["unigram"].sum() / sums["count"].sum() / math.log(2))
-        gap = bits(exam_difference(sums["nll"], sums["unigram"], sums["count"], sums["member"]))
-        out.update({f"{KEY}/unigram_gap": gap.value, f"{KEY}/unigram_gap_low": gap.low})
-        out[f"{KEY}/unigram_gap_high"] = gap.high
+        out[f"{KEY}/unigram_bits_per_byte"] = float(sums["unigram"].sum() / sums["count"].sum() * BITS)
     return out
 
 

@@ -44,6 +44,11 @@ class Interval:
     def excludes_zero(self) -> bool:
         return self.low > 0 or self.high < 0
 
+    def scaled(self, k: float) -> Interval:
+        """The same interval in another unit (k times each end; nats per byte to bits: 1 / ln 2)."""
+        se = None if self.se is None else self.se * k
+        return Interval(self.value * k, self.low * k, self.high * k, se, self.signed)
+
     def __str__(self) -> str:
         sign = "+" if self.signed else ""
         return f"{self.value:{sign}.3f} [{self.low:{sign}.3f}, {self.high:{sign}.3f}]"
@@ -133,7 +138,7 @@ def _check_exam(nll: list, count, member) -> tuple[list[np.ndarray], np.ndarray,
     return nll, count, member
 
 
-def _exam_ratio(nll: np.ndarray, count: np.ndarray, member: np.ndarray) -> float:
+def exam_ratio(nll: np.ndarray, count: np.ndarray, member: np.ndarray) -> float:
     """The exam's loss: the mean over members (those with scored targets) of sum(nll) / sum(count)."""
     losses = [nll[member == m].sum() / count[member == m].sum() for m in np.unique(member) if count[member == m].sum()]
     return float(np.mean(losses)) if losses else 0.0
@@ -164,7 +169,7 @@ def exam_loss(nll, count, member, replicates: int = REPLICATES, seed: int = 0) -
     stratified bootstrap 95% interval and standard error."""
     [nll], count, member = _check_exam([nll], count, member)
     draws = _exam_draws([nll], count, member, replicates, seed)[:, 0]
-    return _interval(_exam_ratio(nll, count, member), draws, signed=False)
+    return _interval(exam_ratio(nll, count, member), draws, signed=False)
 
 
 def exam_difference(a, b, count, member, replicates: int = REPLICATES, seed: int = 0) -> Interval:
@@ -172,4 +177,21 @@ def exam_difference(a, b, count, member, replicates: int = REPLICATES, seed: int
     such as the unigram, on the same windows and targets), its interval from windows drawn once for both."""
     (a, b), count, member = _check_exam([a, b], count, member)
     draws = _exam_draws([a, b], count, member, replicates, seed)
-    return _interval(_exam_ratio(a, count, member) - _exam_ratio(b, count, member), draws[:, 0] - draws[:, 1])
+    return _interval(exam_ratio(a, count, member) - exam_ratio(b, count, member), draws[:, 0] - draws[:, 1])
+
+
+def ratio_scores(sums: dict[str, np.ndarray], key: str, scale: float = 1.0) -> dict[str, float]:
+    """A ratio score's uncertainty from its per-unit sums (nll, count, member, and unigram where kept), in the
+    score's unit (`scale` times the ratio): <key>_low, _high (the stratified bootstrap 95% interval, exam_loss) and
+    _se (the replicates' sd, what a tuner's decision must exceed); with a unigram, <prefix>/unigram_gap, _low,
+    _high (the score minus the unigram's on the same targets, paired: exam_difference). {} without a count."""
+    if not sums or not sums["count"].sum():
+        return {}
+    prefix = key.rpartition("/")[0]
+    score = exam_loss(sums["nll"], sums["count"], sums["member"]).scaled(scale)
+    out = {f"{key}_low": score.low, f"{key}_high": score.high, f"{key}_se": score.se}
+    if "unigram" in sums:
+        gap = exam_difference(sums["nll"], sums["unigram"], sums["count"], sums["member"]).scaled(scale)
+        out.update({f"{prefix}/unigram_gap": gap.value, f"{prefix}/unigram_gap_low": gap.low})
+        out[f"{prefix}/unigram_gap_high"] = gap.high
+    return out
