@@ -36,10 +36,11 @@ def setting_colors(runs: list[Run], keys: list[str]) -> dict[str, str]:
     """{setting (as the verdict names it): colour}, the same in every figure of a report: where each setting is
     its own objective (an objectives sweep), the objective's colour; else SETTING_COLORS in the order the
     settings first appear among the runs."""
-    settings = list(dict.fromkeys(setting_of(run, keys) for run in runs))
-    objectives = {setting_of(run, keys): run.objective or "?" for run in runs}
+    objectives = {setting_of(run, keys): run.objective or "?" for run in runs}  # in the order first seen
+    settings = list(objectives)
     if len(set(objectives.values())) == len(settings):
-        return {label: _colors(runs)[objectives[label]] for label in settings}
+        by_objective = _colors(runs)
+        return {label: by_objective[objectives[label]] for label in settings}
     return {label: SETTING_COLORS[i % len(SETTING_COLORS)] for i, label in enumerate(settings)}
 
 
