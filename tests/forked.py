@@ -26,7 +26,7 @@ from pathlib import Path
 
 # not wandb: it makes a temporary folder when imported, which the first command to end would delete for the others
 PRELOADED = ["torch", "lightning.pytorch", "hydra", "omegaconf", "tokenizers", "torchmetrics", "optuna"]
-SCRIPTS = ("selfsup-train", "selfsup-report", "selfsup-export", "selfsup-sample", "selfsup-bench")
+SCRIPTS = ("selfsup-train", "selfsup-report", "selfsup-export", "selfsup-sample", "selfsup-bench", "selfsup-eval")
 READ_AT_IMPORT = ("PYTHON", "TORCH")
 _server: list[subprocess.Popen] = []  # this test process's forking server, started on first use
 

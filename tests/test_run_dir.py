@@ -63,7 +63,7 @@ def test_a_dir_locked_by_another_process_is_refused(tmp_path):
         "optim.lr=inf",
         "trainer.max_flops=inf",
         "data.val_fraction=nan",
-        "eval.probe.finetune_lr=nan",
+        "eval.finetune.lr=nan",
     ],
 )
 def test_every_non_finite_setting_is_refused(override):

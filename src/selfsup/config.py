@@ -66,14 +66,28 @@ class LoggerConfig:
 
 @dataclass
 class ProbeConfig:
-    protocol: str = "linear"  # linear (frozen features) | finetune (a copy of the model, finetune_steps)
-    finetune_steps: int = 200
-    finetune_lr: float = 1e-3
-    batch_size: int = 32  # finetune batch
-    max_length: int = 64  # tokens per example (longer texts are cut)
+    protocol: str = "linear"  # a task's protocol unless it names its own (eval.tasks.NAME.protocol): linear (frozen
+    #                           features) | finetune (a copy of the model fine-tuned, eval.finetune)
+    max_length: int = 64  # linear: tokens per example (longer ones cut longest-first)
     l2: Optional[float] = None  # linear: L2 penalty of the classifier (null: chosen on held-out training examples)
-    seed: int = 0  # finetune batches and the random-init baselines' weights
-    random_init_seeds: int = 3  # untrained models of the run's shape probed the same way (cached)
+    seed: int = 0  # the fine-tuning seeds' stream and the random-init baselines' weights
+    random_init_seeds: int = 3  # untrained models of the run's shape probed (fine-tuned) the same way (cached)
+
+
+@dataclass
+class FinetuneConfig:
+    """The finetune protocol (selfsup.evaluation.Finetune): a copy of the model plus a linear head on the state
+    transformers' *ForSequenceClassification read (pooling=auto; or mean), AdamW for `steps` steps."""
+
+    _target_: str = "selfsup.evaluation.Finetune"
+    steps: int = 300
+    lr: float = 1e-3
+    batch_size: int = 32
+    warmup: float = 0.1  # fraction of the steps of linear warmup, then cosine decay to 0
+    weight_decay: float = 0.01
+    max_length: int = 128  # tokens per example, specials included (a pair cut longest-first)
+    seeds: int = 3  # fine-tuning seeds of the trained model (their spread is in the margin's interval)
+    pooling: str = "auto"  # auto (encoder: first token; decoder: last token; enc-dec: decoder at final eos) | mean
 
 
 @dataclass
@@ -136,8 +150,10 @@ class EvalConfig:
     heldout: Optional[HeldoutConfig] = field(default_factory=HeldoutConfig)  # eval/heldout/... (null: none)
     every_n_validations: int = 0  # also evaluate at every k-th validation (0: after training only)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)  # the finetune protocol's settings
     # eval/<name>/...: the probe's tasks, each the keyword arguments of selfsup.evaluation.Task (or of the
-    # class its _target_ names): source builtin | text_files | hf_dataset, paths, text_field, label_field, ...
+    # class its _target_ names): source builtin | text_files | hf_dataset, paths, text_field or text_fields (a
+    # sentence pair), label_field, protocol (linear | finetune), ...
     tasks: Optional[Dict[str, Any]] = field(default_factory=dict)  # (null: none)
 
 

@@ -23,6 +23,8 @@ SUMMARY = "summary.json"  # RunSummary: written when the run ends (finished, fai
 ERROR = "error.txt"  # the one-line error of a failed run
 TRACEBACK = "traceback.txt"  # a failed sweep job's traceback (a bug, not a user's mistake)
 OUTCOMES = "outcomes.npz"  # the evaluation's per-example outcomes (selfsup.verdict)
+EVALUATED = "evaluated.json"  # selfsup-eval's scores of the run (selfsup.evaluate), beside summary.json
+EVALUATED_OUTCOMES = "evaluated_outcomes.npz"  # their per-example outcomes
 TOKENIZER = "tokenizer.json"
 
 log = logging.getLogger("selfsup")
@@ -118,12 +120,21 @@ class RunSummary:
         """summary.json as strict JSON, written atomically (a full disk keeps the previous file, with a warning);
         a finished run's stale error.txt goes."""
         run_dir = Path(run_dir)
-        tmp = run_dir / f".{SUMMARY}.tmp"
         try:
-            tmp.write_text(json.dumps(_strict(self.values), indent=2, allow_nan=False))
-            os.replace(tmp, run_dir / SUMMARY)
+            write_json(run_dir / SUMMARY, self.values)
             if self.values.get("status") == "finished":
                 (run_dir / ERROR).unlink(missing_ok=True)
         except OSError as err:
-            tmp.unlink(missing_ok=True)
             log.warning(f"could not write {run_dir / SUMMARY}: {err.strerror}")
+
+
+def write_json(path: Path, values) -> None:
+    """`values` as strict JSON (NaN as null) in `path`, written atomically: the file is the old one or the new one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(_strict(values), indent=2, allow_nan=False))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -4,6 +4,7 @@ show the same values, defined in DEFINITIONS."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,7 +12,17 @@ from selfsup.evaluation.fixed import split_lines
 from selfsup.evaluation.heldout import heldout_line
 from selfsup.evaluation.pairs import pair_lines
 from selfsup.evaluation.stats import Interval
-from selfsup.names import ERROR, FIXED_LOSS, HELDOUT_BPB, PAIRS, PAIRS_MARGIN, PROBE, RunSummary
+from selfsup.names import (
+    ERROR,
+    EVALUATED,
+    EVALUATED_OUTCOMES,
+    FIXED_LOSS,
+    HELDOUT_BPB,
+    PAIRS,
+    PAIRS_MARGIN,
+    PROBE,
+    RunSummary,
+)
 from selfsup.verdict import SITTINGS, count, exam_of, run_margin, verdict_lines
 
 COLUMNS = [
@@ -223,6 +234,37 @@ def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
 
 def _job_key(path: Path):
     return (len(path.name), path.name)
+
+
+def read_evaluated(run_dir: Path) -> dict | None:
+    """<run_dir>/evaluated.json (selfsup-eval's scores of a run; its values that are not numbers left out), or None
+    where there is none or it cannot be read."""
+    try:
+        content = json.loads((Path(run_dir) / EVALUATED).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(content, dict) or not isinstance(content.get("eval"), dict):
+        return None
+    numbers = {k: v for k, v in content["eval"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {**content, "eval": numbers}
+
+
+def evaluated_rows(rows: list[dict]) -> list[dict]:
+    """The rows (summary.json dicts with run_dir) of the runs selfsup-eval scored, each with its evaluated.json's
+    scores as `eval` and its outcomes file: what the table and the verdict read."""
+    found = []
+    for row in rows:
+        content = read_evaluated(row.get("run_dir") or "")
+        if content is not None and row.get("status") == "finished":
+            found.append(
+                {
+                    **row,
+                    "eval": content["eval"],
+                    "pairs_scorers": content.get("pairs_scorers") or {},
+                    "outcomes_path": str(Path(row["run_dir"]) / EVALUATED_OUTCOMES),
+                }
+            )
+    return found
 
 
 def read_summaries(sweep_dir: Path) -> list[dict]:

@@ -149,8 +149,8 @@ def held_equal(rows: list[dict]) -> str:
 def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
     """A run's per-example outcomes (selfsup.evaluation.Evaluation.outcomes) from its run dir, checked against its
     summary: None where it kept none, else what is wrong with them in a few words (read by compare)."""
-    path = Path(row.get("run_dir") or "") / OUTCOMES
-    if not row.get("run_dir") or not path.is_file():
+    path = Path(row.get("outcomes_path") or Path(row.get("run_dir") or "") / OUTCOMES)  # selfsup-eval's: their own
+    if not (row.get("run_dir") or row.get("outcomes_path")) or not path.is_file():
         return None
     try:
         with np.load(path, allow_pickle=False) as data:
@@ -160,7 +160,12 @@ def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
     evaluated = row.get("eval") or {}
     for key in [k for k in found if "|" not in k]:
         trained, untrained = found[key], found.get(f"{key}|random_init")
-        if trained.ndim != 1 or untrained is None or untrained.ndim != 2 or untrained.shape[1] != len(trained):
+        if (
+            trained.ndim not in (1, 2)
+            or untrained is None
+            or untrained.ndim != 2
+            or untrained.shape[1] != trained.shape[-1]
+        ):
             return "outcomes.npz holds arrays of the wrong shape"
         if not (np.issubdtype(trained.dtype, np.number) and np.issubdtype(untrained.dtype, np.number)):
             return "outcomes.npz holds values that are not numbers"
@@ -197,7 +202,8 @@ def _check_exam(found: dict, evaluated: dict) -> str | None:
 
 
 def pooled(group: Group, key: str, outcomes: dict) -> tuple[np.ndarray, np.ndarray, str] | str | None:
-    """The group's outcomes on `key`: trained [n] (the mean over its seeds), random-init [seeds, n] (shared by
+    """The group's outcomes on `key`: trained [n] or [fine-tuning seeds, n] (the mean over its pretraining
+    seeds), random-init [seeds, n] (shared by
     the runs of a shape), and the examples' hash; None where a run kept none or its runs saw other examples; what
     is wrong with a run's outcomes (load_outcomes)."""
     kept = [outcomes.get(id(row)) for row in group.rows]

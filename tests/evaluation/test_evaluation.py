@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from selfsup.build import build, prepare
 from selfsup.config import register
 from selfsup.data.builtin import builtin_documents
-from selfsup.evaluation import EvalError, Evaluation, Task
+from selfsup.evaluation import EvalError, Evaluation, Finetune, Task
 from selfsup.evaluation.probe import features, linear_probe, scores
 from selfsup.evaluation.tasks import builtin_examples, probe_sentences, sentences
 from selfsup.train import CONF_DIR
@@ -349,12 +349,24 @@ def test_a_probe_task_that_holds_pretraining_documents_is_refused(cache_dir, tmp
 def test_evaluation_settings_are_checked():
     for probe, message in [
         ({"protocol": "knn"}, "eval.probe.protocol=knn is unknown"),
-        ({"finetune_lr": float("nan")}, "eval.probe.finetune_lr=nan"),
         ({"l2": -1.0}, "eval.probe.l2=-1.0"),
         ({"max_length": 0}, "eval.probe.max_length=0"),
     ]:
         with pytest.raises(EvalError, match=message):
             Evaluation(probe=probe).check()
+    for settings, message in [
+        ({"lr": float("nan")}, "eval.finetune.lr=nan must be a finite number > 0"),
+        ({"steps": 0}, "eval.finetune.steps=0 must be at least 1"),
+        ({"seeds": 1.5}, "eval.finetune.seeds=1.5 must be at least 1"),
+        ({"warmup": 1.0}, r"eval.finetune.warmup=1.0 must be a fraction of the steps in \[0, 1\)"),
+        ({"weight_decay": -0.1}, "eval.finetune.weight_decay=-0.1 must be a finite number >= 0"),
+        ({"pooling": "cls"}, "eval.finetune.pooling=cls is unknown: use one of auto, mean"),
+        ({"max_length": 4}, "eval.finetune.max_length=4 leaves no room for a sentence pair"),
+    ]:
+        with pytest.raises(EvalError, match=message):
+            Evaluation(finetune=Finetune(**settings)).check()
+    with pytest.raises(EvalError, match="eval.tasks.t.protocol=knn is unknown: use one of linear, finetune"):
+        Evaluation(tasks={"t": Task(protocol="knn")}).check()
 
 
 def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
@@ -406,7 +418,7 @@ def test_the_finetune_protocol_trains_a_copy(cache_dir):
     cfg = config(
         cache_dir,
         "eval.probe.protocol=finetune",
-        "eval.probe.finetune_steps=5",
+        "eval.finetune.steps=5",
         "eval.tasks.probe.max_train_examples=64",
         "eval.tasks.probe.max_test_examples=32",
     )

@@ -50,6 +50,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -67,10 +68,20 @@ from selfsup.evaluation.baselines import (
 from selfsup.evaluation.fixed import EXAMS, PANEL_SETTINGS, FixedExam, check_panel
 from selfsup.evaluation.heldout import HeldoutText
 from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd, scorer_name
-from selfsup.evaluation.probe import PROTOCOLS, encode, features, finetune, linear_probe, majority, scores
+from selfsup.evaluation.probe import (
+    PROTOCOLS,
+    READING,
+    Finetune,
+    encode,
+    features,
+    finetune,
+    linear_probe,
+    majority,
+    scores,
+)
 from selfsup.evaluation.scoring import unigram_logprobs
 from selfsup.evaluation.stats import margin, ratio_scores, standard_error
-from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
+from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task, parts
 from selfsup.loss import stream_seed
 
 FIXED, HELDOUT = "eval/fixed", "eval/heldout"
@@ -86,6 +97,7 @@ __all__ = [
     "EvalError",
     "Evaluation",
     "Examples",
+    "Finetune",
     "FixedExam",
     "HeldoutText",
     "MinimalPairs",
@@ -109,6 +121,7 @@ class Evaluation:
         probe: Mapping | None = None,
         tasks: Mapping[str, Task] | None = None,
         heldout: HeldoutText | None = None,
+        finetune: Finetune | None = None,
     ):
         probe = dict(probe or {})
         self.fixed = fixed is not None and fixed is not False
@@ -117,10 +130,8 @@ class Evaluation:
         self.pairs = pairs
         self.heldout = heldout
         self.every_n_validations = every_n_validations
-        self.protocol = probe.get("protocol", "linear")
-        self.finetune_steps = probe.get("finetune_steps", 200)
-        self.finetune_lr = probe.get("finetune_lr", 1e-3)
-        self.batch_size = probe.get("batch_size", 32)
+        self.protocol = probe.get("protocol", "linear")  # a task's protocol unless it names its own
+        self.finetune = finetune if finetune is not None else Finetune()
         self.max_length = probe.get("max_length", 64)
         self.l2 = probe.get("l2")
         self.seed = probe.get("seed", 0)
@@ -129,7 +140,7 @@ class Evaluation:
         for name, task in self.tasks.items():
             task.name = name
         self.exam: FixedExam | None = None
-        self.encoded: dict[str, tuple] = {}
+        self.encoded: dict[str, Encoded] = {}
         self.baselines: dict[str, float] = {}
         self.validations = 0
         self.make_model, self.tokenizer = None, None
@@ -147,22 +158,25 @@ class Evaluation:
         """Every setting and task, before training starts: EvalError (one line) for anything to fix.
         training_documents: `text in training_documents` says whether a text is a pretraining document (the
         corpus' DocumentKeys). sharded: the model will be sharded (FSDP), which a fine-tune cannot copy."""
-        if self.protocol not in PROTOCOLS:
-            raise EvalError(f"eval.probe.protocol={self.protocol} is unknown: use one of {', '.join(PROTOCOLS)}")
-        if self.protocol == "finetune" and sharded:
-            raise EvalError(
-                "eval.probe.protocol=finetune copies the model, which FSDP shards cannot be: use "
-                "eval.probe.protocol=linear with trainer=fsdp"
-            )
+        for key, protocol in [("eval.probe.protocol", self.protocol)] + [
+            (t.setting("protocol"), t.protocol) for t in self.tasks.values() if t.protocol is not None
+        ]:
+            if protocol not in PROTOCOLS:
+                raise EvalError(f"{key}={protocol} is unknown: use one of {', '.join(PROTOCOLS)}")
+            if (
+                protocol == "finetune"
+                and sharded
+                and any(self.protocol_of(t) == "finetune" for t in self.tasks.values())
+            ):
+                raise EvalError(
+                    f"{key}=finetune copies the model, which FSDP shards cannot be: use {key}=linear with trainer=fsdp"
+                )
         for key, value in (
-            ("eval.probe.finetune_steps", self.finetune_steps),
-            ("eval.probe.batch_size", self.batch_size),
             ("eval.probe.max_length", self.max_length),
             ("eval.probe.random_init_seeds", self.random_init_seeds),
         ):
             check_count(key, value)
-        if not (math.isfinite(self.finetune_lr) and self.finetune_lr > 0):
-            raise EvalError(f"eval.probe.finetune_lr={self.finetune_lr} must be a finite positive number")
+        self.finetune.check()
         if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
             raise EvalError(
                 f"eval.probe.l2={self.l2} must be a finite number >= 0, or null (chosen on held-out training examples)"
@@ -186,7 +200,7 @@ class Evaluation:
         for name, task in self.tasks.items():
             train, test = task.load()
             if training_documents:
-                overlap = [t for t in train.texts + test.texts if t in training_documents]
+                overlap = [p for t in train.texts + test.texts for p in parts(t) if p in training_documents]
                 if overlap:
                     raise EvalError(
                         f"task {name}: {len(overlap)} of its examples are documents of the pretraining "
@@ -239,21 +253,28 @@ class Evaluation:
             self.pairs.setup(
                 architecture, vocab, tokenizer, model_length, train_tokens, objective, span, make_model, cache_dir
             )
+        self.start_id = vocab.bos_id
         for name, task in self.tasks.items():
             train, test = task.load()
-            length = min(self.max_length, model_length)
-            self.encoded[name] = (
-                encode(tokenizer, train.texts, length, vocab.pad_id),
+            protocol = self.protocol_of(task)
+            length = min(self.finetune.max_length if protocol == "finetune" else self.max_length, model_length)
+            self.encoded[name] = Encoded(
+                encode(tokenizer, train.texts, length, vocab.pad_id, vocab.eos_id, architecture),
                 torch.tensor(train.labels),
-                encode(tokenizer, test.texts, length, vocab.pad_id),
+                encode(tokenizer, test.texts, length, vocab.pad_id, vocab.eos_id, architecture),
                 torch.tensor(test.labels),
                 len(task.classes),
                 train,
                 test,
+                protocol,
             )
             self.fingerprints[name] = hashlib.sha256(
                 json.dumps([train.texts, train.labels, test.texts, test.labels]).encode()
             ).hexdigest()
+
+    def protocol_of(self, task: Task) -> str:
+        """A task's protocol: its own, else eval.probe.protocol."""
+        return task.protocol or self.protocol
 
     def pair_scorers(self) -> dict[str, str]:
         """{metric prefix: the scorer's name} of each set of minimal pairs and scorer, e.g. {'eval/pairs': 'summed
@@ -365,33 +386,48 @@ class Evaluation:
         finally:
             self.part_seconds[part] = self.part_seconds.get(part, 0.0) + time.perf_counter() - started
 
-    def predict(self, model: torch.nn.Module, name: str) -> torch.Tensor:
-        """The probe's predicted class of each test example of task `name`."""
-        (train_ids, train_mask), train_y, (test_ids, test_mask), test_y, n_classes, _, _ = self.encoded[name]
-        if self.protocol == "finetune":
+    def predict(self, model: torch.nn.Module, name: str, seed: int = 0) -> torch.Tensor:
+        """The predicted class of each test example of task `name`: by the linear probe on frozen features, or
+        after fine-tuning a copy of `model` from fine-tuning seed `seed` (the run's model is not changed)."""
+        task = self.encoded[name]
+        if task.protocol == "finetune":
             return finetune(
                 self.copy(model),
-                (train_ids, train_mask, train_y),
-                (test_ids, test_mask),
-                n_classes,
-                self.finetune_steps,
-                self.finetune_lr,
-                self.batch_size,
-                self.seed,
+                (*task.train_inputs, task.train_labels),
+                task.test_inputs,
+                task.n_classes,
+                self.finetune,
+                stream_seed("finetune", self.seed, seed),
+                self.start_id,
             )
         return linear_probe(
-            features(model, train_ids, train_mask), train_y, features(model, test_ids, test_mask), n_classes, self.l2
+            features(model, *task.train_inputs),
+            task.train_labels,
+            features(model, *task.test_inputs),
+            task.n_classes,
+            self.l2,
         )
 
     def probe_metrics(self, model: torch.nn.Module, name: str) -> dict[str, float]:
-        """eval/<name>/accuracy, .../macro_f1 and, beside the random-init baselines, the margin of the accuracy
-        over them with its paired bootstrap 95% interval (test examples and random-init seeds resampled)."""
-        _, _, _, test_y, n_classes, _, _ = self.encoded[name]
-        predicted = self.predict(model, name)
-        out = {f"eval/{name}/{k}": v for k, v in scores(predicted, test_y, n_classes).items()}
-        outcome = (predicted.cpu() == test_y).double().numpy()
+        """eval/<name>/accuracy, .../macro_f1 (fine-tuned: the means over eval.finetune.seeds fine-tuning seeds, and
+        accuracy_sd, their accuracies' sd) and, beside the random-init baselines, the margin of the accuracy over
+        them with its paired bootstrap 95% interval (test examples, random-init seeds and fine-tuning seeds
+        resampled)."""
+        task = self.encoded[name]
+        seeds = self.finetune.seeds if task.protocol == "finetune" else 1
+        outcomes, runs = [], []
+        for k in range(seeds):
+            if k:
+                boundary(f"task {name}'s fine-tuning seed {k + 1} of {seeds}")
+            predicted = self.predict(model, name, k).cpu()
+            runs.append(scores(predicted, task.test_labels, task.n_classes))
+            outcomes.append((predicted == task.test_labels).double().numpy())
+        out = {f"eval/{name}/{key}": float(np.mean([r[key] for r in runs])) for key in runs[0]}
+        outcome = np.stack(outcomes) if seeds > 1 else outcomes[0]
         self.last[name] = outcome
-        out[f"eval/{name}/accuracy_se"] = standard_error(outcome)
+        out[f"eval/{name}/accuracy_se"] = standard_error(np.atleast_2d(outcome).mean(0))
+        if seeds > 1:
+            out[f"eval/{name}/accuracy_sd"] = mean_sd([r["accuracy"] for r in runs])[1]
         if name in self.random_init:
             m = margin(outcome, self.random_init[name])
             out.update(
@@ -400,47 +436,44 @@ class Evaluation:
         return out
 
     def random_init_and_majority(self, model: torch.nn.Module) -> dict[str, float]:
-        """The baselines of every task: the probe of models of the same shape, freshly initialised from
-        eval.probe.random_init_seeds seeds of their own (the same for every run of that shape; read from
-        <cache_dir>/probe-random-init/ when an earlier run computed them): accuracy and macro_f1 as the mean
-        over seeds, the accuracy's sd, the per-seed outcomes kept in self.random_init; and the majority class."""
+        """The baselines of every task: the same probe or fine-tuning of models of the same shape, freshly
+        initialised from eval.probe.random_init_seeds seeds of their own (the same for every run of that shape; read
+        from <cache_dir>/probe-random-init/ when an earlier run computed them; each fine-tuned from fine-tuning seed
+        k): accuracy and macro_f1 as the mean over seeds, the accuracy's sd, the per-seed outcomes kept in
+        self.random_init; and the majority class."""
         out = {}
         runs: dict[str, list] = {name: [] for name in self.encoded}
         for k in range(self.random_init_seeds):
             boundary(f"the tasks' random-init seed {k + 1} of {self.random_init_seeds}")
             torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
             fresh = self.fresh_model(model)
-            for name, (_, _, _, test_y, n_classes, train, test) in self.encoded.items():
+            for name, task in self.encoded.items():
                 path = None
                 if self.cache_dir is not None:
+                    how = [task.protocol, self.seed, READING]
+                    how += self.finetune.settings() if task.protocol == "finetune" else [self.l2, self.max_length]
                     key = untrained_key(
-                        fresh,
-                        probe=[
-                            self.protocol,
-                            self.l2,
-                            self.max_length,
-                            self.finetune_steps,
-                            self.finetune_lr,
-                            self.batch_size,
-                            self.seed,
-                        ],
-                        tokenizer=self.tokenizer_hash,
-                        examples=self.fingerprints[name],
+                        fresh, probe=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name]
                     )
                     path = self.cache_dir / "probe-random-init" / f"{key}.json"
 
-                def read(p: Path):
+                def read(p: Path, n=len(task.test_labels)):
                     labels = json.loads(p.read_text())
-                    return torch.tensor(labels) if len(labels) == len(test_y) else None
+                    return torch.tensor(labels) if len(labels) == n else None
 
                 predicted = cached(
                     path,
-                    lambda: self.predict(fresh, name).cpu(),
+                    lambda name=name, k=k: self.predict(fresh, name, k).cpu(),
                     read,
                     lambda value, f: f.write(json.dumps(value.tolist()).encode()),
                 )
-                runs[name].append((scores(predicted, test_y, n_classes), (predicted == test_y).double().numpy()))
-        for name, (_, _, _, _, n_classes, train, test) in self.encoded.items():
+                runs[name].append(
+                    (
+                        scores(predicted, task.test_labels, task.n_classes),
+                        (predicted == task.test_labels).double().numpy(),
+                    )
+                )
+        for name, task in self.encoded.items():
             self.random_init[name] = np.stack([o for _, o in runs[name]])
             mean, sd = mean_sd([s["accuracy"] for s, _ in runs[name]])
             out.update(
@@ -450,7 +483,7 @@ class Evaluation:
                     f"eval/{name}/random_init_macro_f1": mean_sd([s["macro_f1"] for s, _ in runs[name]])[0],
                 }
             )
-            out[f"eval/{name}/majority_accuracy"] = majority(train, test, n_classes)["accuracy"]
+            out[f"eval/{name}/majority_accuracy"] = majority(task.train, task.test, task.n_classes)["accuracy"]
         return out
 
     def fresh_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -467,6 +500,20 @@ class Evaluation:
         fresh = self.fresh_model(model)
         fresh.load_state_dict(model.state_dict())
         return fresh
+
+
+@dataclass
+class Encoded:
+    """A task's examples as its protocol reads them: token ids and masks, class ids, and the examples."""
+
+    train_inputs: tuple[torch.Tensor, torch.Tensor]
+    train_labels: torch.Tensor
+    test_inputs: tuple[torch.Tensor, torch.Tensor]
+    test_labels: torch.Tensor
+    n_classes: int
+    train: Examples
+    test: Examples
+    protocol: str
 
 
 def exam_interval(windows: dict[str, np.ndarray]) -> dict[str, float]:

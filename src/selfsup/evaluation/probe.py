@@ -1,35 +1,70 @@
-"""The downstream probe: features of a frozen model (or a short fine-tune of a copy) -> a linear classifier.
+"""The downstream probe and fine-tuning: a labelled task's examples read by the model -> a classifier.
 
-    features  the hidden states of the stack that reads the whole text (the encoder of an encoder or an
-              encoder-decoder, the causal stack of a decoder), mean-pooled over the text's tokens
-    linear    multinomial logistic regression on standardised features (L-BFGS; its L2 penalty `l2`, or the
-              best of L2_GRID on a fifth of the training examples), the model frozen
-    finetune  `finetune_steps` AdamW steps on a copy of the model plus a linear head (the run's model is
-              never changed)
+    reading   an example as its family was pretrained to read text (documents joined by eos): `A eos` or, for
+              a sentence pair, `A eos B eos`, the encoder's with a leading eos in the first token's place (BERT's
+              [CLS], RoBERTa's <s>): `eos A eos B eos`; longest-first truncation to max_length tokens, specials
+              included, as Hugging Face tokenizers do (`encode`, with the `tokenizers` library's own truncation)
+    linear    frozen features: the hidden states of the stack that reads the whole text (the encoder of an
+              encoder or an encoder-decoder, the causal stack of a decoder), mean-pooled over the example's
+              tokens; multinomial logistic regression on standardised features (L-BFGS; its L2 penalty `l2`, or
+              the best of L2_GRID on a fifth of the training examples)
+    finetune  a copy of the model plus a linear head, trained with AdamW (`Finetune`: steps, lr, batch, warmup,
+              weight decay) on the state transformers' *ForSequenceClassification classes read (`classified`):
+              encoder: the first token's (BertForSequenceClassification); decoder: the last non-padding token's
+              (GPT2ForSequenceClassification); encoder-decoder: the decoder's at the final eos after reading the
+              encoder, its input the example shifted right behind bos (BartForSequenceClassification); or
+              pooling=mean. The run's model is never changed.
 
-Every random draw comes from generators seeded by the probe's `seed`, inside `torch.random.fork_rng`,
-so probing leaves the training RNG (and exact resume) untouched.
+Every random draw comes from generators seeded by the caller's seed, inside `torch.random.fork_rng` (the
+caller's), so probing and fine-tuning leave the training RNG (and exact resume) untouched.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from selfsup.data.records import check_count
 from selfsup.evaluation.baselines import check_stop
-from selfsup.evaluation.tasks import Examples
+from selfsup.evaluation.tasks import EvalError, Examples, Text, parts
 
 PROTOCOLS = ("linear", "finetune")
+READING = "A eos B eos; encoder: eos A eos B eos; longest_first"  # how examples are written (in cache keys)
+POOLINGS = ("auto", "mean")
 
 
-def encode(tokenizer, texts: list[str], max_length: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids [N, max_length], mask [N, max_length]) of texts cut to max_length tokens, padded on the right."""
+def reader(tokenizer, family: str, eos_id: int, max_length: int):
+    """A copy of `tokenizer` (the run's is not changed) that writes an example as `family` reads it: `A eos`,
+    `A eos B eos` (the encoder's behind a leading eos), cut longest-first to max_length tokens."""
+    from tokenizers import Tokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    eos = copy.id_to_token(eos_id)
+    lead = f"{eos} " if family == "encoder" else ""
+    copy.post_processor = TemplateProcessing(
+        single=f"{lead}$A {eos}", pair=f"{lead}$A {eos} $B:1 {eos}:1", special_tokens=[(eos, eos_id)]
+    )
+    copy.no_padding()
+    copy.enable_truncation(max_length, strategy="longest_first")
+    return copy
+
+
+def encode(
+    tokenizer, texts: list[Text], max_length: int, pad_id: int, eos_id: int, family: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [N, max_length], mask [N, max_length]) of texts (or sentence pairs) as `family` reads them (see
+    `reader`), padded on the right."""
+    if max_length < 5:
+        raise EvalError(f"a probe's max_length={max_length} leaves no room for a sentence pair: use at least 5")
     ids = torch.full((len(texts), max_length), pad_id, dtype=torch.long)
     mask = torch.zeros(len(texts), max_length, dtype=torch.bool)
-    for i, encoding in enumerate(tokenizer.encode_batch(texts, add_special_tokens=False)):
-        row = encoding.ids[:max_length] or [pad_id]
+    read = reader(tokenizer, family, eos_id, max_length)
+    for i, encoding in enumerate(read.encode_batch([t if isinstance(t, str) else parts(t) for t in texts])):
+        row = encoding.ids[:max_length]
         ids[i, : len(row)] = torch.tensor(row)
         mask[i, : len(row)] = True
     return ids, mask
@@ -65,6 +100,22 @@ def features(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, batc
         return out
     finally:
         model.train(was_training)
+
+
+def classified(
+    model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, pooling: str = "auto", start_id: int = 1
+) -> torch.Tensor:
+    """[B, d_model]: the state a classification head reads (see the module's docstring; padding on the right;
+    start_id: the decoder's start token, bos)."""
+    if pooling == "mean":
+        return pooled(model, ids, mask)
+    rows, last = torch.arange(len(ids), device=ids.device), mask.sum(1) - 1
+    if model.arch == "encoder":
+        return model(encoder_inputs=ids, encoder_mask=mask)[:, 0]
+    if model.arch == "decoder":
+        return model(decoder_inputs=ids)[rows, last]
+    shifted = torch.cat([torch.full_like(ids[:, :1], start_id), ids[:, :-1]], dim=1)
+    return model(encoder_inputs=ids, encoder_mask=mask, decoder_inputs=shifted)[rows, last]
 
 
 def fit_linear(
@@ -109,25 +160,66 @@ def linear_probe(
     return (test_x.double() @ weight.T + bias).argmax(1)
 
 
+@dataclass
+class Finetune:
+    """The fine-tuning protocol's settings (`eval.finetune`, FinetuneConfig): `steps` AdamW steps of `batch_size`
+    examples drawn with replacement, lr with linear warmup over `warmup` of the steps then cosine decay to 0,
+    `weight_decay`, gradients clipped to norm 1; examples cut to `max_length` tokens; `seeds` fine-tuning seeds
+    of the trained model (their spread is part of the margin's interval; each random-init baseline is fine-tuned
+    once); `pooling` auto (the family's *ForSequenceClassification state) | mean."""
+
+    steps: int = 300
+    lr: float = 1e-3
+    batch_size: int = 32
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    max_length: int = 128
+    seeds: int = 3
+    pooling: str = "auto"
+
+    def check(self, key: str = "eval.finetune") -> None:
+        for name in ("steps", "batch_size", "max_length", "seeds"):
+            check_count(f"{key}.{name}", getattr(self, name))
+        if self.max_length < 5:
+            raise EvalError(f"{key}.max_length={self.max_length} leaves no room for a sentence pair: use at least 5")
+        for name, value, low in (("lr", self.lr, None), ("weight_decay", self.weight_decay, 0.0)):
+            if not (
+                isinstance(value, (int, float))
+                and math.isfinite(value)
+                and (value > 0 if low is None else value >= low)
+            ):
+                raise EvalError(f"{key}.{name}={value} must be a finite number " + ("> 0" if low is None else ">= 0"))
+        if not (isinstance(self.warmup, (int, float)) and 0 <= self.warmup < 1):
+            raise EvalError(f"{key}.warmup={self.warmup} must be a fraction of the steps in [0, 1)")
+        if self.pooling not in POOLINGS:
+            raise EvalError(f"{key}.pooling={self.pooling} is unknown: use one of {', '.join(POOLINGS)}")
+
+    def settings(self) -> list:
+        """What a fine-tuned score depends on, for cache keys."""
+        return [self.steps, self.lr, self.batch_size, self.warmup, self.weight_decay, self.max_length, self.pooling]
+
+
 def finetune(
     model: torch.nn.Module,
     train: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     test: tuple[torch.Tensor, torch.Tensor],
     n_classes: int,
-    steps: int,
-    lr: float,
-    batch_size: int,
+    settings: Finetune,
     seed: int,
+    start_id: int = 1,
     eval_batch_size: int = 256,
 ) -> torch.Tensor:
-    """Predicted test classes after `steps` AdamW steps (linear warmup over 10%, cosine decay) of `model`
-    (the caller's copy: it is trained) plus a linear head on its pooled features."""
+    """Predicted test classes after fine-tuning `model` (the caller's copy: it is trained) plus a linear head on
+    its classified state (`classified`), as `settings` say, every draw from `seed`."""
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     head = torch.nn.Linear(model.d_model, n_classes).to(device)
+    with torch.no_grad():  # the head's initial weights from the seed too (not the global RNG)
+        head.weight.copy_(torch.randn(head.weight.shape, generator=generator) * 0.02)
+        head.bias.zero_()
     params = list(model.parameters()) + list(head.parameters())
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    warmup = max(1, steps // 10)
+    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    steps, warmup = settings.steps, int(settings.warmup * settings.steps)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
         lambda s: (
@@ -139,18 +231,32 @@ def finetune(
     with torch.enable_grad():
         for _ in range(steps):
             check_stop()
-            pick = torch.randint(len(labels), (min(batch_size, len(labels)),), generator=generator)
-            logits = head(pooled(model, ids[pick].to(device), mask[pick].to(device)))
-            loss = F.cross_entropy(logits, labels[pick].to(device))
+            pick = torch.randint(len(labels), (min(settings.batch_size, len(labels)),), generator=generator)
+            width = max(1, int(mask[pick].sum(1).max()))
+            state = classified(
+                model, ids[pick, :width].to(device), mask[pick, :width].to(device), settings.pooling, start_id
+            )
+            loss = F.cross_entropy(head(state), labels[pick].to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             sched.step()
     model.eval()
+    test_ids, test_mask = test
+    lengths = test_mask.sum(1)
+    order = torch.argsort(lengths, stable=True)
+    predicted = torch.empty(len(test_ids), dtype=torch.long)
     with torch.no_grad():
-        x = features(model, *test, batch_size=eval_batch_size)
-        return head(x.to(device)).argmax(1).cpu()
+        for i in range(0, len(test_ids), eval_batch_size):
+            check_stop()
+            rows = order[i : i + eval_batch_size]
+            width = max(1, int(lengths[rows].max()))
+            state = classified(
+                model, test_ids[rows, :width].to(device), test_mask[rows, :width].to(device), settings.pooling, start_id
+            )
+            predicted[rows] = head(state).argmax(1).cpu()
+    return predicted
 
 
 def scores(predicted: torch.Tensor, labels: torch.Tensor, n_classes: int) -> dict[str, float]:

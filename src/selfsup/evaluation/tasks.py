@@ -1,20 +1,27 @@
-"""Labelled tasks for the downstream probe: (text, label) examples split into train and test.
+"""Labelled tasks for the downstream probe and fine-tuning: (text, label) or (text pair, label) examples split
+into train and test.
 
-A `Task` reads its examples from one of the lab's sources:
+A task has one text field (`text_field`) or names two (`text_fields: [premise, hypothesis]`, a sentence-pair
+task, GLUE's and SuperGLUE's layouts as they are: RTE and MRPC `sentence1` / `sentence2`, MNLI `premise` /
+`hypothesis`, BoolQ `question` / `passage`). A `Task` reads its examples from one of the lab's sources:
 
 - `source=builtin`: a task the lab builds from text on every Python install, never in the built-in
   pretraining corpus (sentences of the standard library's private and short docstrings, see
-  `selfsup.data.builtin.stdlib_docstrings`), each sentence twice: as written (label 0) and changed
-  (label 1). `task=replaced_word`: `perturb` of its words replaced by words drawn from the same text;
-  `task=word_order`: `perturb` pairs of neighbouring words swapped. Neither can be told from the bag
-  of words alone: they ask whether words fit their context, which is what pretraining learns.
-- `source=text_files`: `.jsonl` / `.csv` / `.parquet` files with a text and a label field, read a
+  `selfsup.data.builtin.stdlib_docstrings`). `task=replaced_word` / `word_order`: each sentence twice, as
+  written (label 0) and changed (label 1): `perturb` of its words replaced by words drawn from the same text,
+  or `perturb` pairs of neighbouring words swapped. Neither can be told from the bag of words alone: they ask
+  whether words fit their context, which is what pretraining learns. `task=next_sentence` (a sentence pair):
+  does sentence B follow sentence A in the same docstring? Each pair of neighbouring sentences once, with B the
+  true next sentence (label 1) or (label 0) a sentence of another docstring of the nearest word count;
+  balanced, split by docstring.
+- `source=text_files`: `.jsonl` / `.csv` / `.parquet` files with the text field(s) and a label field, read a
   record at a time; test examples from `test_paths`, else a deterministic `test_fraction` of the examples.
 - `source=hf_dataset`: `datasets.load_dataset(hf_name, hf_config)`, its `train_split` and
-  `test_split` (e.g. GLUE SST-2: `sentence` / `label`, splits train / validation).
+  `test_split` (e.g. GLUE SST-2: `sentence` / `label`, splits train / validation; GLUE's test labels are
+  hidden, so its validation split is the test split, MNLI's `validation_matched`).
 
-Labels are classes: strings, ints or bools (whole-number floats too); examples with an empty text or
-label are left out. `max_train_examples` / `max_test_examples` keep at most that many examples: of the
+Labels are classes: strings, ints or bools (whole-number floats too; a regression label such as STS-B's is
+refused); examples with an empty text or label are left out. `max_train_examples` / `max_test_examples` keep at most that many examples: of the
 built-in task the first ones (a sentence and its change stay together), of files and data sets a uniform
 random sample in their order (reservoir sampling with a fixed seed: the same files give the same sample;
 of files only the sample is held). Every problem is one line (an EvalError) before any training starts.
@@ -23,6 +30,7 @@ of files only the sample is held). Every problem is one line (an EvalError) befo
 from __future__ import annotations
 
 import functools
+import itertools
 import numbers
 import random
 import re
@@ -34,17 +42,25 @@ from selfsup.data.builtin import builtin_documents, stdlib_docstrings
 from selfsup.data.records import EvalError, check_count, hf_rows, records, unique
 from selfsup.data.sources import document_bucket
 
-BUILTIN_TASKS = ("replaced_word", "word_order")
+BUILTIN_TASKS = ("replaced_word", "word_order", "next_sentence")
+PAIR_TASKS = ("next_sentence",)  # built-in tasks of sentence pairs
 SOURCES = ("builtin", "text_files", "hf_dataset")
+
+Text = str | tuple[str, str]  # one text, or a sentence pair
 
 
 @dataclass
 class Examples:
-    texts: list[str]
+    texts: list[Text]
     labels: list[int]  # class ids, indexes into the task's `classes`
 
     def __len__(self) -> int:
         return len(self.texts)
+
+
+def parts(text: Text) -> tuple[str, ...]:
+    """The texts of an example: (text,) or (first, second)."""
+    return (text,) if isinstance(text, str) else tuple(text)
 
 
 class Task:
@@ -58,6 +74,7 @@ class Task:
         paths: Sequence[str] = (),
         test_paths: Sequence[str] = (),
         text_field: str = "text",
+        text_fields: Sequence[str] | None = None,
         label_field: str = "label",
         test_fraction: float = 0.2,
         hf_name: str | None = None,
@@ -67,20 +84,33 @@ class Task:
         test_split: str = "validation",
         max_train_examples: int | None = 8000,
         max_test_examples: int | None = 2000,
+        protocol: str | None = None,
         name: str = "task",
     ):
         self.source, self.task, self.perturb = source, task, perturb
         self.paths, self.test_paths = list(paths or ()), list(test_paths or ())
         self.text_field, self.label_field, self.test_fraction = text_field, label_field, test_fraction
+        self.text_fields = list(text_fields) if text_fields else None
         self.hf_name, self.hf_config, self.data_files = hf_name, hf_config, data_files
         self.train_split, self.test_split = train_split, test_split
         self.max_train_examples, self.max_test_examples = max_train_examples, max_test_examples
+        self.protocol = protocol  # linear | finetune; None: eval.probe.protocol
         self.name = name
         self.classes: list[str] = []
         self._loaded: tuple[Examples, Examples] | None = None
 
     def setting(self, key: str) -> str:
         return f"eval.tasks.{self.name}.{key}"
+
+    @property
+    def fields(self) -> list[str]:
+        """The fields holding an example's text(s): text_fields where set, else [text_field]."""
+        return self.text_fields or [self.text_field]
+
+    @property
+    def is_pairs(self) -> bool:
+        """Whether the examples are sentence pairs."""
+        return len(self.fields) == 2 if self.source != "builtin" else self.task in PAIR_TASKS
 
     # ------------------------------------------------------------------------------------ loading
     def load(self) -> tuple[Examples, Examples]:
@@ -91,6 +121,11 @@ class Task:
             raise EvalError(f"{self.setting('source')}={self.source} is unknown: use one of {', '.join(SOURCES)}")
         check_count(self.setting("max_train_examples"), self.max_train_examples, optional=True)
         check_count(self.setting("max_test_examples"), self.max_test_examples, optional=True)
+        if not 1 <= len(self.fields) <= 2 or not all(isinstance(f, str) and f for f in self.fields):
+            raise EvalError(
+                f"{self.setting('text_fields')}={self.text_fields} must name one or two fields (a text, or a "
+                f"sentence pair such as [premise, hypothesis])"
+            )
         if self.source == "builtin":
             train, test = self._builtin()
         elif self.source == "text_files":
@@ -106,6 +141,11 @@ class Task:
                 f"{self.setting('task')}={self.task} is not a built-in task: use one of "
                 f"{', '.join(BUILTIN_TASKS)}, or source=text_files / hf_dataset for your own data"
             )
+        if self.task in PAIR_TASKS:
+            examples = next_sentence_examples()
+            train = [(pair, y) for pair, y, doc in examples if document_bucket(doc) >= self.test_fraction * 10_000]
+            test = [(pair, y) for pair, y, doc in examples if document_bucket(doc) < self.test_fraction * 10_000]
+            return train[: self.max_train_examples], test[: self.max_test_examples]
         check_count(self.setting("perturb"), self.perturb)  # words changed per sentence
         examples = builtin_examples(self.task, self.perturb)
         cut = 2 * int(len(examples) / 2 * (1 - self.test_fraction))  # a sentence and its change: one split
@@ -113,13 +153,14 @@ class Task:
 
     def _files(self) -> tuple[list, list]:
         if not self.paths:
+            fields = ", ".join(f"'{f}'" for f in self.fields)
             raise EvalError(
                 f"{self.setting('paths')} is empty: list .jsonl/.csv/.parquet files with "
-                f"'{self.text_field}' and '{self.label_field}' fields"
+                f"{fields} and '{self.label_field}' fields"
             )
 
         def rows(paths):
-            return (r for p in paths for r in read_labelled(p, self.text_field, self.label_field, self.setting))
+            return (r for p in paths for r in read_labelled(p, self.fields, self.label_field, self.setting))
 
         train, test = Reservoir(self.max_train_examples), Reservoir(self.max_test_examples)
         if self.test_paths:
@@ -130,7 +171,7 @@ class Task:
                 raise EvalError(f"{self.setting('test_fraction')}={self.test_fraction} must be between 0 and 1")
             threshold = self.test_fraction * 10_000
             for row in rows(self.paths):
-                (test if document_bucket(row[0]) < threshold else train).add(row)
+                (test if document_bucket("\n".join(parts(row[0]))) < threshold else train).add(row)
         return train.rows(), test.rows()
 
     def _hf(self) -> tuple[list, list]:
@@ -143,18 +184,26 @@ class Task:
                 self.hf_config,
                 split,
                 self.data_files,
-                [self.text_field, self.label_field],
-                ["text_field", "label_field"],
+                [*self.fields, self.label_field],
+                [*self.field_keys, "label_field"],
                 self.setting,
             )
             kept = Reservoir(limit)
             kept.extend(
-                (t, class_label(y, f"{self.hf_name} split {split} row {i}", self.label_field, self.setting))
-                for i, (t, y) in enumerate(rows, start=1)
-                if isinstance(t, str) and t.strip() and y not in (None, "")
+                (
+                    text(row[:-1]),
+                    class_label(row[-1], f"{self.hf_name} split {split} row {i}", self.label_field, self.setting),
+                )
+                for i, row in enumerate(rows, start=1)
+                if has_text(row[:-1]) and row[-1] not in (None, "")
             )
             out.append(kept.rows())
         return out[0], out[1]
+
+    @property
+    def field_keys(self) -> list[str]:
+        """The setting that names each of `fields`, for messages."""
+        return ["text_fields"] * 2 if self.text_fields else ["text_field"]
 
     def _encode_labels(self, train: list, test: list) -> tuple[Examples, Examples]:
         train = unique(train, f"task {self.name}: training examples")
@@ -221,28 +270,43 @@ def class_label(value, where: str, field: str, setting):
     if isinstance(value, (str, numbers.Integral)) or (isinstance(value, float) and value.is_integer()):
         return value
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-    kind = f"the number {value}" if isinstance(value, float) else f"a {type(value).__name__} ({shown})"
+    if isinstance(value, float):
+        raise EvalError(
+            f"{where}: field '{field}' holds the number {value}, not a class label: a regression task (such as "
+            f"GLUE's STS-B) cannot be classified; pass a string, int or bool label per example, or set "
+            f"{setting('label_field')} to the field that holds one"
+        )
     raise EvalError(
-        f"{where}: field '{field}' holds {kind}, not a class label: pass a string, int or bool label "
-        f"per example, or set {setting('label_field')} to the field that holds one"
+        f"{where}: field '{field}' holds a {type(value).__name__} ({shown}), not a class label: pass a string, "
+        f"int or bool label per example, or set {setting('label_field')} to the field that holds one"
     )
+
+
+def has_text(values) -> bool:
+    """Whether every text field of a record holds a non-empty string."""
+    return all(isinstance(t, str) and t.strip() for t in values)
+
+
+def text(values) -> Text:
+    """An example's text from its text fields' values: the text, or the pair."""
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 # ---------------------------------------------------------------------------------------- files
 def read_labelled(
-    path: str, text_field: str, label_field: str, setting=lambda key: f"eval.tasks.*.{key}"
-) -> Iterator[tuple[str, object]]:
-    """(text, label) rows of a .jsonl / .csv / .parquet file, a record at a time; rows with an empty text or
-    label left out, a label that is not a class refused (see class_label)."""
+    path: str, text_fields: Sequence[str], label_field: str, setting=lambda key: f"eval.tasks.*.{key}"
+) -> Iterator[tuple[Text, object]]:
+    """(text or pair, label) rows of a .jsonl / .csv / .parquet file, a record at a time; rows with an empty text
+    or label left out, a label that is not a class refused (see class_label)."""
     found = False
-    for where, (text, label) in records(path, [text_field, label_field], ["text_field", "label_field"], setting):
-        if isinstance(text, str) and text.strip() and label not in (None, ""):
+    keys = ["text_fields"] * 2 if len(text_fields) == 2 else ["text_field"]
+    for where, values in records(path, [*text_fields, label_field], [*keys, "label_field"], setting):
+        if has_text(values[:-1]) and values[-1] not in (None, ""):
             found = True
-            yield text, class_label(label, where, label_field, setting)
+            yield text(values[:-1]), class_label(values[-1], where, label_field, setting)
     if not found:
-        raise EvalError(
-            f"{Path(path).expanduser()} has no examples with a non-empty '{text_field}' and '{label_field}'"
-        )
+        named = " and ".join(f"'{f}'" for f in [*text_fields, label_field])
+        raise EvalError(f"{Path(path).expanduser()} has no examples with a non-empty {named}")
 
 
 # ---------------------------------------------------------------------------------------- built-in
@@ -298,6 +362,42 @@ def builtin_examples(task: str, perturb: int) -> tuple[tuple[str, int], ...]:
 
 
 PLAIN = re.compile(r"^[a-z]+$")
+
+
+@functools.cache
+def next_sentence_examples() -> tuple[tuple[tuple[str, str], int, str], ...]:
+    """((sentence A, sentence B), label, the docstring's first 200 characters) for each two neighbouring
+    sentences of a held-out docstring (both among probe_sentences: never in the built-in corpus; each A once), in
+    docstring order: every other one (label 1) with B the true next sentence, the others (label 0) with B a sentence of
+    another docstring whose word count is nearest B's (of those not yet used, the first in a fixed shuffled
+    order). Deterministic; the docstring key splits train from test (a docstring's pairs stay together)."""
+    held = set(probe_sentences())
+    found = []  # (a, b, docstring key, docstring index)
+    firsts = set()  # each sentence A once (docstrings repeat sentences)
+    for d, doc in enumerate(stdlib_docstrings()["held_out"]):
+        for a, b in itertools.pairwise(sentences(doc)):
+            if a in held and b in held and a not in firsts:
+                firsts.add(a)
+                found.append((a, b, doc[:200], d))
+    rng = random.Random(2)
+    pool = [(b, d) for _, b, _, d in found]
+    rng.shuffle(pool)
+    by_length: dict[int, list[tuple[str, int]]] = {}
+    for b, d in pool:
+        by_length.setdefault(len(b.split()), []).append((b, d))
+    examples = []
+    for i, (a, b, key, d) in enumerate(found):
+        if i % 2 == 0:
+            examples.append(((a, b), 1, key))
+            continue
+        words = len(b.split())
+        for length in sorted(by_length, key=lambda n: (abs(n - words), n)):
+            other = next((c for c, e in by_length[length] if e != d and c not in (a, b)), None)
+            if other is not None:
+                by_length[length].remove(next(x for x in by_length[length] if x[0] == other))
+                examples.append(((a, other), 0, key))
+                break
+    return tuple(examples)
 
 
 def perturb_words(

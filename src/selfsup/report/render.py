@@ -9,8 +9,8 @@ from pathlib import Path
 
 from selfsup.names import FIXED_LOSS, HELDOUT_BPB
 from selfsup.report.model import Run, _show
-from selfsup.summary import DEFINITIONS, task_names
-from selfsup.verdict import verdict_text
+from selfsup.summary import DEFINITIONS, evaluated_rows, task_names
+from selfsup.verdict import run_margin, verdict_text
 from selfsup.version import describe
 
 COMPARISON_NOTE = (
@@ -156,16 +156,66 @@ def task_rows(runs: list[Run], task: str) -> list[list[str]]:
     return rows
 
 
-def verdict(runs: list[Run], keys: list[str]) -> list[str]:
-    """The verdict's lines (selfsup.verdict), as the end of a sweep prints them: runs are told apart by
-    their objective and the keys that vary among runs of one objective (those that change with the objective,
-    such as its own defaults, say nothing more)."""
+def summary_rows(runs: list[Run], keys: list[str]) -> list[dict]:
+    """The runs' summary rows for the verdict: runs are told apart by their objective and the keys that vary among
+    runs of one objective (those that change with the objective, such as its own defaults, say nothing more)."""
     by_objective: dict[tuple, set] = {}
     for run in runs:
         for key in keys:
             by_objective.setdefault((key, run.objective), set()).add(_show(run.value(key)))
     told = [k for k in keys if any(len(v) > 1 for (key, _), v in by_objective.items() if key == k)]
-    return verdict_text([r.as_summary_row(told) for r in runs if r.summary]).splitlines()
+    return [r.as_summary_row(told) for r in runs if r.summary]
+
+
+def verdict(runs: list[Run], keys: list[str]) -> list[str]:
+    """The verdict's lines (selfsup.verdict), as the end of a sweep prints them."""
+    return verdict_text(summary_rows(runs, keys)).splitlines()
+
+
+EVALUATED_NOTE = (
+    "Scored after training by selfsup-eval (evaluated.json beside each run's summary.json): each task by its protocol "
+    "(fine-tuned: the mean over fine-tuning seeds), beside the same on untrained models of the run's shape "
+    "(random-init, mean +- sd over seeds) and the majority class; the margin's paired bootstrap 95% interval "
+    "resamples the test examples, the random-init seeds and the fine-tuning seeds."
+)
+
+
+def evaluated(runs: list[Run], keys: list[str]) -> tuple[list[tuple[str, list[list[str]]]], list[str]]:
+    """selfsup-eval's scores of the runs: (task, TASK_COLUMNS rows) per task, and the verdict over them."""
+    rows = evaluated_rows(summary_rows(runs, keys))
+    labels = {str(r.path): r.label for r in runs}
+    tables = []
+    for task in task_names(k for row in rows for k in row["eval"]):
+        table = []
+        for row in rows:
+            get = {
+                k: row["eval"].get(f"eval/{task}/{k}")
+                for k in (
+                    "accuracy",
+                    "macro_f1",
+                    "majority_accuracy",
+                    "random_init_accuracy",
+                    "random_init_accuracy_sd",
+                )
+            }
+            if get["accuracy"] is None:
+                continue
+            shown = {k: "-" if v is None else f"{v:.4f}" for k, v in get.items()}
+            sd = get["random_init_accuracy_sd"]
+            m = run_margin(row, f"eval/{task}")
+            table.append(
+                [
+                    labels.get(row["run_dir"], row["run_dir"]),
+                    row.get("objective") or "-",
+                    shown["accuracy"],
+                    shown["macro_f1"],
+                    shown["majority_accuracy"],
+                    shown["random_init_accuracy"] + ("" if sd is None else f" +- {sd:.4f}"),
+                    "-" if m is None else str(m),
+                ]
+            )
+        tables.append((task, table))
+    return tables, (verdict_text(rows).splitlines() if rows else [])
 
 
 def code_line(runs: list[Run]) -> str:
@@ -320,6 +370,7 @@ def render_html(
 <p class="note">{esc(COMPARISON_NOTE)}</p>
 {_verdict_html(runs, keys)}
 {_tasks_html(runs)}
+{_evaluated_html(runs, keys)}
 <h2>Plots</h2>
 {figures if any(png for _, _, png in plots) else figures + "<p>No validation values were logged: nothing to plot.</p>"}
 {_predictions_html(runs)}
@@ -354,6 +405,34 @@ def _tasks_html(runs: list[Run]) -> str:
     if not sections:
         return ""
     return f'<h2>Evaluation tasks</h2>\n<p class="small">{esc(TASK_NOTE)}</p>\n' + "\n".join(sections)
+
+
+def _evaluated_html(runs: list[Run], keys: list[str]) -> str:
+    tables, lines = evaluated(runs, keys)
+    if not tables:
+        return ""
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in TASK_COLUMNS)
+    sections = [
+        f"<h3>{esc(task)}</h3>\n"
+        + _box(
+            f'<table id="evaluated-{esc(task)}"><thead><tr>{head}</tr></thead><tbody>\n'
+            + "\n".join(
+                "<tr>"
+                + "".join(f"<td{'' if i < 2 else ' class=num'}>{esc(c)}</td>" for i, c in enumerate(row))
+                + "</tr>"
+                for row in rows
+            )
+            + "\n</tbody></table>"
+        )
+        for task, rows in tables
+    ]
+    items = "".join(f"<li>{esc(line.strip())}</li>" for line in lines[1:])
+    verdict_html = f'<div id="evaluated-verdict"><p><b>{esc(lines[0])}</b></p><ul>{items}</ul></div>' if lines else ""
+    return (
+        f'<h2>Evaluated after training</h2>\n<p class="small">{esc(EVALUATED_NOTE)}</p>\n{verdict_html}\n'
+        + "\n".join(sections)
+    )
 
 
 def _predictions_html(runs: list[Run]) -> str:
@@ -425,6 +504,20 @@ def render_markdown(
                     *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
                     "",
                 ]
+    tables, found = evaluated(runs, keys)
+    if tables:
+        lines += ["## Evaluated after training", "", EVALUATED_NOTE, ""]
+        if found:
+            lines += [f"**{found[0]}**", "", *[f"- {line.strip()}" for line in found[1:]], ""]
+        for task, rows in tables:
+            lines += [
+                f"### {task}",
+                "",
+                "| " + " | ".join(TASK_COLUMNS) + " |",
+                "|" + "|".join("---" if i < 2 else "---:" for i in range(len(TASK_COLUMNS))) + "|",
+                *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
+                "",
+            ]
     lines += ["## Plots", ""]
     files = []
     for name, caption, png in plots:

@@ -1,0 +1,239 @@
+"""selfsup-eval: score finished runs on further tasks and protocols without training again.
+
+    selfsup-eval RUN_OR_SWEEP_DIR [eval overrides]
+    selfsup-eval outputs/multirun/<date>/<time>                  the downstream jobs (conf/eval/jobs.yaml): the
+                                                                 built-in sentence-pair task and the probe's task,
+                                                                 fine-tuned, beside fine-tuned random-init models
+    selfsup-eval SWEEP '+eval.tasks.rte={source: text_files, paths: [rte/train.jsonl],
+        test_paths: [rte/validation.jsonl], text_fields: [sentence1, sentence2]}'     a GLUE-layout task too
+    selfsup-eval SWEEP eval.finetune.steps=600 '~eval.tasks.replaced_word'
+    selfsup-eval SWEEP eval=default                              the training-time evaluation again (exam, pairs...)
+
+For each run (a run dir, or each job of a sweep dir): its recorded config with its `eval` replaced by the one
+composed here (the `eval` group's option `jobs` unless `eval=...` names another, and the overrides, which must be
+eval settings); its data prepared as when it trained (the token cache reused; the tasks checked against its
+pretraining documents); the weights it ended with (checkpoints/last.ckpt, what its own scores were measured on);
+the evaluation run (selfsup.evaluation.Evaluation); its scores written to <run_dir>/evaluated.json and its
+per-example outcomes to <run_dir>/evaluated_outcomes.npz, files of their own (summary.json is never touched; a
+later selfsup-eval replaces the scores of the tasks it evaluates again and keeps the others). The end prints the
+table of every run's scores and the verdict over them (selfsup.verdict, the same rules as after training);
+selfsup-report on the folder shows them beside the runs' own.
+
+Every setting, task file and checkpoint of every run is checked before any run is evaluated: bad input is one
+line and exit status 2 with nothing written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from selfsup.errors import UserError
+from selfsup.names import ERROR, EVALUATED, EVALUATED_OUTCOMES, SUMMARY, RunSummary, override_key, write_json
+from selfsup.summary import evaluated_rows, read_evaluated
+
+USAGE = "usage: selfsup-eval RUN_OR_SWEEP_DIR [eval overrides, e.g. eval.finetune.steps=600 '+eval.tasks.NAME={...}']"
+DEFAULT_EVAL = "jobs"
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """The run dir `path`, or the job dirs of the sweep dir `path` (in job order) that finished training."""
+    if not path.exists():
+        raise UserError(f"{path} does not exist: pass a run dir (outputs/<date>/<time>) or a sweep dir")
+    if not path.is_dir():
+        raise UserError(f"{path} is a file: pass a run dir (outputs/<date>/<time>) or a sweep dir")
+    if (path / SUMMARY).is_file() or (path / ERROR).is_file():
+        return [path]
+    jobs = sorted(
+        (p for p in path.iterdir() if p.is_dir() and ((p / SUMMARY).is_file() or (p / ERROR).is_file())),
+        key=lambda p: (len(p.name), p.name),
+    )
+    if not jobs:
+        raise UserError(f"{path} holds no runs (no summary.json in it or its folders): pass a run or sweep dir")
+    return jobs
+
+
+def eval_config(overrides: list[str]) -> DictConfig:
+    """The `eval` config composed from the eval group (option `jobs` unless `eval=` names one) and the
+    overrides; anything but an eval setting is refused."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from selfsup.config import register
+    from selfsup.train import CONF_DIR
+
+    other = [o for o in overrides if override_key(o) != "eval" and not override_key(o).startswith("eval.")]
+    if other:
+        raise UserError(
+            f"selfsup-eval takes eval settings only (eval=..., eval.*): {other[0]} is not one; a run keeps its "
+            f"own objective, architecture and data"
+        )
+    if not any(override_key(o) == "eval" for o in overrides):
+        overrides = [f"eval={DEFAULT_EVAL}", *overrides]
+    register()
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            return compose("train", overrides=overrides).eval
+    except (HydraException, OmegaConfBaseException) as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        if "Available options" in str(err):  # eval=<an option that is not there>
+            at = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
+            options = [line for line in lines[at + 1 :] if not line.startswith(("Config search path", "provider="))]
+            raise UserError(f"{lines[0]}: use one of {', '.join(options)}") from None
+        raise UserError(" ".join(lines[:2])) from None
+
+
+class Planned:
+    """One run to evaluate: its dir, summary, config (its eval replaced) and what prepare() made of it."""
+
+    def __init__(self, run_dir: Path, evaluation_config: DictConfig):
+        from selfsup.build import prepare
+        from selfsup.run_dir import merged_config
+
+        self.run_dir = run_dir
+        summary = RunSummary.read(run_dir)
+        if summary.problem or not summary.found or summary.values.get("status") != "finished":
+            why = summary.problem or (summary.values.get("status") if summary.found else "no summary.json")
+            raise UserError(f"{run_dir} did not finish training ({why}): evaluate finished runs only")
+        self.summary = summary.values
+        if not (run_dir / ".hydra" / "config.yaml").is_file():
+            raise UserError(f"{run_dir} is not a selfsup run dir (no .hydra/config.yaml)")
+        self.checkpoint = run_dir / "checkpoints" / "last.ckpt"
+        if not self.checkpoint.is_file():
+            raise UserError(f"{run_dir} has no checkpoints/last.ckpt: the weights it ended with are gone")
+        cfg = merged_config(run_dir, [])
+        OmegaConf.update(cfg, "eval", evaluation_config, merge=False)
+        self.cfg = cfg
+        self.corpus, self.objective, self.evaluation = prepare(cfg, quiet=True)
+        if self.evaluation is None:
+            raise UserError("the eval settings evaluate nothing: name a task (+eval.tasks.NAME={...}) or a part")
+
+    def run(self) -> tuple[dict, dict]:
+        """(metrics, outcomes) of the run's last weights."""
+        from selfsup.build import make, model_length
+        from selfsup.pretrained import load
+
+        cfg, corpus = self.cfg, self.corpus
+        model = load(self.checkpoint).model
+        shape = make(cfg.architecture, "architecture")
+        max_len = model_length(cfg, self.objective)
+        self.evaluation.setup(
+            cfg.architecture.name,
+            corpus.vocab,
+            corpus.tokenizer,
+            cfg.data.seq_len,
+            corpus.val_tokens,
+            max_len,
+            make_model=lambda: shape.build(corpus.vocab.size, max_len),
+            train_tokens=corpus.train_tokens,
+            objective=self.objective.name,
+            span=getattr(self.objective, "mean_span_length", None),
+            cache_dir=corpus.cache_dir,
+        )
+        metrics = self.evaluation(model)
+        if metrics is None:
+            raise UserError("stopped: nothing of this evaluation was kept")
+        return metrics, self.evaluation.outcomes()
+
+
+def evaluated_parts(keys) -> set[str]:
+    """The scores (eval/<name>) that metric or outcome keys belong to."""
+    return {"/".join(k.split("|")[0].split("/")[:2]) for k in keys if k.startswith("eval/")}
+
+
+def write_results(run_dir: Path, metrics: dict, outcomes: dict, record: dict) -> dict:
+    """Merge this evaluation into <run_dir>/evaluated.json and evaluated_outcomes.npz (the scores it evaluated
+    replaced, the others kept), each written atomically; returns evaluated.json's content."""
+    path, npz = run_dir / EVALUATED, run_dir / EVALUATED_OUTCOMES
+    old = read_evaluated(run_dir) or {}
+    now = evaluated_parts(list(metrics) + list(outcomes))
+    kept = {k: v for k, v in (old.get("eval") or {}).items() if "/".join(k.split("/")[:2]) not in now}
+    arrays = {}
+    if npz.is_file():
+        try:
+            with np.load(npz, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files if "/".join(k.split("|")[0].split("/")[:2]) not in now}
+        except Exception:  # noqa: BLE001 - a damaged file: its scores are dropped with it
+            kept, arrays = {}, {}
+    arrays.update(outcomes)
+    content = {
+        "eval": {**kept, **metrics},
+        "pairs_scorers": {**(old.get("pairs_scorers") or {}), **record.pop("pairs_scorers", {})},
+        "evaluations": [*(old.get("evaluations") or []), record],
+    }
+    tmp = run_dir / f".{EVALUATED_OUTCOMES}.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, npz)
+    write_json(path, content)
+    return content
+
+
+def evaluated_lines(rows: list[dict], width: int = 100) -> list[str]:
+    """The table of the evaluated scores and the verdict over them."""
+    from selfsup.summary import _table, swept_columns, task_names
+    from selfsup.verdict import verdict_lines
+
+    names = task_names(k for r in rows for k in r["eval"])
+    columns = [("job", "job"), ("objective", "objective"), *swept_columns(rows)]
+    columns += [
+        (f"eval/{n}/{part}", f"{n} {title}")
+        for n in names
+        for part, title in (("accuracy", "acc"), ("margin", "margin"))
+    ]
+    lines = _table(rows, columns).splitlines() if names else []
+    if names:
+        lines.append(
+            "acc: the mean over fine-tuning seeds (finetune) or the linear probe's; margin: the accuracy minus the "
+            "same on untrained models of the run's shape, paired bootstrap 95% interval over test examples, "
+            "random-init and fine-tuning seeds"
+        )
+    return lines + verdict_lines(rows, width=width)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.split("\n\n")[0].strip() + "\n\n" + USAGE)
+        if not args:
+            raise SystemExit(2)
+        return
+    from selfsup.evaluation.baselines import report_progress
+    from selfsup.summary import read_summaries
+
+    try:
+        path, overrides = Path(args[0]).expanduser(), args[1:]
+        dirs = run_dirs(path)
+        evaluation_config = eval_config(overrides)
+        planned = [Planned(d, evaluation_config) for d in dirs]  # everything checked before anything is written
+        report_progress(lambda line: print(f"  {line}", flush=True))
+        for plan in planned:
+            started = time.perf_counter()
+            print(f"{plan.run_dir}: {plan.summary.get('objective')} on {plan.cfg.architecture.name}", flush=True)
+            metrics, outcomes = plan.run()
+            record = {
+                "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "checkpoint": str(plan.checkpoint),
+                "overrides": overrides,
+                "protocols": {n: plan.evaluation.protocol_of(t) for n, t in plan.evaluation.tasks.items()},
+                "seconds": round(time.perf_counter() - started, 1),
+                "pairs_scorers": plan.evaluation.pair_scorers(),
+            }
+            write_results(plan.run_dir, metrics, outcomes, record)
+            print(f"  evaluated in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}", flush=True)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    single = dirs == [path]
+    rows = [{**RunSummary.read(path).values, "run_dir": str(path)}] if single else read_summaries(path)
+    print("\n".join(evaluated_lines(evaluated_rows(rows))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""selfsup-eval end to end: a tiny sweep of the three families scored afterwards on a GLUE-layout RTE file and the
+built-in sentence-pair task, fine-tuned, as a user would run it; what it writes, prints and the report shows; bad
+input refused in one line with nothing written."""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import forked
+import numpy as np
+import pytest
+from helpers import write_records
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+SMALL = [
+    "eval.tasks.next_sentence.max_train_examples=64",
+    "eval.tasks.next_sentence.max_test_examples=40",
+    "~eval.tasks.replaced_word",
+    "eval.finetune.steps=3",
+    "eval.finetune.max_length=48",
+    "eval.probe.random_init_seeds=3",
+]
+
+
+def selfsup_eval(*args) -> subprocess.CompletedProcess:
+    return forked.run(["selfsup-eval", *map(str, args)], capture_output=True, text=True, env=ENV, timeout=600)
+
+
+def rte_files(folder: Path) -> tuple[str, str]:
+    """RTE's layout (GLUE's TSV as jsonl): sentence1, sentence2, label (entailment / not_entailment), idx."""
+    nouns = ["the parser", "a socket", "the module", "this function", "a thread", "the archive", "an iterator"]
+    verbs = ["reads", "closes", "returns", "writes", "opens", "checks"]
+    rows = []
+    for i in range(80):
+        a, v = nouns[i % len(nouns)], verbs[(i // len(nouns)) % len(verbs)]
+        entailed = i % 2 == 0
+        second = f"{a} {v} data" if entailed else f"{nouns[(i + 3) % len(nouns)]} never {v} anything"
+        rows.append(
+            {
+                "sentence1": f"In example {i}, {a} {v} data quickly.",
+                "sentence2": second,
+                "label": "entailment" if entailed else "not_entailment",
+                "idx": i,
+            }
+        )
+    return (
+        write_records(folder / "train.jsonl", rows[:60]),
+        write_records(folder / "validation.jsonl", rows[60:]),
+    )
+
+
+@pytest.fixture(scope="module")
+def families(cache_dir, tmp_path_factory) -> Path:
+    """A tiny finished sweep: mlm, clm, span_corruption (the main job's three families)."""
+    root = tmp_path_factory.mktemp("eval") / "sweep"
+    out = forked.run(
+        [
+            "selfsup-train",
+            "-m",
+            "debug=tiny",
+            "eval=none",
+            f"data.cache_dir={cache_dir}",
+            f"hydra.sweep.dir={root}",
+            "objective=mlm,clm,span_corruption",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_sweep_is_scored_on_rte_and_the_builtin_pair_task_without_training_again(families, tmp_path):
+    train, validation = rte_files(tmp_path)
+    rte = (
+        f"+eval.tasks.rte={{source: text_files, paths: [{train}], test_paths: [{validation}], "
+        f"text_fields: [sentence1, sentence2]}}"
+    )
+    summaries = {p: p.read_bytes() for p in families.glob("*/summary.json")}
+    checkpoints = {p: p.stat().st_mtime_ns for p in families.glob("*/checkpoints/*.ckpt")}
+    out = selfsup_eval(families, rte, *SMALL)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # nothing of the runs' own changed
+    assert {p: p.read_bytes() for p in summaries} == summaries and len(summaries) == 3
+    assert {p: p.stat().st_mtime_ns for p in checkpoints} == checkpoints
+    table = out.stdout[out.stdout.index("job | objective") :].splitlines()
+    assert [c.strip() for c in table[0].split(" | ")[2:]] == [
+        "next_sentence acc",
+        "next_sentence margin",
+        "rte acc",
+        "rte margin",
+    ]
+    for job, objective in enumerate(["mlm", "clm", "span_corruption"]):
+        evaluated = json.loads((families / str(job) / "evaluated.json").read_text())
+        scores = evaluated["eval"]
+        for task, n in (("rte", 20), ("next_sentence", 40)):
+            assert 0 <= scores[f"eval/{task}/accuracy"] <= 1
+            assert (
+                scores[f"eval/{task}/margin_low"] <= scores[f"eval/{task}/margin"] <= scores[f"eval/{task}/margin_high"]
+            )
+            with np.load(families / str(job) / "evaluated_outcomes.npz") as outcomes:
+                assert outcomes[f"eval/{task}"].shape == (3, n)  # 3 fine-tuning seeds (the default)
+                assert outcomes[f"eval/{task}|random_init"].shape == (3, n)
+                assert scores[f"eval/{task}/accuracy"] == pytest.approx(outcomes[f"eval/{task}"].mean())
+        assert evaluated["evaluations"][0]["protocols"] == {"next_sentence": "finetune", "rte": "finetune"}
+        row = [line for line in table if line.startswith(f"{job} ")][0]
+        assert objective in row and f"{scores['eval/rte/accuracy']:.3f}" in row
+    assert (
+        "rte: " in out.stdout and "next_sentence: " in out.stdout and "Verdict (margin over random-init" in out.stdout
+    )
+
+    # again, the built-in task alone with other settings: its scores replaced, rte's kept
+    before = json.loads((families / "0" / "evaluated.json").read_text())["eval"]
+    out = selfsup_eval(families / "0", *SMALL, "eval.finetune.seeds=2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    after = json.loads((families / "0" / "evaluated.json").read_text())
+    assert {k: v for k, v in after["eval"].items() if k.startswith("eval/rte/")} == {
+        k: v for k, v in before.items() if k.startswith("eval/rte/")
+    }
+    with np.load(families / "0" / "evaluated_outcomes.npz") as outcomes:
+        assert outcomes["eval/next_sentence"].shape == (2, 40) and outcomes["eval/rte"].shape == (3, 20)
+    assert len(after["evaluations"]) == 2
+
+    # the report shows them beside the runs' own
+    report = forked.run(
+        ["selfsup-report", str(families), "--format", "md", "--out", str(tmp_path / "r.md")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    text = (tmp_path / "r.md").read_text()
+    section = text[text.index("## Evaluated after training") :]
+    assert "### rte" in section and "### next_sentence" in section and "- rte: " in section
+    assert f"{after['eval']['eval/rte/accuracy']:.4f}" in section
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["objective=clm"], "selfsup-eval takes eval settings only \\(eval=..., eval.\\*\\): objective=clm is not one"),
+        (["eval.finetune.lr=-1"], "eval.finetune.lr=-1.0 must be a finite number > 0"),
+        (
+            ["+eval.tasks.sts={source: text_files, paths: [STS], text_fields: [sentence1, sentence2]}"],
+            "holds the number 3.8, not a class label: a regression task",
+        ),
+        (["eval.tasks.next_sentence.protocol=knn"], "eval.tasks.next_sentence.protocol=knn is unknown"),
+        (["eval=nope"], "Could not find 'eval/nope': use one of default, jobs, none, tiny"),
+        (["eval.finetune.stepz=3"], "Could not override 'eval.finetune.stepz'. To append to your config use"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(families, tmp_path, args, message):
+    sts = write_records(tmp_path / "sts.jsonl", [{"sentence1": "a b", "sentence2": "c d", "label": 3.8}])
+    before = snapshot(families)
+    out = selfsup_eval(families, *[a.replace("STS", sts) for a in args])
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr[-3000:]
+    assert out.stderr.startswith("error: ") and re.search(message, out.stderr), out.stderr
+    assert snapshot(families) == before
+
+
+def test_a_folder_without_runs_is_one_line(tmp_path):
+    out = selfsup_eval(tmp_path)
+    assert out.returncode == 2 and "holds no runs" in out.stderr and out.stderr.count("\n") == 1
