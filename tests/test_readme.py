@@ -34,6 +34,35 @@ def commands() -> list[tuple[str, list[str]]]:
 COMMANDS = commands()
 
 
+def eval_commands() -> list[tuple[str, list[str]]]:
+    """The `selfsup-eval DIR [overrides]` commands of the README and docs/: (where, overrides)."""
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split(" # ")[0].strip()
+                if line.startswith("selfsup-eval "):
+                    found.append((f"{doc.name}: {line[:60]}", shlex.split(line)[2:]))
+    return found
+
+
+EVAL_COMMANDS = eval_commands()
+
+
+@pytest.mark.parametrize("where,args", EVAL_COMMANDS, ids=[w for w, _ in EVAL_COMMANDS])
+def test_a_documented_selfsup_eval_command_composes(where, args):
+    from selfsup.evaluate import eval_config
+    from selfsup.evaluation import Finetune
+
+    cfg = eval_config(args)  # composes (a bad override: one UserError line)
+    assert cfg.tasks
+    Finetune(**{k: v for k, v in cfg.finetune.items() if k != "_target_"}).check()
+
+
+def test_the_docs_show_selfsup_eval_commands():
+    assert len(EVAL_COMMANDS) >= 3
+
+
 def test_the_docs_show_commands():
     assert len(COMMANDS) >= 15
 

@@ -12,8 +12,8 @@ task, GLUE's and SuperGLUE's layouts as they are: RTE and MRPC `sentence1` / `se
   or `perturb` pairs of neighbouring words swapped. Neither can be told from the bag of words alone: they ask
   whether words fit their context, which is what pretraining learns. `task=next_sentence` (a sentence pair):
   does sentence B follow sentence A in the same docstring? Each pair of neighbouring sentences once, with B the
-  true next sentence (label 1) or (label 0) a sentence of another docstring of the nearest word count;
-  balanced, split by docstring.
+  true next sentence (label 1) or (label 0) a sentence of another docstring of the nearest word count, each
+  sentence a B at most once and only in its split (see next_sentence_examples); balanced, split by docstring.
 - `source=text_files`: `.jsonl` / `.csv` / `.parquet` files with the text field(s) and a label field, read a
   record at a time; test examples from `test_paths`, else a deterministic `test_fraction` of the examples.
 - `source=hf_dataset`: `datasets.load_dataset(hf_name, hf_config)`, its `train_split` and
@@ -142,9 +142,9 @@ class Task:
                 f"{', '.join(BUILTIN_TASKS)}, or source=text_files / hf_dataset for your own data"
             )
         if self.task in PAIR_TASKS:
-            examples = next_sentence_examples()
-            train = [(pair, y) for pair, y, doc in examples if document_bucket(doc) >= self.test_fraction * 10_000]
-            test = [(pair, y) for pair, y, doc in examples if document_bucket(doc) < self.test_fraction * 10_000]
+            examples = next_sentence_examples(self.test_fraction)
+            train = [(pair, y) for pair, y, _, in_test in examples if not in_test]
+            test = [(pair, y) for pair, y, _, in_test in examples if in_test]
             return train[: self.max_train_examples], test[: self.max_test_examples]
         check_count(self.setting("perturb"), self.perturb)  # words changed per sentence
         examples = builtin_examples(self.task, self.perturb)
@@ -365,38 +365,43 @@ PLAIN = re.compile(r"^[a-z]+$")
 
 
 @functools.cache
-def next_sentence_examples() -> tuple[tuple[tuple[str, str], int, str], ...]:
-    """((sentence A, sentence B), label, the docstring's first 200 characters) for each two neighbouring
-    sentences of a held-out docstring (both among probe_sentences: never in the built-in corpus; each A once), in
-    docstring order: every other one (label 1) with B the true next sentence, the others (label 0) with B a sentence of
-    another docstring whose word count is nearest B's (of those not yet used, the first in a fixed shuffled
-    order). Deterministic; the docstring key splits train from test (a docstring's pairs stay together)."""
+def next_sentence_examples(test_fraction: float = 0.2) -> tuple[tuple[tuple[str, str], int, str, bool], ...]:
+    """((sentence A, sentence B), label, the docstring's first 200 characters, in the test split) for each two
+    neighbouring sentences of a held-out docstring (both among probe_sentences: never in the built-in corpus; each
+    A once, each B once). The docstrings are split first (a docstring's hash bucket below test_fraction: test); within each
+    split, in docstring order, every other pair keeps B, the true next sentence (label 1), and the others (label 0)
+    take as B the true next sentence of another of the split's label-0 pairs, from another docstring, of the nearest
+    word count (the first unused in a fixed shuffled order). So every sentence is a B at most once and only in its
+    own split: neither a B's identity nor its length tells the label. Deterministic."""
     held = set(probe_sentences())
-    found = []  # (a, b, docstring key, docstring index)
-    firsts = set()  # each sentence A once (docstrings repeat sentences)
+    found: dict[bool, list] = {False: [], True: []}  # split -> [(a, b, docstring key, docstring index)]
+    firsts, seconds = set(), set()  # each sentence an A once and a B once (docstrings repeat sentences)
     for d, doc in enumerate(stdlib_docstrings()["held_out"]):
+        in_test = document_bucket(doc[:200]) < test_fraction * 10_000
         for a, b in itertools.pairwise(sentences(doc)):
-            if a in held and b in held and a not in firsts:
+            if a in held and b in held and a not in firsts and b not in seconds:
                 firsts.add(a)
-                found.append((a, b, doc[:200], d))
-    rng = random.Random(2)
-    pool = [(b, d) for _, b, _, d in found]
-    rng.shuffle(pool)
-    by_length: dict[int, list[tuple[str, int]]] = {}
-    for b, d in pool:
-        by_length.setdefault(len(b.split()), []).append((b, d))
+                seconds.add(b)
+                found[in_test].append((a, b, doc[:200], d))
     examples = []
-    for i, (a, b, key, d) in enumerate(found):
-        if i % 2 == 0:
-            examples.append(((a, b), 1, key))
-            continue
-        words = len(b.split())
-        for length in sorted(by_length, key=lambda n: (abs(n - words), n)):
-            other = next((c for c, e in by_length[length] if e != d and c not in (a, b)), None)
-            if other is not None:
-                by_length[length].remove(next(x for x in by_length[length] if x[0] == other))
-                examples.append(((a, other), 0, key))
-                break
+    for in_test, pairs in found.items():
+        negatives = pairs[1::2]
+        pool = [(b, d) for _, b, _, d in negatives]
+        random.Random(2).shuffle(pool)
+        by_length: dict[int, list[tuple[str, int]]] = {}
+        for b, d in pool:
+            by_length.setdefault(len(b.split()), []).append((b, d))
+        for i, (a, b, key, d) in enumerate(pairs):
+            if i % 2 == 0:
+                examples.append(((a, b), 1, key, in_test))
+                continue
+            words = len(b.split())
+            for length in sorted(by_length, key=lambda n: (abs(n - words), n)):
+                other = next((x for x in by_length[length] if x[1] != d and x[0] != a), None)
+                if other is not None:
+                    by_length[length].remove(other)
+                    examples.append(((a, other[0]), 0, key, in_test))
+                    break
     return tuple(examples)
 
 

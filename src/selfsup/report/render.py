@@ -386,6 +386,19 @@ def _verdict_html(runs: list[Run], keys: list[str]) -> str:
     return f'<div id="verdict"><p><b>{html.escape(lines[0])}</b></p><ul>{items}</ul></div>'
 
 
+def _task_html(table_id: str, task: str, rows: list[list[str]]) -> str:
+    """A task's heading and its TASK_COLUMNS table."""
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in TASK_COLUMNS)
+    body = "\n".join(
+        "<tr>" + "".join(f"<td{'' if i < 2 else ' class=num'}>{esc(c)}</td>" for i, c in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return f"<h3>{esc(task)}</h3>\n" + _box(
+        f'<table id="{esc(table_id)}"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
+    )
+
+
 def _tasks_html(runs: list[Run]) -> str:
     esc = html.escape
     sections = []
@@ -393,15 +406,7 @@ def _tasks_html(runs: list[Run]) -> str:
         rows = task_rows(runs, task)
         if not rows:
             continue
-        head = "".join(f"<th>{esc(h)}</th>" for h in TASK_COLUMNS)
-        body = "\n".join(
-            "<tr>" + "".join(f"<td{'' if i < 2 else ' class=num'}>{esc(c)}</td>" for i, c in enumerate(row)) + "</tr>"
-            for row in rows
-        )
-        sections.append(
-            f"<h3>{esc(task)}</h3>\n"
-            + _box(f'<table id="task-{esc(task)}"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>')
-        )
+        sections.append(_task_html(f"task-{task}", task, rows))
     if not sections:
         return ""
     return f'<h2>Evaluation tasks</h2>\n<p class="small">{esc(TASK_NOTE)}</p>\n' + "\n".join(sections)
@@ -412,21 +417,7 @@ def _evaluated_html(runs: list[Run], keys: list[str]) -> str:
     if not tables:
         return ""
     esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in TASK_COLUMNS)
-    sections = [
-        f"<h3>{esc(task)}</h3>\n"
-        + _box(
-            f'<table id="evaluated-{esc(task)}"><thead><tr>{head}</tr></thead><tbody>\n'
-            + "\n".join(
-                "<tr>"
-                + "".join(f"<td{'' if i < 2 else ' class=num'}>{esc(c)}</td>" for i, c in enumerate(row))
-                + "</tr>"
-                for row in rows
-            )
-            + "\n</tbody></table>"
-        )
-        for task, rows in tables
-    ]
+    sections = [_task_html(f"evaluated-{task}", task, rows) for task, rows in tables]
     items = "".join(f"<li>{esc(line.strip())}</li>" for line in lines[1:])
     verdict_html = f'<div id="evaluated-verdict"><p><b>{esc(lines[0])}</b></p><ul>{items}</ul></div>' if lines else ""
     return (
@@ -459,6 +450,18 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
         "| " + " | ".join(_md_cell(h) for h in header) + " |",
         "|" + "|".join("---:" if h in NUMERIC or h.endswith((" acc", " margin")) else "---" for h in header) + "|",
         *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
+    ]
+
+
+def _md_task(task: str, rows: list[list[str]]) -> list[str]:
+    """A task's section: its heading and its TASK_COLUMNS table."""
+    return [
+        f"### {task}",
+        "",
+        "| " + " | ".join(TASK_COLUMNS) + " |",
+        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(TASK_COLUMNS))) + "|",
+        *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
+        "",
     ]
 
 
@@ -496,28 +499,14 @@ def render_markdown(
         lines += ["## Evaluation tasks", "", TASK_NOTE, ""]
         for task, rows in task_sections:
             if rows:
-                lines += [
-                    f"### {task}",
-                    "",
-                    "| " + " | ".join(TASK_COLUMNS) + " |",
-                    "|" + "|".join("---" if i < 2 else "---:" for i in range(len(TASK_COLUMNS))) + "|",
-                    *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
-                    "",
-                ]
+                lines += _md_task(task, rows)
     tables, found = evaluated(runs, keys)
     if tables:
         lines += ["## Evaluated after training", "", EVALUATED_NOTE, ""]
         if found:
             lines += [f"**{found[0]}**", "", *[f"- {line.strip()}" for line in found[1:]], ""]
         for task, rows in tables:
-            lines += [
-                f"### {task}",
-                "",
-                "| " + " | ".join(TASK_COLUMNS) + " |",
-                "|" + "|".join("---" if i < 2 else "---:" for i in range(len(TASK_COLUMNS))) + "|",
-                *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
-                "",
-            ]
+            lines += _md_task(task, rows)
     lines += ["## Plots", ""]
     files = []
     for name, caption, png in plots:
