@@ -134,3 +134,34 @@ def test_the_seeds_block_is_kept_unless_seeds_are_given(repo):
     assert "earlier seeds" not in text and "| clm | 1 | 6.200 | +0.310 [+0.290, +0.330] | - | 60 s |" in text
     # two seeds per objective: each objective's margins over its seeds, the difference beside their spread
     assert "clm mean +0.305 (+0.300 to +0.310 over 2 seeds, interval above 0 at 2 of 2 seeds)" in " ".join(text.split())
+
+
+def test_the_downstream_block_is_written_from_the_runs_evaluated_scores(repo):
+    """selfsup-eval's evaluated.json beside each run: each task's fine-tuned accuracy, baselines and margin per
+    objective and seed, each run's selfsup-eval seconds, and the verdict over them; no evaluated run, no block."""
+    doc = repo / "docs" / "evaluation.md"
+    doc.write_text(doc.read_text() + f"<!-- {MARK}:downstream -->\nearlier\n<!-- /{MARK}:downstream -->\n")
+    main(["--root", str(repo), "--sweep", str(repo / "sweep")])
+    assert "\nearlier\n" in doc.read_text()  # no run evaluated: the block as it was
+    for job, (margin, seconds) in enumerate(((0.01, 496.0), (0.2, 300.0))):
+        scores = {
+            "eval/next_sentence/accuracy": 0.5 + margin,
+            "eval/next_sentence/accuracy_sd": 0.02,
+            "eval/next_sentence/random_init_accuracy": 0.5,
+            "eval/next_sentence/random_init_accuracy_sd": 0.03,
+            "eval/next_sentence/majority_accuracy": 0.498,
+            "eval/next_sentence/margin": margin,
+            "eval/next_sentence/margin_low": margin - 0.05,
+            "eval/next_sentence/margin_high": margin + 0.05,
+        }
+        evaluated = {"eval": scores, "pairs_scorers": {}, "evaluations": [{"seconds": seconds}]}
+        (repo / "sweep" / str(job) / "evaluated.json").write_text(json.dumps(evaluated))
+    main(["--root", str(repo), "--sweep", str(repo / "sweep")])
+    text = doc.read_text()
+    assert "earlier" not in text
+    assert "| next_sentence | clm | 0 | 0.700 ± 0.020 | 0.500 ± 0.030 | 0.498 | +0.200 [+0.150, +0.250] |" in text
+    assert "| next_sentence | mlm | 0 | 0.510 ± 0.020 | 0.500 ± 0.030 | 0.498 | +0.010 [-0.040, +0.060] |" in text
+    assert "| the run's evaluations | 300 | 496 |" in text  # clm then mlm, as the rows
+    flat = " ".join(text.split())
+    assert "next_sentence: shows pretraining: clm +0.200 [+0.150, +0.250]. no pretraining shown yet: mlm" in flat
+    assert "eval/pairs" not in text.split(f"<!-- {MARK}:downstream -->")[1]  # the training-time scores stay out

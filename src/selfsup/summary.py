@@ -251,7 +251,8 @@ def read_evaluated(run_dir: Path) -> dict | None:
 
 def evaluated_rows(rows: list[dict]) -> list[dict]:
     """The rows (summary.json dicts with run_dir) of the runs selfsup-eval scored, each with its evaluated.json's
-    scores as `eval` and its outcomes file: what the table and the verdict read."""
+    scores as `eval`, its evaluations (when, overrides, seconds) and its outcomes file: what the table and the
+    verdict read."""
     found = []
     for row in rows:
         content = read_evaluated(row.get("run_dir") or "")
@@ -261,6 +262,7 @@ def evaluated_rows(rows: list[dict]) -> list[dict]:
                     **row,
                     "eval": content["eval"],
                     "pairs_scorers": content.get("pairs_scorers") or {},
+                    "evaluations": content.get("evaluations") or [],
                     "outcomes_path": str(Path(row["run_dir"]) / EVALUATED_OUTCOMES),
                 }
             )

@@ -142,6 +142,22 @@ def test_a_sweep_is_scored_on_rte_and_the_builtin_pair_task_without_training_aga
     section = text[text.index("## Evaluated after training") :]
     assert "### rte" in section and "### next_sentence" in section and "- rte: " in section
     assert f"{after['eval']['eval/rte/accuracy']:.4f}" in section
+    report = forked.run(
+        ["selfsup-report", str(families), "--format", "html", "--out", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    page = (tmp_path / "r.html").read_text()
+    section = page[page.index("<h2>Evaluated after training</h2>") :]
+    for task in ("rte", "next_sentence"):
+        table = section[section.index(f'<table id="evaluated-{task}">') :]
+        table = table[: table.index("</table>")]
+        assert table.count("<tr>") == 4  # the head and the three runs
+        assert f"{after['eval'][f'eval/{task}/accuracy']:.4f}" in table
+    assert '<div id="evaluated-verdict">' in section and "<li>rte: " in section
 
 
 @pytest.mark.parametrize(

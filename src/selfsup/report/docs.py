@@ -3,14 +3,20 @@
     python -m selfsup.report.docs                  runs `selfsup-train experiment=compare` (into
                                                    outputs/docs/<date>_<time>), then rewrites the blocks
     python -m selfsup.report.docs --sweep DIR      rewrites them from a finished sweep of the main job
-    python -m selfsup.report.docs --seeds          also runs seeds 1 and 2 of the main job (about 15 more
+    python -m selfsup.report.docs --seeds          also runs seeds 1 and 2 of the main job (about 9 more
                                                    minutes) and rewrites the `seeds` block: the verdict over
                                                    seeds 0, 1, 2 (--seeds-sweep DIR: from a finished one)
+    python -m selfsup.report.docs --downstream     also runs `selfsup-eval` on the sweeps (the downstream jobs,
+                                                   conf/eval/jobs.yaml) and rewrites the `downstream` block:
+                                                   the fine-tuned scores at each seed and the verdict over them
+                                                   (without it, the block is written from the sweeps' evaluated.json
+                                                   files where they have them)
     python -m selfsup.report.docs --print          prints the blocks, writes nothing
     ... --only seeds                               rewrites the blocks named alone
 
 A block lies between `<!-- selfsup.report.docs:NAME -->` and `<!-- /selfsup.report.docs:NAME -->`; the
-text between is replaced, the rest of the file kept (the `seeds` block only when seeds were run or given). The tables are printed by the same functions as the
+text between is replaced, the rest of the file kept (the `seeds` block only when seeds were run or given, the
+`downstream` block only when the sweeps' runs were evaluated). The tables are printed by the same functions as the
 end of a sweep (selfsup.summary, selfsup.verdict).
 """
 
@@ -28,7 +34,7 @@ from pathlib import Path
 
 from selfsup.errors import UserError
 from selfsup.evaluation.fixed import KINDS
-from selfsup.summary import DEFINITIONS, read_summaries, summary_table
+from selfsup.summary import DEFINITIONS, evaluated_rows, read_summaries, summary_table, task_names
 from selfsup.verdict import run_margin, verdict_lines
 
 FILES = ("README.md", "docs/evaluation.md")
@@ -161,6 +167,39 @@ def seeds(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n\n```\n" + "\n".join(verdict_lines(rows)) + "\n```"
 
 
+def _seed(row: dict) -> int:
+    return (row.get("swept") or {}).get("seed", 0)
+
+
+def downstream(rows: list[dict]) -> str:
+    """The runs' evaluated scores (selfsup-eval's evaluated.json) at each seed: each task's fine-tuned accuracy
+    beside its baselines and its margin; each run's selfsup-eval seconds; the verdict over the seeds."""
+    lines = [
+        "| task | objective | seed | accuracy (± sd over fine-tuning seeds) | random-init | majority | margin |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    ordered = sorted(rows, key=lambda r: (str(r.get("objective")), _seed(r)))
+    for name in task_names(k for r in rows for k in r["eval"]):
+        for row in ordered:
+            key, evaluated = f"eval/{name}", row["eval"]
+            if f"{key}/accuracy" not in evaluated:
+                continue
+            sd = evaluated.get(f"{key}/accuracy_sd")
+            lines.append(
+                f"| {name} | {row.get('objective')} | {_seed(row)} | {evaluated[f'{key}/accuracy']:.3f}"
+                f"{'' if sd is None else f' ± {sd:.3f}'} | {_random_init(row, key)} | "
+                f"{_number(evaluated.get(f'{key}/majority_accuracy'), '.3f')} | {run_margin(row, key) or '-'} |"
+            )
+    lines += [
+        "",
+        "| selfsup-eval seconds | " + " | ".join(f"{r.get('objective')} seed {_seed(r)}" for r in ordered) + " |",
+    ]
+    lines.append("|---|" + "---:|" * len(ordered))
+    seconds = [sum(e.get("seconds") or 0 for e in r.get("evaluations") or []) for r in ordered]
+    lines.append("| the run's evaluations | " + " | ".join(f"{s:.0f}" for s in seconds) + " |")
+    return "\n".join(lines) + "\n\n```\n" + "\n".join(verdict_lines(rows)) + "\n```"
+
+
 def blocks(
     rows: list[dict], elapsed: float | None = None, cached: bool | None = None, seed_rows: list[dict] | None = None
 ) -> dict[str, str]:
@@ -173,10 +212,13 @@ def blocks(
     }
     if seed_rows:
         found["seeds"] = seeds(rows + seed_rows)
+    evaluated = evaluated_rows(rows + (seed_rows or []))
+    if evaluated:
+        found["downstream"] = downstream(evaluated)
     return found
 
 
-BLOCKS = ("console", "timing", "scores", "fixed-split", "cost", "seeds")
+BLOCKS = ("console", "timing", "scores", "fixed-split", "cost", "seeds", "downstream")
 
 
 def rewrite(text: str, found: dict[str, str], where: str) -> str:
@@ -212,6 +254,13 @@ def run_main_job(root: Path, *overrides: str) -> tuple[Path, float, bool]:
     return sweep_dir, time.perf_counter() - started, not written
 
 
+def run_selfsup_eval(sweep_dir: Path) -> None:
+    """selfsup-eval on a sweep dir (its downstream jobs: conf/eval/jobs.yaml), its output shown as it runs."""
+    done = subprocess.run(["selfsup-eval", str(sweep_dir)], check=False)
+    if done.returncode != 0:
+        raise DocsError(f"selfsup-eval {sweep_dir} failed (exit {done.returncode}): the docs were not rewritten")
+
+
 def finished(sweep_dir: Path, option: str) -> list[dict]:
     """The rows of a finished sweep dir: every job's summary.json with status finished."""
     if not sweep_dir.is_dir():
@@ -227,6 +276,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sweep", type=Path, help="a finished sweep dir of `selfsup-train experiment=compare`")
     parser.add_argument("--seeds", action="store_true", help="also run seeds 1 and 2 (the `seeds` block)")
     parser.add_argument("--seeds-sweep", type=Path, help="a finished sweep of `experiment=compare seed=1,2`")
+    parser.add_argument(
+        "--downstream", action="store_true", help="also run selfsup-eval on the sweeps (the `downstream` block)"
+    )
     parser.add_argument("--only", nargs="+", choices=BLOCKS, help="rewrite these blocks alone")
     parser.add_argument("--print", action="store_true", help="print the blocks, write nothing")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
@@ -242,6 +294,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.seeds and args.seeds_sweep is None:
             args.seeds_sweep = run_main_job(args.root / "outputs" / "docs", "seed=1,2")[0]
         rows = finished(args.sweep, "--sweep")
+        if args.downstream:
+            for sweep in filter(None, (args.sweep, args.seeds_sweep)):
+                run_selfsup_eval(sweep)
         found = blocks(rows, elapsed, cached, finished(args.seeds_sweep, "--seeds-sweep") if args.seeds_sweep else None)
         if args.only:
             found = {name: text for name, text in found.items() if name in args.only}
