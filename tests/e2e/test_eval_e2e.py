@@ -28,6 +28,19 @@ def selfsup_eval(*args) -> subprocess.CompletedProcess:
     return forked.run(["selfsup-eval", *map(str, args)], capture_output=True, text=True, env=ENV, timeout=600)
 
 
+def report(sweep: Path, out: Path) -> str:
+    """selfsup-report on the sweep, written to `out` (its format by its suffix): the report's text."""
+    done = forked.run(
+        ["selfsup-report", str(sweep), "--format", out.suffix[1:], "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out.read_text()
+
+
 def rte_files(folder: Path) -> tuple[str, str]:
     """RTE's layout (GLUE's TSV as jsonl): sentence1, sentence2, label (entailment / not_entailment), idx."""
     nouns = ["the parser", "a socket", "the module", "this function", "a thread", "the archive", "an iterator"]
@@ -130,27 +143,11 @@ def test_a_sweep_is_scored_on_rte_and_the_builtin_pair_task_without_training_aga
     assert len(after["evaluations"]) == 2
 
     # the report shows them beside the runs' own
-    report = forked.run(
-        ["selfsup-report", str(families), "--format", "md", "--out", str(tmp_path / "r.md")],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=300,
-    )
-    assert report.returncode == 0, report.stderr[-3000:]
-    text = (tmp_path / "r.md").read_text()
+    text = report(families, tmp_path / "r.md")
     section = text[text.index("## Evaluated after training") :]
     assert "### rte" in section and "### next_sentence" in section and "- rte: " in section
     assert f"{after['eval']['eval/rte/accuracy']:.4f}" in section
-    report = forked.run(
-        ["selfsup-report", str(families), "--format", "html", "--out", str(tmp_path / "r.html")],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=300,
-    )
-    assert report.returncode == 0, report.stderr[-3000:]
-    page = (tmp_path / "r.html").read_text()
+    page = report(families, tmp_path / "r.html")
     section = page[page.index("<h2>Evaluated after training</h2>") :]
     for task in ("rte", "next_sentence"):
         table = section[section.index(f'<table id="evaluated-{task}">') :]
