@@ -76,8 +76,9 @@ class ProbeConfig:
 
 @dataclass
 class FinetuneConfig:
-    """The finetune protocol (selfsup.evaluation.Finetune): a copy of the model plus a linear head on the state
-    transformers' *ForSequenceClassification read (pooling=auto; or mean), AdamW for `steps` steps."""
+    """The finetune protocol (selfsup.evaluation.Finetune): a copy of the model plus a linear head on a state of the
+    example (pooling: auto, each family's measured better one; hf, transformers' *ForSequenceClassification's;
+    mean), AdamW for `steps` steps."""
 
     _target_: str = "selfsup.evaluation.Finetune"
     steps: int = 300
@@ -87,7 +88,7 @@ class FinetuneConfig:
     weight_decay: float = 0.01
     max_length: int = 128  # tokens per example, specials included (a pair cut longest-first)
     seeds: int = 3  # fine-tuning seeds of the trained model (their spread is in the margin's interval)
-    pooling: str = "auto"  # auto (encoder: first token; decoder: last token; enc-dec: decoder at final eos) | mean
+    pooling: str = "auto"  # auto (per family: probe.AUTO_POOLING) | hf (*ForSequenceClassification's) | mean
 
 
 @dataclass

@@ -360,7 +360,7 @@ def test_evaluation_settings_are_checked():
         ({"seeds": 1.5}, "eval.finetune.seeds=1.5 must be at least 1"),
         ({"warmup": 1.0}, r"eval.finetune.warmup=1.0 must be a fraction of the steps in \[0, 1\)"),
         ({"weight_decay": -0.1}, "eval.finetune.weight_decay=-0.1 must be a finite number >= 0"),
-        ({"pooling": "cls"}, "eval.finetune.pooling=cls is unknown: use one of auto, mean"),
+        ({"pooling": "cls"}, "eval.finetune.pooling=cls is unknown: use one of auto, hf, mean"),
         ({"max_length": 4}, "eval.finetune.max_length=4 leaves no room for a sentence pair"),
     ]:
         with pytest.raises(EvalError, match=message):

@@ -106,7 +106,7 @@ def test_a_pair_is_joined_with_eos_and_cut_longest_first_as_hugging_face_does(co
 
 # ---------------------------------------------------------------------------------------- the classified state
 @pytest.mark.parametrize("family", ["encoder", "decoder", "encoder_decoder"])
-def test_each_family_is_classified_from_the_state_transformers_reads(family):
+def test_each_family_is_classified_from_the_state_its_pooling_names(family):
     torch.manual_seed(0)
     model = build_model(family, 50, 32, d_model=32, n_layers=2, n_heads=4).eval()
     bos, eos, pad = 1, 2, 0
@@ -116,7 +116,7 @@ def test_each_family_is_classified_from_the_state_transformers_reads(family):
     for i, row in enumerate(rows):
         ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), True
     with torch.no_grad():
-        state = classified(model, ids, mask, "auto", bos)
+        state = classified(model, ids, mask, "hf", bos)
         for i, row in enumerate(rows):  # each example alone, without padding
             alone = torch.tensor([row])
             if family == "encoder":  # the first token's state (BertForSequenceClassification)
@@ -129,9 +129,17 @@ def test_each_family_is_classified_from_the_state_transformers_reads(family):
             torch.testing.assert_close(state[i], expected, atol=1e-5, rtol=1e-5)
         changed = ids.clone()
         changed[:, 1] = 13  # a token inside every example: the classified state reads the whole example
-        assert not torch.allclose(classified(model, changed, mask, "auto", bos), state)
+        assert not torch.allclose(classified(model, changed, mask, "hf", bos), state)
         mean = classified(model, ids, mask, "mean", bos)
         assert mean.shape == state.shape and not torch.allclose(mean, state)
+        for i, row in enumerate(rows):  # the mean of the states of the stack that reads the whole example
+            alone = torch.tensor([row])
+            states = model(decoder_inputs=alone) if family == "decoder" else model(encoder_inputs=alone)
+            torch.testing.assert_close(mean[i], states[0].mean(0), atol=1e-5, rtol=1e-5)
+        # auto: the decoder's mean (measured better: docs/evaluation.md), the others' transformers' state
+        torch.testing.assert_close(
+            classified(model, ids, mask, "auto", bos), mean if family == "decoder" else state, atol=0, rtol=0
+        )
 
 
 # ---------------------------------------------------------------------------------------- GLUE's layouts
