@@ -1,0 +1,170 @@
+"""Generation jobs' scores (downstream jobs, step 2): a (source, target) example written by a family that writes
+text, its target's loss under teacher forcing, greedy decoding from the source alone, exact match and token F1.
+
+    writing   as the family was pretrained to write text (documents joined by eos):
+              decoder: `source eos target eos` in one causal stream, the loss on `target eos` (`write`);
+              encoder-decoder: `source eos` into the encoder, the decoder's input `bos target`, its targets
+              `target eos` (the layout of `classified`'s reading, BART's and T5's).
+              An encoder does not write text: it is refused (NOT_A_WRITER), never given a made-up number.
+    loss      `target_loss`: each example's summed -log p of its target tokens (eos included) and their count,
+              under teacher forcing; the same target tokens for both families, so the per-token loss compares.
+    greedy    `greedy`: at most max_new_tokens argmax tokens written from the source alone (the target is never
+              an input), stopped at eos; the decoder continues `source eos`, the encoder-decoder's decoder starts
+              from bos after reading `source eos`.
+    scores    `exact_match`, `token_f1`: SQuAD v1.1's definitions (its evaluate script's, torchmetrics' `squad`) on
+              normalised text: lower case, punctuation and the articles a/an/the removed, whitespace collapsed.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from selfsup.evaluation.tasks import EvalError
+
+NOT_A_WRITER = "an encoder does not write text"
+WRITERS = ("decoder", "encoder_decoder")
+IGNORE = -100
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD v1.1's normalisation: lower case, punctuation removed, articles removed, whitespace collapsed."""
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(reference))
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    """The harmonic mean of the precision and recall of the normalised words (SQuAD v1.1's; two texts without a
+    word after normalising: 1.0 when both are empty, else 0.0)."""
+    predicted, referred = normalize_answer(prediction).split(), normalize_answer(reference).split()
+    if not predicted or not referred:
+        return float(predicted == referred)
+    common = sum((Counter(predicted) & Counter(referred)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(referred)
+    return 2 * precision * recall / (precision + recall)
+
+
+def check_writer(arch: str) -> None:
+    if arch not in WRITERS:
+        raise EvalError(f"{NOT_A_WRITER}: a generation job scores decoders and encoder-decoders, not an {arch}")
+
+
+@dataclass
+class Written:
+    """A batch of (source, target) examples as a family writes them, padded on the right; `labels` holds the
+    target tokens where they are predicted and IGNORE elsewhere."""
+
+    inputs: torch.Tensor  # decoder: the stream; encoder-decoder: the decoder's input `bos target`
+    labels: torch.Tensor
+    encoder_inputs: torch.Tensor | None = None
+    encoder_mask: torch.Tensor | None = None
+
+    def to(self, device) -> Written:
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Written(move(self.inputs), move(self.labels), move(self.encoder_inputs), move(self.encoder_mask))
+
+
+def _padded(rows: list[list[int]], value: int) -> torch.Tensor:
+    out = torch.full((len(rows), max(1, max(map(len, rows)))), value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def write(
+    arch: str, sources: list[list[int]], targets: list[list[int]], eos_id: int, bos_id: int, pad_id: int
+) -> Written:
+    """The examples (token ids, specials not included) as `arch` writes them (see the module's docstring)."""
+    check_writer(arch)
+    if arch == "decoder":
+        streams = [[*s, eos_id, *t, eos_id] for s, t in zip(sources, targets)]
+        labels = [[IGNORE] * len(s) + [*t, eos_id] for s, t in zip(sources, targets)]  # label j: token j + 1
+        return Written(_padded([x[:-1] for x in streams], pad_id), _padded(labels, IGNORE))
+    encoder = [[*s, eos_id] for s in sources]
+    mask = _padded([[1] * len(e) for e in encoder], 0).bool()
+    return Written(
+        _padded([[bos_id, *t] for t in targets], pad_id),
+        _padded([[*t, eos_id] for t in targets], IGNORE),
+        _padded(encoder, pad_id),
+        mask,
+    )
+
+
+def logits(model: torch.nn.Module, written: Written) -> torch.Tensor:
+    """[B, L, vocab] the next-token logits at each position of `written.inputs`."""
+    if model.arch == "decoder":
+        return model.head(model(decoder_inputs=written.inputs))
+    return model.head(
+        model(encoder_inputs=written.encoder_inputs, encoder_mask=written.encoder_mask, decoder_inputs=written.inputs)
+    )
+
+
+def target_loss(model: torch.nn.Module, written: Written) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed -log p of each example's target tokens [B], their count [B]) under teacher forcing."""
+    check_writer(model.arch)
+    scores = logits(model, written).float()
+    nll = F.cross_entropy(scores.transpose(1, 2), written.labels, ignore_index=IGNORE, reduction="none")
+    scored = written.labels != IGNORE
+    return (nll * scored).sum(1), scored.sum(1)
+
+
+@torch.no_grad()
+def greedy(
+    model: torch.nn.Module,
+    sources: list[list[int]],
+    eos_id: int,
+    bos_id: int,
+    pad_id: int,
+    max_new_tokens: int,
+) -> list[list[int]]:
+    """Each source's greedy continuation (token ids, the final eos not included), at most max_new_tokens long
+    and within the model's max_len; the decoder's sources of one length are written in one batch."""
+    check_writer(model.arch)
+    device = next(model.parameters()).device
+    written: list[list[int]] = [[] for _ in sources]
+    if model.arch == "decoder":
+        groups: dict[int, list[int]] = {}
+        for i, source in enumerate(sources):
+            groups.setdefault(len(source), []).append(i)
+        for rows in groups.values():
+            prompt = torch.tensor([[*sources[i], eos_id] for i in rows], dtype=torch.long, device=device)
+            for i, tokens in zip(rows, _continue(model, prompt, eos_id, max_new_tokens)):
+                written[i] = tokens
+        return written
+    encoder = _padded([[*s, eos_id] for s in sources], pad_id).to(device)
+    mask = _padded([[1] * (len(s) + 1) for s in sources], 0).bool().to(device)
+    start = torch.full((len(sources), 1), bos_id, dtype=torch.long, device=device)
+    return _continue(model, start, eos_id, max_new_tokens, encoder, mask)
+
+
+def _continue(model, prompt, eos_id, steps, encoder=None, mask=None) -> list[list[int]]:
+    """At most `steps` greedy argmax tokens after `prompt` [B, L] (the decoder's stream or the encoder-decoder's
+    decoder input), fewer where the model's max_len ends the stream first."""
+    ids, done = prompt, torch.zeros(len(prompt), dtype=torch.bool, device=prompt.device)
+    out: list[list[int]] = [[] for _ in range(len(prompt))]
+    for _ in range(max(0, min(steps, model.max_len - prompt.shape[1] + 1))):
+        if model.arch == "decoder":
+            hidden = model(decoder_inputs=ids)
+        else:
+            hidden = model(encoder_inputs=encoder, encoder_mask=mask, decoder_inputs=ids)
+        token = model.head(hidden[:, -1]).argmax(-1)
+        for i in torch.nonzero(~done).flatten().tolist():
+            if int(token[i]) == eos_id:
+                done[i] = True
+            else:
+                out[i].append(int(token[i]))
+        if bool(done.all()):
+            break
+        ids = torch.cat([ids, token[:, None]], dim=1)
+    return out
