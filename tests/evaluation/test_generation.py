@@ -139,3 +139,23 @@ def test_greedy_decoding_stops_at_the_models_length(family):
     # from a full stream)
     (tokens,) = greedy(model, [source], EOS, BOS, PAD, max_new_tokens=50)
     assert len(tokens) <= (4 if family == "decoder" else 24)
+
+
+# ---------------------------------------------------------------------------------------- the built-in jobs' data
+def test_the_builtin_continuation_job_is_held_out_sentences_cut_in_half():
+    from selfsup.data.builtin import builtin_documents
+    from selfsup.evaluation.tasks import continuation_examples, probe_sentences
+
+    examples = continuation_examples(0.2)
+    held = set(probe_sentences())
+    text = " ".join(" ".join(doc.split()) for doc in builtin_documents())
+    sentences = [f"{source} {target}" for source, target, _ in examples]
+    assert len(set(sentences)) == len(examples) and set(sentences) <= held  # each held-out sentence at most once
+    for source, target, _ in examples:
+        assert len(source.split()) == (len(source.split()) + len(target.split())) // 2 >= 3
+        assert target not in text  # no target was seen in pretraining
+    left_out = len(held) - len(examples)
+    assert 0 < left_out < 0.1 * len(held)  # the few whose rest the corpus holds verbatim
+    n, share = len(examples), sum(t for _, _, t in examples) / len(examples)
+    assert abs(share - 0.2) < 4 * (0.2 * 0.8 / n) ** 0.5  # split by sentence hash: about test_fraction
+    assert continuation_examples(0.2) == examples  # deterministic

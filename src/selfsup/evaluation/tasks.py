@@ -365,6 +365,22 @@ PLAIN = re.compile(r"^[a-z]+$")
 
 
 @functools.cache
+def continuation_examples(test_fraction: float = 0.2) -> tuple[tuple[str, str, bool], ...]:
+    """(source, target, in the test split): the built-in open-ended generation job. Each probe sentence (held out:
+    no built-in corpus document holds it) cut after its first half of words (the shorter half when odd): the
+    source, the rest: the target; a sentence whose rest occurs verbatim in the built-in corpus is left out, so no
+    target was seen in pretraining. Split by sentence (its hash bucket below test_fraction: test). Deterministic."""
+    text = " ".join(" ".join(doc.split()) for doc in builtin_documents())
+    examples = []
+    for sentence in probe_sentences():
+        words = sentence.split()
+        source, target = " ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2 :])
+        if target not in text:
+            examples.append((source, target, document_bucket(sentence) < test_fraction * 10_000))
+    return tuple(examples)
+
+
+@functools.cache
 def next_sentence_examples(test_fraction: float = 0.2) -> tuple[tuple[tuple[str, str], int, str, bool], ...]:
     """((sentence A, sentence B), label, the docstring's first 200 characters, in the test split) for each two
     neighbouring sentences of a held-out docstring (both among probe_sentences: never in the built-in corpus; each
