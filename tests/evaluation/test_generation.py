@@ -159,3 +159,45 @@ def test_the_builtin_continuation_job_is_held_out_sentences_cut_in_half():
     n, share = len(examples), sum(t for _, _, t in examples) / len(examples)
     assert abs(share - 0.2) < 4 * (0.2 * 0.8 / n) ** 0.5  # split by sentence hash: about test_fraction
     assert continuation_examples(0.2) == examples  # deterministic
+
+
+# ---------------------------------------------------------------------------------------- fine-tuning a writer
+@pytest.mark.parametrize("family", ["decoder", "encoder_decoder"])
+def test_fine_tuning_a_writer_lowers_its_target_loss_and_repeats_from_its_seed(family):
+    from selfsup.evaluation.generation import finetune_writer, rows
+    from selfsup.evaluation.probe import Finetune
+
+    sources = [[3 + i, 4 + i, 5 + i] for i in range(8)]
+    targets = [[20 + i, 21 + i] if i % 2 else [20 + i] for i in range(8)]  # lengths differ: padding in the batches
+    train = write(family, sources, targets, EOS, BOS, PAD)
+
+    def per_token(model) -> float:
+        with torch.no_grad():
+            summed, count = target_loss(model, train)
+        return float(summed.sum() / count.sum())
+
+    settings = Finetune(steps=40, lr=3e-3, batch_size=4)
+    tuned = model_of(family)
+    before = per_token(tuned)
+    finetune_writer(tuned, train, settings, seed=7)
+    assert per_token(tuned) < 0.5 * before  # it learned the targets it was shown
+    again = model_of(family)
+    finetune_writer(again, train, settings, seed=7)
+    assert all(torch.equal(a, b) for a, b in zip(tuned.state_dict().values(), again.state_dict().values()))
+    other = model_of(family)
+    finetune_writer(other, train, settings, seed=8)
+    assert not all(torch.equal(a, b) for a, b in zip(tuned.state_dict().values(), other.state_dict().values()))
+    # a batch is cut to its longest example: the loss of rows cut equals the loss of the same rows uncut
+    pick = torch.tensor([0, 2])
+    with torch.no_grad():
+        cut = target_loss(tuned, rows(train, pick))[0]
+        whole = target_loss(tuned, uncut(train, pick))[0]
+    torch.testing.assert_close(cut, whole)
+
+
+def uncut(written, pick):
+    """The rows `pick` of `written`, their padding kept."""
+    from selfsup.evaluation.generation import Written
+
+    take = lambda t: None if t is None else t[pick]  # noqa: E731
+    return Written(take(written.inputs), take(written.labels), take(written.encoder_inputs), take(written.encoder_mask))

@@ -8,6 +8,9 @@ text, its target's loss under teacher forcing, greedy decoding from the source a
               An encoder does not write text: it is refused (NOT_A_WRITER), never given a made-up number.
     loss      `target_loss`: each example's summed -log p of its target tokens (eos included) and their count,
               under teacher forcing; the same target tokens for both families, so the per-token loss compares.
+    finetune  `finetune_writer`: the caller's copy of a model trained on `target_loss` (per target token over the
+              batch) with the classification protocol's settings (`probe.Finetune`: AdamW, warmup then cosine,
+              gradients clipped to norm 1, batches drawn with replacement from `seed`).
     greedy    `greedy`: at most max_new_tokens argmax tokens written from the source alone (the target is never
               an input), stopped at eos; the decoder continues `source eos`, the encoder-decoder's decoder starts
               from bos after reading `source eos`.
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from selfsup.evaluation.baselines import check_stop
+from selfsup.evaluation.probe import Finetune, optimizer
 from selfsup.evaluation.tasks import EvalError
 
 NOT_A_WRITER = "an encoder does not write text"
@@ -117,6 +122,44 @@ def target_loss(model: torch.nn.Module, written: Written) -> tuple[torch.Tensor,
     nll = F.cross_entropy(scores.transpose(1, 2), written.labels, ignore_index=IGNORE, reduction="none")
     scored = written.labels != IGNORE
     return (nll * scored).sum(1), scored.sum(1)
+
+
+def rows(written: Written, pick: torch.Tensor) -> Written:
+    """The examples `pick` of `written`, cut to their longest."""
+    labels = written.labels[pick]
+    width = max(1, int((labels != IGNORE).nonzero()[:, 1].max()) + 1) if bool((labels != IGNORE).any()) else 1
+    if written.encoder_inputs is None:
+        return Written(written.inputs[pick, :width], labels[:, :width])
+    mask = written.encoder_mask[pick]
+    source = max(1, int(mask.sum(1).max()))
+    return Written(
+        written.inputs[pick, :width], labels[:, :width], written.encoder_inputs[pick, :source], mask[:, :source]
+    )
+
+
+def finetune_writer(model: torch.nn.Module, train: Written, settings: Finetune, seed: int) -> None:
+    """Trains `model` (the caller's copy: it is changed) on the mean target-token loss of batches of `train`,
+    as `settings` say, every batch drawn from `seed`."""
+    check_writer(model.arch)
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    params = list(model.parameters())
+    opt, sched = optimizer(params, settings)
+    size = min(settings.batch_size, len(train.inputs))
+    model.train()
+    with torch.enable_grad():
+        for _ in range(settings.steps):
+            check_stop()
+            summed, count = target_loss(
+                model, rows(train, torch.randint(len(train.inputs), (size,), generator=generator)).to(device)
+            )
+            loss = summed.sum() / count.sum().clamp(min=1)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+    model.eval()
 
 
 @torch.no_grad()

@@ -208,6 +208,19 @@ class Finetune:
         return [self.steps, self.lr, self.batch_size, self.warmup, self.weight_decay, self.max_length, pooling]
 
 
+def optimizer(params: list, settings: Finetune):
+    """(AdamW, its schedule: linear warmup over `settings.warmup` of the steps, then cosine decay to 0)."""
+    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    steps, warmup = settings.steps, int(settings.warmup * settings.steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (
+            (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup)))
+        ),
+    )
+    return opt, sched
+
+
 def finetune(
     model: torch.nn.Module,
     train: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
@@ -227,14 +240,8 @@ def finetune(
         head.weight.copy_(torch.randn(head.weight.shape, generator=generator) * 0.02)
         head.bias.zero_()
     params = list(model.parameters()) + list(head.parameters())
-    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
-    steps, warmup = settings.steps, int(settings.warmup * settings.steps)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        lambda s: (
-            (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup)))
-        ),
-    )
+    opt, sched = optimizer(params, settings)
+    steps = settings.steps
     ids, mask, labels = train
     model.train()
     with torch.enable_grad():
