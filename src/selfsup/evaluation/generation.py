@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from selfsup.evaluation.baselines import check_stop
-from selfsup.evaluation.probe import Finetune, optimizer
+from selfsup.evaluation.probe import Finetune, optimizer, step
 from selfsup.evaluation.tasks import EvalError
 
 NOT_A_WRITER = "an encoder does not write text"
@@ -153,12 +153,7 @@ def finetune_writer(model: torch.nn.Module, train: Written, settings: Finetune, 
             summed, count = target_loss(
                 model, rows(train, torch.randint(len(train.inputs), (size,), generator=generator)).to(device)
             )
-            loss = summed.sum() / count.sum().clamp(min=1)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
+            step(summed.sum() / count.sum().clamp(min=1), params, opt, sched)
     model.eval()
 
 

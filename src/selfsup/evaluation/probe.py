@@ -221,6 +221,15 @@ def optimizer(params: list, settings: Finetune):
     return opt, sched
 
 
+def step(loss: torch.Tensor, params: list, opt, sched) -> None:
+    """One optimiser step on `loss`: gradients clipped to norm 1, then the schedule's next learning rate."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    sched.step()
+
+
 def finetune(
     model: torch.nn.Module,
     train: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
@@ -252,12 +261,7 @@ def finetune(
             state = classified(
                 model, ids[pick, :width].to(device), mask[pick, :width].to(device), settings.pooling, start_id
             )
-            loss = F.cross_entropy(head(state), labels[pick].to(device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
+            step(F.cross_entropy(head(state), labels[pick].to(device)), params, opt, sched)
     model.eval()
     test_ids, test_mask = test
     lengths = test_mask.sum(1)
