@@ -6,7 +6,8 @@
 objective (conf/objective/)        an `Objective` subclass: instantiate(cfg.objective, vocab=, seq_len=, architecture=)
 architecture (conf/architecture/)  a config with `build(vocab_size, max_len)`: the built-in TransformerConfig
 optim (conf/optim/)                selfsup.optim.AdamWCosine or a class with its methods
-eval (conf/eval/)                  selfsup.evaluation.Evaluation (its tasks: selfsup.evaluation.Task)
+eval (conf/eval/)                  selfsup.evaluation.Evaluation (its tasks: selfsup.evaluation.Task, its generation
+                                   jobs: selfsup.evaluation.GenerationJob)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from selfsup.data.pretrained_tokenizer import is_path, load_pretrained
 from selfsup.data.sources import DataError
 from selfsup.data.vocab import Vocab
 from selfsup.errors import UserError
-from selfsup.evaluation import EvalError, Evaluation, PairSource, Task
+from selfsup.evaluation import EvalError, Evaluation, GenerationJob, PairSource, Task
 from selfsup.objectives import Objective
 
 
@@ -97,7 +98,7 @@ def check_settings(cfg: DictConfig) -> None:
             f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
             f"val/accuracy or an eval/<task>/<metric> such as eval/probe/accuracy"
         )
-    if metric.startswith("eval/") and not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
+    if metric.startswith("eval/") and not evaluates(cfg):
         raise UserError(
             f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or optimize val/loss"
         )
@@ -105,12 +106,13 @@ def check_settings(cfg: DictConfig) -> None:
         *(["fixed"] if cfg.eval.fixed else []),
         *(["pairs"] if cfg.eval.get("pairs") else []),
         *(cfg.eval.tasks or {}),
+        *(cfg.eval.get("generation") or {}),
     ]
     if metric.startswith("eval/") and metric.split("/")[1] not in evaluated:
         raise UserError(
             f"optimized_metric={metric}: this run evaluates no {metric.split('/')[1]!r}: use "
             + ", ".join(f"eval/{name}/..." for name in evaluated)
-            + " (eval.tasks.NAME adds a task)"
+            + " (eval.tasks.NAME adds a task, eval.generation.NAME a generation job)"
         )
     if cfg.ckpt_path and not Path(cfg.ckpt_path).is_file():
         raise UserError(
@@ -195,9 +197,14 @@ def with_init(cfg: DictConfig) -> DictConfig:
     return OmegaConf.merge(cfg, {"architecture": settings, "data": {"tokenizer": source}})
 
 
+def evaluates(cfg: DictConfig) -> bool:
+    """Whether the `eval` settings evaluate anything (eval=none: no exam, pairs, tasks or generation jobs)."""
+    return bool(cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks or cfg.eval.get("generation"))
+
+
 def make_evaluation(cfg: DictConfig) -> Evaluation | None:
-    """The `eval` group's Evaluation, or None when it evaluates nothing (eval=none: no exam, pairs or tasks)."""
-    if not (cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks):
+    """The `eval` group's Evaluation, or None when it evaluates nothing (evaluates)."""
+    if not evaluates(cfg):
         return None
     conf = OmegaConf.to_container(cfg.eval, resolve=True)
     with_targets(
@@ -209,6 +216,13 @@ def make_evaluation(cfg: DictConfig) -> Evaluation | None:
     )
     with_targets(
         conf.get("tasks") or {}, "eval.tasks", Task, "task setting", "{source: text_files, paths: [examples.jsonl]}"
+    )
+    with_targets(
+        conf.get("generation") or {},
+        "eval.generation",
+        GenerationJob,
+        "generation job setting",
+        "{source: text_files, paths: [pairs.jsonl], source_field: document, target_field: summary}",
     )
     return make(OmegaConf.create(conf), "eval")
 

@@ -156,6 +156,10 @@ class EvalConfig:
     # class its _target_ names): source builtin | text_files | hf_dataset, paths, text_field or text_fields (a
     # sentence pair), label_field, protocol (linear | finetune), ...
     tasks: Optional[Dict[str, Any]] = field(default_factory=dict)  # (null: none)
+    # eval/<name>/loss, exact_match, token_f1: generation jobs, each the keyword arguments of
+    # selfsup.evaluation.GenerationJob: source builtin (job continuation | docstring_name) | text_files | hf_dataset,
+    # paths, source_field, target_field, max_new_tokens, ...; fine-tuned with eval.finetune's settings
+    generation: Optional[Dict[str, Any]] = field(default_factory=dict)  # (null: none)
 
 
 @dataclass

@@ -177,7 +177,7 @@ def write_results(run_dir: Path, metrics: dict, outcomes: dict, record: dict) ->
 
 def evaluated_lines(rows: list[dict], width: int = 100) -> list[str]:
     """The table of the evaluated scores and the verdict over them."""
-    from selfsup.summary import _table, swept_columns, task_names
+    from selfsup.summary import JOB_NOTE, _table, job_columns, swept_columns, task_names
     from selfsup.verdict import verdict_lines
 
     names = task_names(k for r in rows for k in r["eval"])
@@ -187,13 +187,23 @@ def evaluated_lines(rows: list[dict], width: int = 100) -> list[str]:
         for n in names
         for part, title in (("accuracy", "acc"), ("margin", "margin"))
     ]
-    lines = _table(rows, columns).splitlines() if names else []
+    columns += job_columns(rows)
+    lines = _table(rows, columns).splitlines() if len(columns) > 2 + len(swept_columns(rows)) else []
     if names:
         lines.append(
             "acc: the mean over fine-tuning seeds (finetune) or the linear probe's; margin: the accuracy minus the "
             "same on untrained models of the run's shape, paired bootstrap 95% interval over test examples, "
             "random-init and fine-tuning seeds"
         )
+    if job_columns(rows):
+        lines.append(JOB_NOTE)
+    for row in rows:
+        unwritten = (row.get("evaluations") or [{}])[-1].get("not_written") or {}
+        if unwritten:
+            lines.append(
+                f"{row.get('objective')} ({Path(row.get('run_dir') or '?').name}) on {row.get('architecture')}: "
+                f"{sorted(set(unwritten.values()))[0]}: not scored on {', '.join(unwritten)}"
+            )
     return lines + verdict_lines(rows, width=width)
 
 
@@ -222,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
                 "checkpoint": str(plan.checkpoint),
                 "overrides": overrides,
                 "protocols": {n: plan.evaluation.protocol_of(t) for n, t in plan.evaluation.tasks.items()},
+                "not_written": dict(plan.evaluation.not_written),  # generation jobs the run's family cannot write
                 "seconds": round(time.perf_counter() - started, 1),
                 "pairs_scorers": plan.evaluation.pair_scorers(),
             }

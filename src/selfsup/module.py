@@ -22,7 +22,7 @@ from lightning.pytorch.loggers import WandbLogger
 from torch.utils.flop_counter import FlopCounterMode
 from torchmetrics import SumMetric
 
-from selfsup.evaluation import EXAMPLE_COLUMNS
+from selfsup.evaluation import EXAMPLE_COLUMNS, WRITTEN_COLUMNS
 from selfsup.loss import linear_cross_entropy, stream_seed
 from selfsup.objectives import Objective, ObjectiveBatch
 from selfsup.optim import AdamWCosine
@@ -292,17 +292,19 @@ class SelfSupModule(L.LightningModule):
                 return
             self.last_eval = (self.trainer.global_step, results)  # (for the console's line)
             self.log_dict(results, rank_zero_only=True)
-            if self.evaluation.examples and self.trainer.is_global_zero:
-                self.log_examples(self.evaluation.examples)
+            if self.trainer.is_global_zero:
+                if self.evaluation.examples:
+                    self.log_examples("eval/predictions", EXAMPLE_COLUMNS, self.evaluation.examples)
+                for name, rows in self.evaluation.written_examples.items():
+                    self.log_examples(f"eval/{name}/predictions", WRITTEN_COLUMNS, rows)
 
-    def log_examples(self, rows: list[list]) -> None:
-        """The evaluation's example predictions as the W&B Table eval/predictions (one per evaluation)."""
+    def log_examples(self, key: str, columns: list[str], rows: list[list]) -> None:
+        """An evaluation's example predictions as the W&B Table `key` (one per evaluation): eval/predictions (the
+        fixed exam's), eval/<job>/predictions (each generation job's)."""
         step = self.trainer.global_step
         for logger in self.loggers:
             if isinstance(logger, WandbLogger):
-                logger.log_table(
-                    "eval/predictions", columns=EXAMPLE_COLUMNS, data=[[step, *row] for row in rows], step=step
-                )
+                logger.log_table(key, columns=columns, data=[[step, *row] for row in rows], step=step)
 
     # ------------------------------------------------------------------ optimizer, state
     def configure_optimizers(self):

@@ -98,6 +98,53 @@ def task_columns(rows: list[dict]) -> list[tuple[str, str]]:
     ]
 
 
+def job_names(keys) -> list[str]:
+    """The generation jobs (eval.generation.*) of eval/<job>/token_f1 keys."""
+    names = [k.split("/")[1] for k in keys if k.count("/") == 2 and k.startswith("eval/") and k.endswith("/token_f1")]
+    return list(dict.fromkeys(names))
+
+
+def job_columns(rows: list[dict]) -> list[tuple[str, str]]:
+    """(key, title) of each generation job's loss and token F1 with their margins, in the order first seen (the
+    loss's margin: random-init's loss minus the run's)."""
+    names = job_names(k for r in rows for k in (r.get("eval") or {}))
+    return [
+        (f"eval/{n}/{part}", f"{n} {title}")
+        for n in names
+        for part, title in (
+            ("loss", "loss"),
+            ("loss/margin", "loss margin"),
+            ("token_f1", "F1"),
+            ("token_f1/margin", "F1 margin"),
+        )
+    ]
+
+
+JOB_NOTE = (
+    "loss: the target's per-token loss under teacher forcing, its margin random-init's minus the run's (positive: "
+    "lower than random-init); F1: greedy decoding's token F1 (SQuAD's), its margin the run's minus random-init's; "
+    "each the mean over fine-tuning seeds, paired bootstrap 95% interval"
+)
+
+
+def job_lines(evaluated: dict) -> list[str]:
+    """One line per generation job: each score, its margin over random-init with its 95% interval, and random-init's."""
+    lines = []
+    row = {"eval": evaluated}
+    for name in job_names(evaluated):
+        parts = [name]
+        for score, title in (("loss", "loss"), ("exact_match", "EM"), ("token_f1", "F1")):
+            if evaluated.get(f"eval/{name}/{score}") is None:
+                continue
+            text = f"{title} {evaluated[f'eval/{name}/{score}']:.3f}"
+            ri, margin = evaluated.get(f"eval/{name}/random_init_{score}"), run_margin(row, f"eval/{name}/{score}")
+            if ri is not None:
+                text += f" (random-init {ri:.3f}" + (f", margin {margin})" if margin is not None else ")")
+            parts.append(text)
+        lines.append("  ".join(parts))
+    return lines
+
+
 def task_lines(evaluated: dict) -> list[str]:
     """One line per task: its accuracy, margin over random-init with its 95% interval, and baselines."""
     lines = []
@@ -167,6 +214,7 @@ def run_lines(row: dict) -> list[str]:
     ]
     lines = [head, "  " + "  ".join(scores)] if scores else [head]
     lines += ["  " + line for line in task_lines(row.get("eval") or {})]
+    lines += ["  " + line for line in job_lines(row.get("eval") or {})]
     lines += ["  " + line for line in split_lines(row.get("eval") or {})]
     lines += ["  " + line for line in [heldout_line(row.get("eval") or {})] if line]
     lines += ["  " + line for line in pair_lines(row.get("eval") or {}, row.get("pairs_scorers") or {})]
@@ -217,7 +265,7 @@ def summary_table(rows: list[dict]) -> str:
     titles = dict(COLUMNS)
     at = SCORES_TABLE.index("eval/probe/margin") + 1
     scores = [(k, titles[k]) for k in SCORES_TABLE[:2]] + swept_columns(rows)
-    scores += [(k, titles[k]) for k in SCORES_TABLE[2:at]] + task_columns(rows)
+    scores += [(k, titles[k]) for k in SCORES_TABLE[2:at]] + task_columns(rows) + job_columns(rows)
     if not any(r.get("eval") for r in rows):  # eval=none: no empty columns
         scores = [c for c in scores if not c[0].startswith("eval/")]
     facts = [(k, titles[k]) for k in FACTS_TABLE]

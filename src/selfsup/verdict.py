@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from selfsup.evaluation.generation import SCORES
 from selfsup.evaluation.stats import Interval, difference, exam_difference, exam_ratio
 from selfsup.names import OUTCOMES, shown
 
@@ -83,7 +84,14 @@ def score_keys(row: dict) -> list[str]:
 
 
 def score_label(key: str) -> str:
-    return key.removeprefix("eval/").replace("/", " ")
+    """`eval/probe` -> probe; a generation job's loss says its margin's direction."""
+    label = key.removeprefix("eval/").replace("/", " ")
+    return label + " (random-init's minus the run's)" if is_job_loss(key) else label
+
+
+def is_job_loss(key: str) -> bool:
+    """Whether `key` is a generation job's loss (eval/<job>/loss), whose margin is random-init's minus the run's."""
+    return key.count("/") == 2 and key.endswith("/loss") and not key.startswith("eval/pairs/")
 
 
 def setting_label(row: dict) -> str:
@@ -171,11 +179,22 @@ def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
             return "outcomes.npz holds values that are not numbers"
         if not (np.isfinite(trained).all() and np.isfinite(untrained).all()):
             return "outcomes.npz holds values that are not finite"
-        for array, metric in ((trained, "accuracy"), (untrained, "random_init_accuracy")):
-            expected = evaluated.get(f"{key}/{metric}")
-            if expected is not None and abs(float(array.mean()) - expected) > 1e-6:
+        for array, expected in expected_means(key, trained, untrained, evaluated):
+            if expected is not None and abs(float(array.mean()) - expected) > 1e-6 * max(1.0, abs(expected)):
                 return "outcomes do not match summary.json"
     return _check_exam(found, evaluated) or found
+
+
+def expected_means(key: str, trained, untrained, evaluated: dict) -> list:
+    """(outcomes, the mean the summary records of them) of score `key`: a task's accuracy and random-init accuracy;
+    a generation job's score (eval/<job>/<score>) and random_init_<score>, a loss negated (its outcomes are the
+    higher the better)."""
+    if key.count("/") != 2 or key.rpartition("/")[2] not in SCORES or key.startswith("eval/pairs/"):
+        return [(trained, evaluated.get(f"{key}/accuracy")), (untrained, evaluated.get(f"{key}/random_init_accuracy"))]
+    sign = -1.0 if key.endswith("/loss") else 1.0
+    job, score = key.rsplit("/", 1)
+    found = [evaluated.get(key), evaluated.get(f"{job}/random_init_{score}")]
+    return [(a, None if v is None else sign * v) for a, v in zip((trained, untrained), found)]
 
 
 def _check_exam(found: dict, evaluated: dict) -> str | None:

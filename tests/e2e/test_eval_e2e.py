@@ -21,6 +21,7 @@ SMALL = [
     "eval.finetune.steps=3",
     "eval.finetune.max_length=48",
     "eval.probe.random_init_seeds=3",
+    "eval.generation=null",
 ]
 
 
@@ -183,3 +184,81 @@ def test_bad_input_is_one_line_and_writes_nothing(families, tmp_path, args, mess
 def test_a_folder_without_runs_is_one_line(tmp_path):
     out = selfsup_eval(tmp_path)
     assert out.returncode == 2 and "holds no runs" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_a_sweep_is_scored_on_generation_jobs_and_an_encoder_is_not(families, tmp_path):
+    summary = [
+        {"document": f"The report {i} says that parser {i} reads the data.", "summary": f"parser {i} reads"}
+        for i in range(30)
+    ]
+    path = write_records(tmp_path / "summaries.jsonl", summary)
+    out = selfsup_eval(
+        families,
+        "eval.tasks=null",
+        "eval.finetune.steps=3",
+        "eval.finetune.seeds=2",
+        "eval.probe.random_init_seeds=2",
+        "eval.generation.continuation.max_train_examples=24",
+        "eval.generation.continuation.max_test_examples=12",
+        "~eval.generation.docstring_name",
+        f"+eval.generation.sum={{source: text_files, paths: [{path}], source_field: document, "
+        f"target_field: summary, test_fraction: 0.3, max_new_tokens: 4}}",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = out.stdout[out.stdout.index("job | objective") :].splitlines()
+    header = [c.strip() for c in table[0].split(" | ")]  # beside the tasks the earlier test scored
+    at = header.index("continuation loss")
+    assert header[at : at + 4] == [
+        "continuation loss",
+        "continuation loss margin",
+        "continuation F1",
+        "continuation F1 margin",
+    ]
+    assert "mlm (0) on encoder: an encoder does not write text: not scored on continuation, sum" in out.stdout
+    assert "continuation loss (random-init's minus the run's): " in out.stdout
+    encoder = json.loads((families / "0" / "evaluated.json").read_text())
+    assert not any(k.startswith(("eval/continuation", "eval/sum")) for k in encoder["eval"])
+    for job in ("1", "2"):
+        scores = json.loads((families / job / "evaluated.json").read_text())["eval"]
+        with np.load(families / job / "evaluated_outcomes.npz") as outcomes:
+            assert outcomes["eval/continuation/loss"].shape == (2, 12)
+            assert scores["eval/continuation/loss"] == pytest.approx(-outcomes["eval/continuation/loss"].mean())
+            assert outcomes["eval/sum/token_f1|random_init"].shape[0] == 2
+        gain = scores["eval/sum/random_init_loss"] - scores["eval/sum/loss"]
+        assert scores["eval/sum/loss/margin"] == pytest.approx(gain)
+    text = report(families, tmp_path / "r.md")
+    section = text[text.index("### continuation") :]
+    assert "| 0 | mlm | an encoder does not write text |" in section
+    row = [line for line in section.splitlines() if line.startswith("| 1 | clm |")][0]
+    scores = json.loads((families / "1" / "evaluated.json").read_text())["eval"]
+    assert f"| {scores['eval/continuation/loss']:.4f} |" in row
+
+
+def test_a_training_run_scores_a_generation_job_and_logs_its_predictions_to_wandb(train, tmp_path):
+    out = train(
+        "debug=tiny",
+        "objective=clm",
+        "eval.fixed=null",
+        "eval.pairs=null",
+        "eval.heldout=null",
+        "eval.tasks=null",
+        "eval.finetune.steps=3",
+        "eval.finetune.seeds=1",
+        "eval.probe.random_init_seeds=2",
+        "+eval.generation.c={job: continuation, max_train_examples: 24, max_test_examples: 10, max_new_tokens: 4}",
+        tiny=False,
+        run_dir=tmp_path / "run",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = tmp_path / "run"
+    scores = json.loads((run / "summary.json").read_text())["eval"]
+    line = [s for s in out.stdout.splitlines() if s.strip().startswith("c  loss ")][0]  # the run's closing lines
+    assert f"loss {scores['eval/c/loss']:.3f} (random-init {scores['eval/c/random_init_loss']:.3f}, margin" in line
+    [offline] = (run / "wandb").glob("offline-run-*")
+    [table] = (offline / "files" / "media" / "table" / "eval" / "c").glob("predictions_*.table.json")
+    logged = json.loads(table.read_text())
+    assert logged["columns"] == ["step", "example", "source", "target", "prediction", "exact_match", "token_f1"]
+    from selfsup.evaluation import GenerationJob
+
+    expected = GenerationJob(max_test_examples=8).load()[1]
+    assert [(r[2], r[3]) for r in logged["data"]] == expected and all(r[0] == 6 for r in logged["data"])

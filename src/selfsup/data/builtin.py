@@ -41,13 +41,15 @@ def _skip_module(name: str) -> bool:
 
 
 def _stdlib_docstrings() -> dict:
-    """{"modules": [(module name, text)], "held_out": [text]} from every importable standard-library module.
+    """{"modules": [(module name, text)], "held_out": [text], "held_out_names": [name]} from every importable
+    standard-library module.
 
     The text of a module is its docstring plus those of its public classes, functions and methods
     that are at least BUILTIN_MIN_DOCSTRING_CHARS long, each once (deduplicated), joined by blank
     lines. Modules in sorted order, packages walked recursively. "held_out" are the docstrings no
     module text holds (of private members, or shorter): the built-in probe task's text, which the
-    built-in pretraining corpus never contains. Meant to run in a fresh interpreter
+    built-in pretraining corpus never contains; "held_out_names" the name each documents (the member's name as
+    its class or module holds it, a module's last dotted part), the first where a text documents several. Meant to run in a fresh interpreter
     (`python -I -S builtin.py --stdlib-docstrings`), so imports cannot disturb the caller.
     """
 
@@ -65,15 +67,15 @@ def _stdlib_docstrings() -> dict:
                 pending[:0] = [c for c in children if not _skip_module(c)]
 
     seen: set[str] = set()
-    held_out: dict[str, None] = {}
+    held_out: dict[str, str] = {}  # text -> the name it documents
 
-    def doc_of(obj: object, public: bool = True) -> str | None:
+    def doc_of(obj: object, name: str, public: bool = True) -> str | None:
         raw = getattr(obj, "__doc__", None)
         if not isinstance(raw, str):
             return None
         text = inspect.cleandoc(raw)
         if not public or len(text) < BUILTIN_MIN_DOCSTRING_CHARS:
-            held_out[text] = None
+            held_out.setdefault(text, name)
             return None
         if text in seen:
             return None
@@ -88,7 +90,7 @@ def _stdlib_docstrings() -> dict:
     ):
         warnings.simplefilter("ignore")
         for module in modules():
-            parts = [doc_of(module)]
+            parts = [doc_of(module, module.__name__.rpartition(".")[2])]
             namespace = vars(module)
             for attr in sorted(namespace):
                 obj = namespace[attr]
@@ -96,18 +98,20 @@ def _stdlib_docstrings() -> dict:
                     continue
                 public = not attr.startswith("_")
                 if inspect.isroutine(obj):
-                    parts.append(doc_of(obj, public))
+                    parts.append(doc_of(obj, attr, public))
                 elif inspect.isclass(obj):
-                    parts.append(doc_of(obj, public))
+                    parts.append(doc_of(obj, attr, public))
                     members = vars(obj)
-                    parts += [doc_of(members[m], public and not m.startswith("_")) for m in sorted(members)]
+                    parts += [doc_of(members[m], m, public and not m.startswith("_")) for m in sorted(members)]
             text = "\n\n".join(p for p in parts if p)
             if text:
                 out.append((module.__name__, text))
-    return {"modules": out, "held_out": [t for t in held_out if t not in seen]}
+    kept = [t for t in held_out if t not in seen]
+    return {"modules": out, "held_out": kept, "held_out_names": [held_out[t] for t in kept]}
 
 
 _GATHERED: dict = {}
+GATHERED_FORMAT = 2  # in the cache file's name: a cache of another format is not read
 
 
 def stdlib_docstrings(cache_dir: str | os.PathLike | None = None) -> dict:
@@ -122,7 +126,7 @@ def stdlib_docstrings(cache_dir: str | os.PathLike | None = None) -> dict:
         identity = f"{sys.version}|{sys.executable}|{Path(os.__file__).resolve()}"
         kept = (
             Path(cache_dir).expanduser()
-            / f"stdlib-docstrings-{hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()}.json"
+            / f"stdlib-docstrings-{GATHERED_FORMAT}-{hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()}.json"
         )
         if kept.is_file():
             try:

@@ -35,6 +35,15 @@ scores every run on exams that do not depend on its settings, after training (an
     eval/<task>/random_init_accuracy, ..._macro_f1, eval/<task>/majority_accuracy   its baselines: the same
                                                  probe on a randomly initialised model of the same shape, and
                                                  always answering the most frequent class
+    eval/<job>/loss, exact_match, token_f1       each generation job of eval.generation (selfsup.evaluation.
+                                                 generation), a copy fine-tuned per fine-tuning seed: the mean over
+                                                 test examples of each target's per-token loss under teacher
+                                                 forcing, and of its greedy prediction's exact match and token F1;
+                                                 each with _se, random_init_<score> (_sd) and <score>/margin, _low,
+                                                 _high (for the loss: random-init's minus the run's, so a positive
+                                                 margin is better, as for every score); an encoder writes no text
+                                                 and is not scored (not_written)
+    eval/<job>/predictions                       a W&B Table of its first test examples' predictions
 
 Built from the `eval` config group with Hydra's `instantiate` (conf/eval/default.yaml). Plain torch:
 the LightningModule calls it at the end of a validation.
@@ -50,7 +59,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +75,7 @@ from selfsup.evaluation.baselines import (
     untrained_key,
 )
 from selfsup.evaluation.fixed import EXAMS, PANEL_SETTINGS, FixedExam, check_panel
+from selfsup.evaluation.generation import NOT_A_WRITER, SCORES, WRITERS, Prepared, finetune_writer, prepare, score
 from selfsup.evaluation.heldout import HeldoutText
 from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource, mean_sd, scorer_name
 from selfsup.evaluation.probe import (
@@ -81,12 +91,14 @@ from selfsup.evaluation.probe import (
 )
 from selfsup.evaluation.scoring import unigram_logprobs
 from selfsup.evaluation.stats import margin, ratio_scores, standard_error
-from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task, parts
+from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, GenerationJob, Task, parts
 from selfsup.loss import stream_seed
 
 FIXED, HELDOUT = "eval/fixed", "eval/heldout"
 
 EXAMPLE_COLUMNS = ["step", "example", "input", "target", "prediction", "accuracy"]
+WRITTEN_COLUMNS = ["step", "example", "source", "target", "prediction", "exact_match", "token_f1"]
+WRITTEN_SHOWN = 8  # test examples of each generation job in its W&B Table
 
 __all__ = [
     "EXAMPLE_COLUMNS",
@@ -99,6 +111,7 @@ __all__ = [
     "Examples",
     "Finetune",
     "FixedExam",
+    "GenerationJob",
     "HeldoutText",
     "MinimalPairs",
     "PairSource",
@@ -122,6 +135,7 @@ class Evaluation:
         tasks: Mapping[str, Task] | None = None,
         heldout: HeldoutText | None = None,
         finetune: Finetune | None = None,
+        generation: Mapping[str, GenerationJob] | None = None,
     ):
         probe = dict(probe or {})
         self.fixed = fixed is not None and fixed is not False
@@ -139,6 +153,13 @@ class Evaluation:
         self.tasks = dict(tasks or {})
         for name, task in self.tasks.items():
             task.name = name
+        self.jobs = dict(generation or {})  # generation jobs
+        for name, job in self.jobs.items():
+            job.name = name
+        self.written: dict[str, Prepared] = {}  # per job: its examples as the run's family writes them
+        self.not_written: dict[str, str] = {}  # per job the run's family cannot write: why (NOT_A_WRITER)
+        self.job_baselines: dict[str, float] = {}
+        self.written_examples: dict[str, list[list]] = {}  # per job: the last evaluation's WRITTEN_COLUMNS rows
         self.exam: FixedExam | None = None
         self.encoded: dict[str, Encoded] = {}
         self.baselines: dict[str, float] = {}
@@ -197,6 +218,25 @@ class Evaluation:
             raise EvalError(
                 f"eval.every_n_validations={self.every_n_validations} must be 0 (after training only) or more"
             )
+        if sharded and self.jobs:
+            raise EvalError(
+                "eval.generation fine-tunes a copy of the model, which FSDP shards cannot be: use eval.generation=null "
+                "with trainer=fsdp"
+            )
+        for name, job in self.jobs.items():
+            if name in self.tasks:
+                raise EvalError(
+                    f"eval.generation.{name} and eval.tasks.{name} share a name: their scores (eval/{name}/...) "
+                    f"would mix; rename one"
+                )
+            train, test = job.load()
+            inside = [t for pair in train + test for t in pair if training_documents and t in training_documents]
+            if inside:
+                raise EvalError(
+                    f"generation job {name}: {len(inside)} of its texts are documents of the pretraining data (e.g. "
+                    f"{inside[0][:40]!r}): a job must be held out from pretraining; use other examples or other "
+                    f"data.paths"
+                )
         for name, task in self.tasks.items():
             train, test = task.load()
             if training_documents:
@@ -271,6 +311,16 @@ class Evaluation:
             self.fingerprints[name] = hashlib.sha256(
                 json.dumps([train.texts, train.labels, test.texts, test.labels]).encode()
             ).hexdigest()
+        self.ids = (vocab.eos_id, vocab.bos_id, vocab.pad_id)
+        for name, job in self.jobs.items():
+            if architecture not in WRITERS:
+                self.not_written[name] = NOT_A_WRITER
+                continue
+            train, test = job.load()
+            length = min(self.finetune.max_length, model_length)
+            self.written[name] = prepare(architecture, tokenizer, train, test, *self.ids, length, job.max_new_tokens)
+            self.fingerprints[name] = hashlib.sha256(json.dumps([train, test, length, job.max_new_tokens]).encode())
+            self.fingerprints[name] = self.fingerprints[name].hexdigest()
 
     def protocol_of(self, task: Task) -> str:
         """A task's protocol: its own, else eval.probe.protocol."""
@@ -294,7 +344,8 @@ class Evaluation:
                 (key, self.pairs.last, self.pairs.random_init, fingerprints.get(key), key) for key in self.pairs.last
             ]
         found += [
-            (name, self.last, self.random_init, self.fingerprints.get(name), f"eval/{name}") for name in self.last
+            (name, self.last, self.random_init, self.fingerprints.get(self.job_of(name)), f"eval/{name}")
+            for name in self.last
         ]
         out = {}
         for name, last, random_init, examples, key in found:
@@ -309,6 +360,11 @@ class Evaluation:
             out.update({f"{HELDOUT}|{k}": v for k, v in self.heldout.last.items()})
             out[f"{HELDOUT}|examples"] = np.array(self.heldout.fingerprint)
         return out
+
+    @staticmethod
+    def job_of(key: str) -> str:
+        """The task or job of an outcome's name: `probe` -> probe, `continuation/loss` -> continuation."""
+        return key.split("/")[0]
 
     def due(self, last: bool) -> bool:
         """Called once per validation: run now? At the last one, and every every_n_validations-th."""
@@ -373,6 +429,13 @@ class Evaluation:
                     boundary(f"task {name}")
                     metrics.update(self.probe_metrics(model, name))
                 metrics.update(self.baselines)
+            with self.timed("generation"):
+                if self.written and not self.job_baselines:  # the same for every evaluation of the run: once
+                    self.job_baselines = self.writers_random_init(model)
+                for name in self.written:
+                    boundary(f"generation job {name}")
+                    metrics.update(self.job_metrics(model, name))
+                metrics.update(self.job_baselines)
         self.seconds += time.perf_counter() - started
         evaluation_done(time.perf_counter() - started)
         return metrics
@@ -484,6 +547,85 @@ class Evaluation:
                 }
             )
             out[f"eval/{name}/majority_accuracy"] = majority(task.train, task.test, task.n_classes)["accuracy"]
+        return out
+
+    def write(self, model: torch.nn.Module, name: str, seed: int) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """A copy of `model` fine-tuned on generation job `name` from fine-tuning seed `seed`, scored on its test
+        examples (generation.score; the run's model is not changed)."""
+        job, writer = self.written[name], self.copy(model)
+        finetune_writer(writer, job.train, self.finetune, stream_seed("finetune-writer", self.seed, seed))
+        return score(writer, job, self.tokenizer, *self.ids)
+
+    def job_metrics(self, model: torch.nn.Module, name: str) -> dict[str, float]:
+        """eval/<name>/<score> for each of generation.SCORES: the mean over eval.finetune.seeds fine-tuned copies and
+        the test examples, its _se (over the examples), and beside the random-init baselines its margin with the
+        paired bootstrap 95% interval (test examples, random-init seeds and fine-tuning seeds resampled); the loss's
+        margin is random-init's loss minus the run's."""
+        runs = []
+        for k in range(self.finetune.seeds):
+            if k:
+                boundary(f"generation job {name}'s fine-tuning seed {k + 1} of {self.finetune.seeds}")
+            found, predictions = self.write(model, name, k)
+            runs.append(found)
+            if not k:
+                job = self.written[name]
+                self.written_examples[name] = [
+                    [i, job.source_texts[i], job.references[i], predictions[i]]
+                    + [round(float(found[s][i]), 4) for s in ("exact_match", "token_f1")]
+                    for i in range(min(WRITTEN_SHOWN, len(predictions)))
+                ]
+        out = {}
+        for s in SCORES:
+            values = torch.stack([r[s] for r in runs]).numpy()  # [fine-tuning seeds, n]
+            outcome = -values if s == "loss" else values  # outcomes: the higher the better
+            self.last[f"{name}/{s}"] = outcome
+            out[f"eval/{name}/{s}"] = float(values.mean())
+            out[f"eval/{name}/{s}_se"] = standard_error(values.mean(0))
+            if f"{name}/{s}" in self.random_init:
+                m = margin(outcome, self.random_init[f"{name}/{s}"])
+                out.update({f"eval/{name}/{s}/margin{end}": v for end, v in zip(("", "_low", "_high"), astuple(m))})
+        return out
+
+    def writers_random_init(self, model: torch.nn.Module) -> dict[str, float]:
+        """The generation jobs' baselines: models of the run's shape freshly initialised from the probe's
+        random-init seeds (eval.probe.random_init_seeds), each fine-tuned from fine-tuning seed k and scored the same
+        way (read from <cache_dir>/generation-random-init/ when an earlier run computed them): random_init_<score>
+        and its sd over seeds; the per-seed outcomes kept in self.random_init."""
+        runs: dict[str, list] = {name: [] for name in self.written}
+        for k in range(self.random_init_seeds):
+            boundary(f"the generation jobs' random-init seed {k + 1} of {self.random_init_seeds}")
+            torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
+            fresh = self.fresh_model(model)
+            for name in self.written:
+                path = None
+                if self.cache_dir is not None:
+                    how = ["generation", self.seed, k, self.finetune.settings()]
+                    key = untrained_key(
+                        fresh, generation=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name]
+                    )
+                    path = self.cache_dir / "generation-random-init" / f"{key}.json"
+
+                def read(p: Path, n=len(self.written[name].sources)):
+                    found = json.loads(p.read_text())
+                    ok = set(found) == set(SCORES) and all(len(v) == n for v in found.values())
+                    return {s: torch.tensor(v, dtype=torch.float64) for s, v in found.items()} if ok else None
+
+                runs[name].append(
+                    cached(
+                        path,
+                        lambda name=name, k=k: self.write(fresh, name, k)[0],
+                        read,
+                        lambda value, f: f.write(json.dumps({s: v.tolist() for s, v in value.items()}).encode()),
+                    )
+                )
+        out = {}
+        for name, found in runs.items():
+            for s in SCORES:
+                values = np.stack([r[s].numpy() for r in found])  # [seeds, n]
+                self.random_init[f"{name}/{s}"] = -values if s == "loss" else values
+                mean, sd = mean_sd(values.mean(1).tolist())
+                out[f"eval/{name}/random_init_{s}"] = mean
+                out[f"eval/{name}/random_init_{s}_sd"] = sd
         return out
 
     def fresh_model(self, model: torch.nn.Module) -> torch.nn.Module:

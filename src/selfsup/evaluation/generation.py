@@ -206,3 +206,91 @@ def _continue(model, prompt, eos_id, steps, encoder=None, mask=None) -> list[lis
             break
         ids = torch.cat([ids, token[:, None]], dim=1)
     return out
+
+
+# ---------------------------------------------------------------------------------------- a job's examples, scored
+SCORES = ("loss", "exact_match", "token_f1")  # eval/<job>/<score>; the loss: the lower the better
+
+
+@dataclass
+class Prepared:
+    """A generation job's examples as the run's family writes them: the training examples, the test examples (for
+    the teacher-forced loss), the test sources alone (for greedy decoding) and the test targets' texts (the
+    references of exact match and F1)."""
+
+    train: Written
+    test: Written
+    sources: list[list[int]]
+    source_texts: list[str]
+    references: list[str]
+    max_new_tokens: int
+
+
+def prepare(
+    arch: str,
+    tokenizer,
+    train: list[tuple[str, str]],
+    test: list[tuple[str, str]],
+    eos_id: int,
+    bos_id: int,
+    pad_id: int,
+    max_length: int,
+    max_new_tokens: int,
+) -> Prepared:
+    """(source, target) texts tokenised (no special tokens) and cut to fit max_length positions: the target to its
+    first max_length // 2 - 1 tokens (decoder) or max_length - 1 (encoder-decoder), the source to its first tokens
+    that fit beside it (decoder: `source eos target eos`) or max_length - 1 (encoder-decoder: `source eos`)."""
+    check_writer(arch)
+
+    def fitted(pairs):
+        sources = [e.ids for e in tokenizer.encode_batch([s for s, _ in pairs], add_special_tokens=False)]
+        targets = [e.ids for e in tokenizer.encode_batch([t for _, t in pairs], add_special_tokens=False)]
+        if arch == "decoder":
+            targets = [t[: max(1, max_length // 2 - 1)] for t in targets]
+            sources = [s[: max(1, max_length - len(t) - 2)] for s, t in zip(sources, targets)]
+        else:
+            targets = [t[: max_length - 1] for t in targets]
+            sources = [s[: max_length - 1] for s in sources]
+        return sources, targets
+
+    train_sources, train_targets = fitted(train)
+    test_sources, test_targets = fitted(test)
+    return Prepared(
+        write(arch, train_sources, train_targets, eos_id, bos_id, pad_id),
+        write(arch, test_sources, test_targets, eos_id, bos_id, pad_id),
+        test_sources,
+        [s for s, _ in test],
+        [t for _, t in test],
+        max_new_tokens,
+    )
+
+
+@torch.no_grad()
+def score(
+    model: torch.nn.Module, job: Prepared, tokenizer, eos_id: int, bos_id: int, pad_id: int, batch_size: int = 64
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """({loss: each test example's mean -log p per target token under teacher forcing, exact_match, token_f1: of
+    its greedy prediction against its reference}, each [n]; the predictions' texts)."""
+    check_writer(model.arch)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    n = len(job.sources)
+    losses = torch.empty(n, dtype=torch.float64)
+    written: list[list[int]] = []
+    try:
+        for i in range(0, n, batch_size):
+            check_stop()
+            pick = torch.arange(i, min(n, i + batch_size))
+            summed, count = target_loss(model, rows(job.test, pick).to(device))
+            losses[pick] = (summed / count.clamp(min=1)).double().cpu()
+            written += greedy(model, job.sources[i : i + batch_size], eos_id, bos_id, pad_id, job.max_new_tokens)
+    finally:
+        model.train(was_training)
+    predictions = tokenizer.decode_batch(written, skip_special_tokens=True)
+    found = {
+        "loss": losses,
+        "exact_match": torch.tensor([exact_match(p, r) for p, r in zip(predictions, job.references)]),
+        "token_f1": torch.tensor([token_f1(p, r) for p, r in zip(predictions, job.references)]),
+    }
+    return {k: v.double() for k, v in found.items()}, predictions

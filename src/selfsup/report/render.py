@@ -7,9 +7,11 @@ import html
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from selfsup.evaluation.generation import NOT_A_WRITER, WRITERS
+from selfsup.evaluation.stats import Interval
 from selfsup.names import FIXED_LOSS, HELDOUT_BPB
 from selfsup.report.model import Run, _show
-from selfsup.summary import DEFINITIONS, evaluated_rows, task_names
+from selfsup.summary import DEFINITIONS, JOB_NOTE, evaluated_rows, job_names, task_names
 from selfsup.verdict import run_margin, verdict_text
 from selfsup.version import describe
 
@@ -156,6 +158,62 @@ def task_rows(runs: list[Run], task: str) -> list[list[str]]:
     return rows
 
 
+JOB_COLUMNS = [
+    "run",
+    "objective",
+    "loss",
+    "random-init loss",
+    "loss margin [95%]",
+    "exact match",
+    "EM margin [95%]",
+    "token F1",
+    "random-init F1",
+    "F1 margin [95%]",
+]
+
+
+def job_rows(items: list[tuple], job: str) -> list[list[str]]:
+    """JOB_COLUMNS rows of generation job `job`: items are (run label, objective, architecture, get: key -> value
+    or None); a run of a family that writes no text says so, one without the job's scores is left out."""
+    rows = []
+    for label, objective, architecture, get in items:
+        if architecture is not None and architecture not in WRITERS:
+            rows.append([label, objective or "-", NOT_A_WRITER, *["-"] * (len(JOB_COLUMNS) - 3)])
+            continue
+        if get(f"eval/{job}/loss") is None:
+            continue
+
+        def number(key: str) -> str:
+            value = get(f"eval/{job}/{key}")
+            return "-" if value is None else f"{value:.4f}"
+
+        def margin(score: str) -> str:
+            found = [get(f"eval/{job}/{score}/margin{end}") for end in ("", "_low", "_high")]
+            return "-" if None in found else str(Interval(*found))
+
+        rows.append(
+            [
+                label,
+                objective or "-",
+                number("loss"),
+                number("random_init_loss"),
+                margin("loss"),
+                number("exact_match"),
+                margin("exact_match"),
+                number("token_f1"),
+                number("random_init_token_f1"),
+                margin("token_f1"),
+            ]
+        )
+    return rows
+
+
+def run_jobs(runs: list[Run]) -> list[tuple[str, list[list[str]]]]:
+    """(job, JOB_COLUMNS rows) of each generation job the runs logged during training."""
+    items = [(r.label, r.objective, r.summary.get("architecture"), r.task_value) for r in runs]
+    return [(job, job_rows(items, job)) for job in job_names(k for run in runs for k in run.logged_keys())]
+
+
 def summary_rows(runs: list[Run], keys: list[str]) -> list[dict]:
     """The runs' summary rows for the verdict: runs are told apart by their objective and the keys that vary among
     runs of one objective (those that change with the objective, such as its own defaults, say nothing more)."""
@@ -180,8 +238,9 @@ EVALUATED_NOTE = (
 )
 
 
-def evaluated(runs: list[Run], keys: list[str]) -> tuple[list[tuple[str, list[list[str]]]], list[str]]:
-    """selfsup-eval's scores of the runs: (task, TASK_COLUMNS rows) per task, and the verdict over them."""
+def evaluated(runs: list[Run], keys: list[str]) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[str]]:
+    """selfsup-eval's scores of the runs: (task, its columns, its rows) per task (TASK_COLUMNS) and generation job
+    (JOB_COLUMNS), and the verdict over them."""
     rows = evaluated_rows(summary_rows(runs, keys))
     labels = {str(r.path): r.label for r in runs}
     tables = []
@@ -214,7 +273,12 @@ def evaluated(runs: list[Run], keys: list[str]) -> tuple[list[tuple[str, list[li
                     "-" if m is None else str(m),
                 ]
             )
-        tables.append((task, table))
+        tables.append((task, TASK_COLUMNS, table))
+    items = [
+        (labels.get(row["run_dir"], row["run_dir"]), row.get("objective"), row.get("architecture"), row["eval"].get)
+        for row in rows
+    ]
+    tables += [(job, JOB_COLUMNS, job_rows(items, job)) for job in job_names(k for row in rows for k in row["eval"])]
     return tables, (verdict_text(rows).splitlines() if rows else [])
 
 
@@ -386,10 +450,10 @@ def _verdict_html(runs: list[Run], keys: list[str]) -> str:
     return f'<div id="verdict"><p><b>{html.escape(lines[0])}</b></p><ul>{items}</ul></div>'
 
 
-def _task_html(table_id: str, task: str, rows: list[list[str]]) -> str:
-    """A task's heading and its TASK_COLUMNS table."""
+def _task_html(table_id: str, task: str, rows: list[list[str]], columns: list[str] = TASK_COLUMNS) -> str:
+    """A task's (a generation job's) heading and its table."""
     esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in TASK_COLUMNS)
+    head = "".join(f"<th>{esc(h)}</th>" for h in columns)
     body = "\n".join(
         "<tr>" + "".join(f"<td{'' if i < 2 else ' class=num'}>{esc(c)}</td>" for i, c in enumerate(row)) + "</tr>"
         for row in rows
@@ -407,9 +471,11 @@ def _tasks_html(runs: list[Run]) -> str:
         if not rows:
             continue
         sections.append(_task_html(f"task-{task}", task, rows))
-    if not sections:
+    jobs = [_task_html(f"job-{job}", job, rows, JOB_COLUMNS) for job, rows in run_jobs(runs) if rows]
+    if not sections and not jobs:
         return ""
-    return f'<h2>Evaluation tasks</h2>\n<p class="small">{esc(TASK_NOTE)}</p>\n' + "\n".join(sections)
+    note = TASK_NOTE + (" Generation jobs: " + JOB_NOTE + "." if jobs else "")
+    return f'<h2>Evaluation tasks</h2>\n<p class="small">{esc(note)}</p>\n' + "\n".join(sections + jobs)
 
 
 def _evaluated_html(runs: list[Run], keys: list[str]) -> str:
@@ -417,11 +483,11 @@ def _evaluated_html(runs: list[Run], keys: list[str]) -> str:
     if not tables:
         return ""
     esc = html.escape
-    sections = [_task_html(f"evaluated-{task}", task, rows) for task, rows in tables]
+    sections = [_task_html(f"evaluated-{task}", task, rows, columns) for task, columns, rows in tables]
     items = "".join(f"<li>{esc(line.strip())}</li>" for line in lines[1:])
     verdict_html = f'<div id="evaluated-verdict"><p><b>{esc(lines[0])}</b></p><ul>{items}</ul></div>' if lines else ""
     return (
-        f'<h2>Evaluated after training</h2>\n<p class="small">{esc(EVALUATED_NOTE)}</p>\n{verdict_html}\n'
+        f'<h2>Evaluated after training</h2>\n<p class="small">{esc(evaluated_note(tables))}</p>\n{verdict_html}\n'
         + "\n".join(sections)
     )
 
@@ -453,13 +519,19 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
-def _md_task(task: str, rows: list[list[str]]) -> list[str]:
-    """A task's section: its heading and its TASK_COLUMNS table."""
+def evaluated_note(tables: list[tuple]) -> str:
+    """EVALUATED_NOTE, and JOB_NOTE where a generation job was evaluated."""
+    jobs = any(columns is JOB_COLUMNS for _, columns, _ in tables)
+    return EVALUATED_NOTE + (" Generation jobs: " + JOB_NOTE + "." if jobs else "")
+
+
+def _md_task(task: str, rows: list[list[str]], columns: list[str] = TASK_COLUMNS) -> list[str]:
+    """A task's (a generation job's) section: its heading and its table."""
     return [
         f"### {task}",
         "",
-        "| " + " | ".join(TASK_COLUMNS) + " |",
-        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(TASK_COLUMNS))) + "|",
+        "| " + " | ".join(columns) + " |",
+        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(columns))) + "|",
         *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
         "",
     ]
@@ -494,19 +566,21 @@ def render_markdown(
     found = verdict(runs, keys)
     if found:
         lines += [f"**{found[0]}**", "", *[f"- {line.strip()}" for line in found[1:]], ""]
-    task_sections = [(task, task_rows(runs, task)) for task in ["probe", *tasks(runs)]]
-    if any(rows for _, rows in task_sections):
-        lines += ["## Evaluation tasks", "", TASK_NOTE, ""]
-        for task, rows in task_sections:
+    task_sections = [(task, TASK_COLUMNS, task_rows(runs, task)) for task in ["probe", *tasks(runs)]]
+    task_sections += [(job, JOB_COLUMNS, rows) for job, rows in run_jobs(runs)]
+    if any(rows for _, _, rows in task_sections):
+        jobs = any(rows and columns is JOB_COLUMNS for _, columns, rows in task_sections)
+        lines += ["## Evaluation tasks", "", TASK_NOTE + (" Generation jobs: " + JOB_NOTE + "." if jobs else ""), ""]
+        for task, columns, rows in task_sections:
             if rows:
-                lines += _md_task(task, rows)
+                lines += _md_task(task, rows, columns)
     tables, found = evaluated(runs, keys)
     if tables:
-        lines += ["## Evaluated after training", "", EVALUATED_NOTE, ""]
+        lines += ["## Evaluated after training", "", evaluated_note(tables), ""]
         if found:
             lines += [f"**{found[0]}**", "", *[f"- {line.strip()}" for line in found[1:]], ""]
-        for task, rows in tables:
-            lines += _md_task(task, rows)
+        for task, columns, rows in tables:
+            lines += _md_task(task, rows, columns)
     lines += ["## Plots", ""]
     files = []
     for name, caption, png in plots:
