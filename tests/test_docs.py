@@ -165,3 +165,38 @@ def test_the_downstream_block_is_written_from_the_runs_evaluated_scores(repo):
     flat = " ".join(text.split())
     assert "next_sentence: shows pretraining: clm +0.200 [+0.150, +0.250]. no pretraining shown yet: mlm" in flat
     assert "eval/pairs" not in text.split(f"<!-- {MARK}:downstream -->")[1]  # the training-time scores stay out
+
+
+def test_the_downstream_block_answers_which_objective_for_which_job(repo):
+    """The objective x job table: each task's and generation job's mean margin over seeds and at how many seeds
+    it shows pretraining; an encoder's generation cells say it writes no text; each part's seconds."""
+    doc = repo / "docs" / "evaluation.md"
+    doc.write_text(doc.read_text() + f"<!-- {MARK}:downstream -->\nearlier\n<!-- /{MARK}:downstream -->\n")
+    clm = repo / "sweep" / "1" / "summary.json"
+    clm.write_text(json.dumps({**json.loads(clm.read_text()), "architecture": "decoder"}))
+    task = {"eval/probe2/accuracy": 0.6, "eval/probe2/margin": 0.1}
+    task |= {"eval/probe2/margin_low": 0.05, "eval/probe2/margin_high": 0.15}
+    (repo / "sweep" / "0" / "evaluated.json").write_text(
+        json.dumps({"eval": task, "evaluations": [{"seconds": 40.0, "not_written": {"cont": "x"}}]})
+    )
+    job = {f"eval/cont/{s}": v for s, v in (("loss", 4.0), ("exact_match", 0.0), ("token_f1", 0.1))}
+    job |= {"eval/cont/random_init_loss": 5.0, "eval/cont/random_init_token_f1": 0.02}
+    for score, (m, low) in {"loss": (1.0, 0.8), "exact_match": (0.0, 0.0), "token_f1": (0.08, -0.01)}.items():
+        job |= {f"eval/cont/{score}/margin": m, f"eval/cont/{score}/margin_low": low}
+        job[f"eval/cont/{score}/margin_high"] = m + 0.2
+    parts = {"probe": 20.0, "generation": 70.0, "cont": 50.0}
+    (repo / "sweep" / "1" / "evaluated.json").write_text(
+        json.dumps({"eval": {**task, **job}, "evaluations": [{"seconds": 90.0, "part_seconds": parts}]})
+    )
+    main(["--root", str(repo), "--sweep", str(repo / "sweep")])
+    text = doc.read_text()
+    assert (
+        "| objective | probe2 accuracy | cont loss | cont F1 | cont exact match |\n"
+        "|---|---:|---:|---:|---:|\n"
+        "| clm | +0.100 (1/1) | +1.000 (1/1) | +0.080 (0/1) | +0.000 (0/1) |\n"
+        "| mlm | +0.100 (1/1) | an encoder does not write text | an encoder does not write text | an encoder does "
+        "not write text |"
+    ) in text
+    assert "| cont | clm | 0 | 4.000 | 5.000 | +1.000 [+0.800, +1.200] | 0.000 | +0.000 [+0.000, +0.200] |" in text
+    assert "| generation | 70 | - |" in text and "| cont | 50 | - |" in text
+    assert "cont loss (random-init's minus the run's): shows pretraining: clm +1.000 [+0.800, +1.200]" in text

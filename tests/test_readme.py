@@ -52,10 +52,12 @@ EVAL_COMMANDS = eval_commands()
 @pytest.mark.parametrize("where,args", EVAL_COMMANDS, ids=[w for w, _ in EVAL_COMMANDS])
 def test_a_documented_selfsup_eval_command_composes(where, args):
     from selfsup.evaluate import eval_config
-    from selfsup.evaluation import Finetune
+    from selfsup.evaluation import Finetune, GenerationJob
 
     cfg = eval_config(args)  # composes (a bad override: one UserError line)
-    assert cfg.tasks
+    assert cfg.tasks or cfg.generation  # it evaluates something
+    for name, job in (cfg.generation or {}).items():
+        GenerationJob(**{k: v for k, v in job.items() if k != "_target_"}, name=name)  # settings it takes
     Finetune(**{k: v for k, v in cfg.finetune.items() if k != "_target_"}).check()
 
 

@@ -12,7 +12,8 @@ selfsup-bench head         forward+backward of the output head and cross-entropy
 selfsup-bench data         preparing generated corpora of 10 and 200 MB (--big: 1 GB too), cold and warm:
                            MB/s, warm-start seconds, peak RSS, beside tokenizers' encode_batch alone
 selfsup-bench eval         the evaluation's seconds in a warm one-step run on corpora of 10 and 100 MB, by
-                           part (fixed exam, minimal pairs, probe), beside the same run with eval=none
+                           part (fixed exam, minimal pairs, held-out text, probe, generation jobs), beside the
+                           same run with eval=none; --eval jobs: the downstream jobs' (conf/eval/jobs.yaml)
 """
 
 from __future__ import annotations
@@ -463,10 +464,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes", default="10,100", help="comma-separated corpus sizes in MB")
     p.add_argument("--objectives", default="mlm,clm,span_corruption")
     p.add_argument("--dir", help="where the corpora are generated (kept, reused) and the runs written")
+    p.add_argument("--eval", default=None, help="the eval option measured (default: the default; jobs: selfsup-eval's)")
+    p.add_argument("overrides", nargs="*", help="eval.* overrides of the measured runs, e.g. eval.finetune.seeds=1")
     args = parser.parse_args(argv)
     if args.what == "eval":
         print(f"{os.cpu_count()} cores; each run a fresh selfsup-train process, warm (token cache and baselines built)")
-        print_table(bench_eval([int(x) for x in args.sizes.split(",")], args.objectives.split(","), args.dir))
+        evaluation = ((f"eval={args.eval}",) if args.eval else ()) + tuple(args.overrides)
+        print_table(
+            bench_eval([int(x) for x in args.sizes.split(",")], args.objectives.split(","), args.dir, evaluation)
+        )
         return
     if args.what == "data":
         sizes = [int(x) for x in args.sizes.split(",")] + ([1000] if args.big else [])

@@ -3,7 +3,11 @@
     selfsup-eval RUN_OR_SWEEP_DIR [eval overrides]
     selfsup-eval outputs/multirun/<date>/<time>                  the downstream jobs (conf/eval/jobs.yaml): the
                                                                  built-in sentence-pair task and the probe's task,
+                                                                 and the generation jobs continuation and
+                                                                 docstring_name (decoders and encoder-decoders),
                                                                  fine-tuned, beside fine-tuned random-init models
+    selfsup-eval SWEEP '+eval.generation.xsum={source: hf_dataset, hf_name: EdinburghNLP/xsum,
+        source_field: document, target_field: summary}'                                 a summarisation set too
     selfsup-eval SWEEP '+eval.tasks.rte={source: text_files, paths: [rte/train.jsonl],
         test_paths: [rte/validation.jsonl], text_fields: [sentence1, sentence2]}'     a GLUE-layout task too
     selfsup-eval SWEEP eval.finetune.steps=600 '~eval.tasks.replaced_word'
@@ -234,6 +238,10 @@ def main(argv: list[str] | None = None) -> None:
                 "protocols": {n: plan.evaluation.protocol_of(t) for n, t in plan.evaluation.tasks.items()},
                 "not_written": dict(plan.evaluation.not_written),  # generation jobs the run's family cannot write
                 "seconds": round(time.perf_counter() - started, 1),
+                # each part's, task's and job's (the random-init baselines apart: computed once per shape, then cached)
+                "part_seconds": {
+                    k: round(v, 1) for k, v in {**plan.evaluation.part_seconds, **plan.evaluation.item_seconds}.items()
+                },
                 "pairs_scorers": plan.evaluation.pair_scorers(),
             }
             write_results(plan.run_dir, metrics, outcomes, record)

@@ -169,7 +169,8 @@ class Evaluation:
         self.seconds = 0.0
         self.cache_dir: Path | None = None  # where random-init baselines are kept (setup's cache_dir)
         self.tokenizer_hash: str | None = None
-        self.part_seconds: dict[str, float] = {}  # fixed, pairs, probe: seconds over the run's evaluations
+        self.part_seconds: dict[str, float] = {}  # fixed, pairs, probe, generation: seconds over the run's evaluations
+        self.item_seconds: dict[str, float] = {}  # each task's and job's, and their random-init baselines' seconds
         self.random_init: dict[str, np.ndarray] = {}  # per task: random-init outcomes [seeds, test examples]
         self.last: dict[str, np.ndarray] = {}  # per task: the last evaluated model's outcomes
         self.fingerprints: dict[str, str] = {}  # per task: a hash of its examples
@@ -422,32 +423,38 @@ class Evaluation:
                 boundary("the held-out text")
                 with self.timed("heldout"):
                     metrics.update(self.heldout(model))
-            with self.timed("probe"):
+            with self.timed("probe") if self.encoded else contextlib.nullcontext():
                 if self.encoded and not self.baselines:  # the same for every evaluation of the run: once
-                    self.baselines = self.random_init_and_majority(model)
+                    with self.timed("tasks' random-init", self.item_seconds):
+                        self.baselines = self.random_init_and_majority(model)
                 for name in self.encoded:
                     boundary(f"task {name}")
-                    metrics.update(self.probe_metrics(model, name))
+                    with self.timed(name, self.item_seconds):
+                        metrics.update(self.probe_metrics(model, name))
                 metrics.update(self.baselines)
-            with self.timed("generation"):
+            with self.timed("generation") if self.written else contextlib.nullcontext():
                 if self.written and not self.job_baselines:  # the same for every evaluation of the run: once
-                    self.job_baselines = self.writers_random_init(model)
+                    with self.timed("generation jobs' random-init", self.item_seconds):
+                        self.job_baselines = self.writers_random_init(model)
                 for name in self.written:
                     boundary(f"generation job {name}")
-                    metrics.update(self.job_metrics(model, name))
+                    with self.timed(name, self.item_seconds):
+                        metrics.update(self.job_metrics(model, name))
                 metrics.update(self.job_baselines)
         self.seconds += time.perf_counter() - started
         evaluation_done(time.perf_counter() - started)
         return metrics
 
     @contextlib.contextmanager
-    def timed(self, part: str):
-        """Adds the seconds of the block to self.part_seconds[part] (summary.json: eval_part_seconds)."""
+    def timed(self, part: str, into: dict | None = None):
+        """Adds the seconds of the block to self.part_seconds[part] (summary.json: eval_part_seconds), or to
+        `into`[part] (item_seconds: each task's and job's)."""
+        into = self.part_seconds if into is None else into
         started = time.perf_counter()
         try:
             yield
         finally:
-            self.part_seconds[part] = self.part_seconds.get(part, 0.0) + time.perf_counter() - started
+            into[part] = into.get(part, 0.0) + time.perf_counter() - started
 
     def predict(self, model: torch.nn.Module, name: str, seed: int = 0) -> torch.Tensor:
         """The predicted class of each test example of task `name`: by the linear probe on frozen features, or

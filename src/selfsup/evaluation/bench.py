@@ -1,11 +1,12 @@
 """`selfsup-bench eval`: what the evaluation costs a run, on generated corpora of growing size.
 
 For each corpus size (the .jsonl prose of `selfsup-bench data`) and each family's default objective,
-`selfsup-train` runs one training step with the default evaluation, twice in fresh processes: the first
-builds the token cache and the random-init baselines of the minimal pairs, the second finds both (a warm
-start) and is the one reported: its `eval_seconds` and their parts (fixed exam, minimal pairs, probe) from
-summary.json, and its wall time beside a run of the same settings with `eval=none`. The evaluation reads
-at most `eval.fixed.max_tokens` of the validation split, so its time must not grow with the corpus.
+`selfsup-train` runs one training step with the default evaluation (or the `eval` option and overrides given:
+`--eval jobs`, the downstream jobs), twice in fresh processes: the first builds the token cache and the random-init
+baselines, the second finds both (a warm start) and is the one reported: its `eval_seconds` and their parts (fixed
+exam, minimal pairs, held-out text, probe: the classification tasks, generation: the generation jobs) from
+summary.json, and its wall time beside a run of the same settings with `eval=none`. The evaluation reads at most
+`eval.fixed.max_tokens` of the validation split, so its time must not grow with the corpus.
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ def train(run_dir: Path, corpus: Path, cache: Path, objective: str, *extra: str)
     return RunSummary.read(run_dir).values
 
 
-def bench_eval(sizes: list[int], objectives: list[str], folder: str | None = None) -> list[dict]:
+PARTS = ("fixed", "pairs", "heldout", "probe", "generation")
+
+
+def bench_eval(
+    sizes: list[int], objectives: list[str], folder: str | None = None, evaluation: tuple[str, ...] = ()
+) -> list[dict]:
+    """The table's rows; `evaluation`: eval=OPTION and eval.* overrides for the measured runs."""
     from selfsup.data.bench import generate
 
     root = Path(folder or tempfile.mkdtemp(prefix="selfsup-bench-eval-"))
@@ -54,8 +61,8 @@ def bench_eval(sizes: list[int], objectives: list[str], folder: str | None = Non
         cache = Path(tempfile.mkdtemp(prefix="cache-", dir=root))
         for objective in objectives:
             runs = Path(tempfile.mkdtemp(prefix=f"runs-{objective}-", dir=root))
-            train(runs / "cold", corpus, cache, objective)
-            warm = train(runs / "warm", corpus, cache, objective)
+            train(runs / "cold", corpus, cache, objective, *evaluation)
+            warm = train(runs / "warm", corpus, cache, objective, *evaluation)
             bare = train(runs / "none", corpus, cache, objective, "eval=none")
             parts = warm.get("eval_part_seconds") or {}
             meta = json.loads(next(cache.glob("*/meta.json")).read_text())
@@ -66,7 +73,7 @@ def bench_eval(sizes: list[int], objectives: list[str], folder: str | None = Non
                     "model": FAMILIES.get(objective, "?"),
                     "val tokens": f"{sum(v for k, v in meta['tokens'].items() if k.startswith('val')):,}",
                     "eval s": f"{warm['eval_seconds']:.1f}",
-                    **{f"{part} s": f"{parts.get(part, 0.0):.1f}" for part in ("fixed", "pairs", "probe")},
+                    **{f"{part} s": f"{parts.get(part, 0.0):.1f}" for part in PARTS},
                     "run wall s": f"{warm['wall_seconds']:.1f}",
                     "eval=none wall s": f"{bare['wall_seconds']:.1f}",
                 }

@@ -34,8 +34,9 @@ from pathlib import Path
 
 from selfsup.errors import UserError
 from selfsup.evaluation.fixed import KINDS
-from selfsup.summary import DEFINITIONS, evaluated_rows, read_summaries, summary_table, task_names
-from selfsup.verdict import run_margin, verdict_lines
+from selfsup.evaluation.generation import NOT_A_WRITER, WRITERS
+from selfsup.summary import DEFINITIONS, evaluated_rows, job_names, read_summaries, summary_table, task_names
+from selfsup.verdict import Group, groups_of, run_margin, verdict_lines
 
 FILES = ("README.md", "docs/evaluation.md")
 MARK = "selfsup.report.docs"
@@ -171,10 +172,64 @@ def _seed(row: dict) -> int:
     return (row.get("swept") or {}).get("seed", 0)
 
 
-def downstream(rows: list[dict]) -> str:
-    """The runs' evaluated scores (selfsup-eval's evaluated.json) at each seed: each task's fine-tuned accuracy
-    beside its baselines and its margin; each run's selfsup-eval seconds; the verdict over the seeds."""
+def _cell(group: Group, key: str) -> str:
+    """`+0.151 (3/3)`: the mean margin over the group's seeds and at how many its interval lies above 0."""
+    found = group.margins(key)
+    if len(found) < len(group.rows) or not found:
+        return "-"
+    above = sum(m.low > 0 for m in found)
+    return f"{sum(m.value for m in found) / len(found):+.3f} ({above}/{len(found)})"
+
+
+def answer(rows: list[dict]) -> str:
+    """The objective x job table: per objective, each task's and generation job's mean margin over random-init
+    across its seeds and at how many seeds its interval lies above 0 (an encoder writes no text)."""
+    tasks = task_names(k for r in rows for k in r["eval"])
+    jobs = job_names(k for r in rows for k in r["eval"])
+    columns = [(f"eval/{t}", f"{t} accuracy") for t in tasks]
+    columns += [(f"eval/{j}/{s}", f"{j} {title}") for j in jobs for s, title in (("loss", "loss"), ("token_f1", "F1"))]
+    columns += [(f"eval/{j}/exact_match", f"{j} exact match") for j in jobs]
     lines = [
+        "| objective | " + " | ".join(title for _, title in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+    ]
+    for group in sorted(groups_of(rows), key=lambda g: g.label):
+        writes = all(r.get("architecture") in WRITERS for r in group.rows)
+        cells = [_cell(group, key) if writes or key.count("/") == 1 else NOT_A_WRITER for key, _ in columns]
+        lines.append(f"| {group.label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def job_table(rows: list[dict]) -> list[str]:
+    """Each generation job's scores per objective and seed: loss, exact match and token F1 with random-init's and
+    the margins (the loss's: random-init's minus the run's)."""
+    lines = [
+        "| job | objective | seed | loss | random-init loss | loss margin | exact match | EM margin | token F1 "
+        "| random-init F1 | F1 margin |",
+        "|---|---|---:|---:|---:|---|---:|---|---:|---:|---|",
+    ]
+    ordered = sorted(rows, key=lambda r: (str(r.get("objective")), _seed(r)))
+    for name in job_names(k for r in rows for k in r["eval"]):
+        for row in ordered:
+            e, key = row["eval"], f"eval/{name}"
+            if f"{key}/loss" not in e:
+                continue
+            lines.append(
+                f"| {name} | {row.get('objective')} | {_seed(row)} | {e[f'{key}/loss']:.3f} | "
+                f"{_number(e.get(f'{key}/random_init_loss'), '.3f')} | {run_margin(row, f'{key}/loss') or '-'} | "
+                f"{e[f'{key}/exact_match']:.3f} | {run_margin(row, f'{key}/exact_match') or '-'} | "
+                f"{e[f'{key}/token_f1']:.3f} | {_number(e.get(f'{key}/random_init_token_f1'), '.3f')} | "
+                f"{run_margin(row, f'{key}/token_f1') or '-'} |"
+            )
+    return lines
+
+
+def downstream(rows: list[dict]) -> str:
+    """The runs' evaluated scores (selfsup-eval's evaluated.json): the objective x job table (answer), each task's
+    fine-tuned accuracy beside its baselines and its margin at each seed, each generation job's scores; each run's
+    selfsup-eval seconds; the verdict over the seeds."""
+    lines = [answer(rows), ""] if job_names(k for r in rows for k in r["eval"]) else []
+    lines += [
         "| task | objective | seed | accuracy (± sd over fine-tuning seeds) | random-init | majority | margin |",
         "|---|---|---:|---:|---:|---:|---|",
     ]
@@ -190,6 +245,8 @@ def downstream(rows: list[dict]) -> str:
                 f"{'' if sd is None else f' ± {sd:.3f}'} | {_random_init(row, key)} | "
                 f"{_number(evaluated.get(f'{key}/majority_accuracy'), '.3f')} | {run_margin(row, key) or '-'} |"
             )
+    if job_names(k for r in rows for k in r["eval"]):
+        lines += ["", *job_table(rows)]
     lines += [
         "",
         "| selfsup-eval seconds | " + " | ".join(f"{r.get('objective')} seed {_seed(r)}" for r in ordered) + " |",
@@ -197,6 +254,22 @@ def downstream(rows: list[dict]) -> str:
     lines.append("|---|" + "---:|" * len(ordered))
     seconds = [sum(e.get("seconds") or 0 for e in r.get("evaluations") or []) for r in ordered]
     lines.append("| the run's evaluations | " + " | ".join(f"{s:.0f}" for s in seconds) + " |")
+    parts = list(
+        dict.fromkeys(p for r in ordered for e in r.get("evaluations") or [] for p in e.get("part_seconds") or {})
+    )
+    for part in parts:  # each part's, from the last evaluation that spent time on it
+        found = [
+            next(
+                (
+                    e["part_seconds"][part]
+                    for e in reversed(r.get("evaluations") or [])
+                    if (e.get("part_seconds") or {}).get(part)
+                ),
+                None,
+            )
+            for r in ordered
+        ]
+        lines.append(f"| {part} | " + " | ".join(_number(v, ".0f") for v in found) + " |")
     return "\n".join(lines) + "\n\n```\n" + "\n".join(verdict_lines(rows)) + "\n```"
 
 
