@@ -3,6 +3,7 @@ the rest of each file kept; bad blocks refused with nothing written."""
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,9 @@ def test_the_downstream_block_answers_which_objective_for_which_job(repo):
     assert "| cont | clm | 0 | 4.000 | 5.000 | +1.000 [+0.800, +1.200] | 0.000 | +0.000 [+0.000, +0.200] |" in text
     assert "| generation | 70 | - |" in text and "| cont | 50 | - |" in text
     assert "cont loss (random-init's minus the run's): shows pretraining: clm +1.000 [+0.800, +1.200]" in text
+    between = repo / "between" / "0"  # --between: a sweep of other objectives joins the block
+    shutil.copytree(repo / "sweep" / "1", between)
+    summary = json.loads((between / "summary.json").read_text())
+    (between / "summary.json").write_text(json.dumps({**summary, "objective": "prefix_lm", "run_dir": str(between)}))
+    main(["--root", str(repo), "--sweep", str(repo / "sweep"), "--between", str(repo / "between")])
+    assert "| prefix_lm | +0.100 (1/1) | +1.000 (1/1) | +0.080 (0/1) | +0.000 (0/1) |" in doc.read_text()

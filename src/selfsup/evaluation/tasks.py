@@ -162,43 +162,18 @@ class Task:
         def rows(paths):
             return (r for p in paths for r in read_labelled(p, self.fields, self.label_field, self.setting))
 
-        train, test = Reservoir(self.max_train_examples), Reservoir(self.max_test_examples)
-        if self.test_paths:
-            train.extend(rows(self.paths))
-            test.extend(rows(self.test_paths))
-        else:
-            if not 0 < self.test_fraction < 1:
-                raise EvalError(f"{self.setting('test_fraction')}={self.test_fraction} must be between 0 and 1")
-            threshold = self.test_fraction * 10_000
-            for row in rows(self.paths):
-                (test if document_bucket("\n".join(parts(row[0]))) < threshold else train).add(row)
-        return train.rows(), test.rows()
+        return split_files(self, rows, lambda row: "\n".join(parts(row[0])))
 
     def _hf(self) -> tuple[list, list]:
         if not self.hf_name:
             raise EvalError(f"{self.setting('hf_name')} is not set: name a data set (e.g. glue with hf_config=sst2)")
-        out = []
-        for split, limit in ((self.train_split, self.max_train_examples), (self.test_split, self.max_test_examples)):
-            rows = hf_rows(
-                self.hf_name,
-                self.hf_config,
-                split,
-                self.data_files,
-                [*self.fields, self.label_field],
-                [*self.field_keys, "label_field"],
-                self.setting,
-            )
-            kept = Reservoir(limit)
-            kept.extend(
-                (
-                    text(row[:-1]),
-                    class_label(row[-1], f"{self.hf_name} split {split} row {i}", self.label_field, self.setting),
-                )
-                for i, row in enumerate(rows, start=1)
-                if has_text(row[:-1]) and row[-1] not in (None, "")
-            )
-            out.append(kept.rows())
-        return out[0], out[1]
+
+        def example(row: tuple, where: str):
+            if has_text(row[:-1]) and row[-1] not in (None, ""):
+                return text(row[:-1]), class_label(row[-1], where, self.label_field, self.setting)
+            return None
+
+        return hf_splits(self, [*self.fields, self.label_field], [*self.field_keys, "label_field"], example)
 
     @property
     def field_keys(self) -> list[str]:
@@ -343,16 +318,7 @@ class GenerationJob:
                 for where, values in records(path, [self.source_field, self.target_field], keys, self.setting):
                     yield self._example(values, where)
 
-        train, test = Reservoir(self.max_train_examples), Reservoir(self.max_test_examples)
-        if self.test_paths:
-            train.extend(rows(self.paths))
-            test.extend(rows(self.test_paths))
-        else:
-            if not 0 < self.test_fraction < 1:
-                raise EvalError(f"{self.setting('test_fraction')}={self.test_fraction} must be between 0 and 1")
-            for row in rows(self.paths):
-                (test if document_bucket(row[0]) < self.test_fraction * 10_000 else train).add(row)
-        return train.rows(), test.rows()
+        return split_files(self, rows, lambda row: row[0])
 
     def _hf(self) -> tuple[list, list]:
         if not self.hf_name:
@@ -360,23 +326,42 @@ class GenerationJob:
                 f"{self.setting('hf_name')} is not set: name a data set (e.g. xsum with source_field=document, "
                 f"target_field=summary)"
             )
-        out = []
-        for split, limit in ((self.train_split, self.max_train_examples), (self.test_split, self.max_test_examples)):
-            found = hf_rows(
-                self.hf_name,
-                self.hf_config,
-                split,
-                self.data_files,
-                [self.source_field, self.target_field],
-                ["source_field", "target_field"],
-                self.setting,
-            )
-            kept = Reservoir(limit)
-            kept.extend(
-                self._example(row, f"{self.hf_name} split {split} row {i}") for i, row in enumerate(found, start=1)
-            )
-            out.append(kept.rows())
-        return out[0], out[1]
+        fields = [self.source_field, self.target_field]
+        return hf_splits(self, fields, ["source_field", "target_field"], self._example)
+
+
+def split_files(source, rows, key) -> tuple[list, list]:
+    """(train, test) of a task's or job's files (its paths, test_paths, test_fraction, max_*_examples, setting):
+    rows(paths) yields the examples; without test_paths, an example is a test one when the hash bucket of key(row)
+    is below test_fraction. Each split a Reservoir sample."""
+    train, test = Reservoir(source.max_train_examples), Reservoir(source.max_test_examples)
+    if source.test_paths:
+        train.extend(rows(source.paths))
+        test.extend(rows(source.test_paths))
+    else:
+        if not 0 < source.test_fraction < 1:
+            raise EvalError(f"{source.setting('test_fraction')}={source.test_fraction} must be between 0 and 1")
+        threshold = source.test_fraction * 10_000
+        for row in rows(source.paths):
+            (test if document_bucket(key(row)) < threshold else train).add(row)
+    return train.rows(), test.rows()
+
+
+def hf_splits(source, fields: list[str], keys: list[str], example) -> tuple[list, list]:
+    """(train, test) of a task's or job's `datasets` splits (its hf_name, hf_config, data_files, train_split,
+    test_split, max_*_examples, setting): example(values of `fields`, where) makes an example of a row (None: left
+    out). Each split a Reservoir sample."""
+    out = []
+    for split, limit in (
+        (source.train_split, source.max_train_examples),
+        (source.test_split, source.max_test_examples),
+    ):
+        rows = hf_rows(source.hf_name, source.hf_config, split, source.data_files, fields, keys, source.setting)
+        kept = Reservoir(limit)
+        made = (example(row, f"{source.hf_name} split {split} row {i}") for i, row in enumerate(rows, start=1))
+        kept.extend(e for e in made if e is not None)
+        out.append(kept.rows())
+    return out[0], out[1]
 
 
 class Reservoir:

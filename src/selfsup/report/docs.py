@@ -11,6 +11,10 @@
                                                    the fine-tuned scores at each seed and the verdict over them
                                                    (without it, the block is written from the sweeps' evaluated.json
                                                    files where they have them)
+    python -m selfsup.report.docs --between DIR    adds a finished sweep of the objectives between the main job's
+                                                   (`selfsup-train experiment=compare objective=prefix_lm,ul2
+                                                   seed=0,1,2`) to the `downstream` block (with --downstream,
+                                                   selfsup-eval runs on it too)
     python -m selfsup.report.docs --print          prints the blocks, writes nothing
     ... --only seeds                               rewrites the blocks named alone
 
@@ -274,7 +278,11 @@ def downstream(rows: list[dict]) -> str:
 
 
 def blocks(
-    rows: list[dict], elapsed: float | None = None, cached: bool | None = None, seed_rows: list[dict] | None = None
+    rows: list[dict],
+    elapsed: float | None = None,
+    cached: bool | None = None,
+    seed_rows: list[dict] | None = None,
+    between_rows: list[dict] | None = None,
 ) -> dict[str, str]:
     found = {
         "console": console(rows),
@@ -285,7 +293,7 @@ def blocks(
     }
     if seed_rows:
         found["seeds"] = seeds(rows + seed_rows)
-    evaluated = evaluated_rows(rows + (seed_rows or []))
+    evaluated = evaluated_rows(rows + (seed_rows or []) + (between_rows or []))
     if evaluated:
         found["downstream"] = downstream(evaluated)
     return found
@@ -352,6 +360,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--downstream", action="store_true", help="also run selfsup-eval on the sweeps (the `downstream` block)"
     )
+    parser.add_argument(
+        "--between", type=Path, help="a finished sweep of other objectives (prefix_lm, ul2) for the `downstream` block"
+    )
     parser.add_argument("--only", nargs="+", choices=BLOCKS, help="rewrite these blocks alone")
     parser.add_argument("--print", action="store_true", help="print the blocks, write nothing")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
@@ -368,9 +379,15 @@ def main(argv: list[str] | None = None) -> None:
             args.seeds_sweep = run_main_job(args.root / "outputs" / "docs", "seed=1,2")[0]
         rows = finished(args.sweep, "--sweep")
         if args.downstream:
-            for sweep in filter(None, (args.sweep, args.seeds_sweep)):
+            for sweep in filter(None, (args.sweep, args.seeds_sweep, args.between)):
                 run_selfsup_eval(sweep)
-        found = blocks(rows, elapsed, cached, finished(args.seeds_sweep, "--seeds-sweep") if args.seeds_sweep else None)
+        found = blocks(
+            rows,
+            elapsed,
+            cached,
+            finished(args.seeds_sweep, "--seeds-sweep") if args.seeds_sweep else None,
+            finished(args.between, "--between") if args.between else None,
+        )
         if args.only:
             found = {name: text for name, text in found.items() if name in args.only}
         if args.print:
