@@ -158,7 +158,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, 
 )
 def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, code, error):
     run = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")} | {"PYTHONFAULTHANDLER": "1"}
     slow = ["architecture.d_model=256", "architecture.n_layers=4", "data.seq_len=128", "data.batch_size=32"]
     proc = forked.Popen(
         [
@@ -190,7 +190,11 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
         proc.send_signal(signal.SIGTERM)
     else:
         proc.send_signal(how)
-    output = "".join(seen) + proc.communicate(timeout=120)[0]
+    try:
+        output = "".join(seen) + proc.communicate(timeout=120)[0]
+    except subprocess.TimeoutExpired:  # where it hangs: faulthandler's stacks of every thread (PYTHONFAULTHANDLER)
+        proc.send_signal(signal.SIGABRT)
+        pytest.fail(f"still running 120 s after {how}:\n" + "".join(seen) + proc.communicate(timeout=60)[0][-6000:])
     assert proc.returncode == code, output[-2000:]
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["status"], summary["error"]) == ("interrupted", error)
