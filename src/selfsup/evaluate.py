@@ -12,6 +12,9 @@
         test_paths: [rte/validation.jsonl], text_fields: [sentence1, sentence2]}'     a GLUE-layout task too
     selfsup-eval SWEEP eval.finetune.steps=600 '~eval.tasks.replaced_word'
     selfsup-eval SWEEP eval=default                              the training-time evaluation again (exam, pairs...)
+    selfsup-eval SWEEP 'lm_eval.tasks=[lambada_openai,hellaswag]'   lm-evaluation-harness tasks on each run's export,
+                                                                 beside random-init models (selfsup.lmeval; lm_eval.*
+                                                                 alone runs lm-eval alone; pip install -e '.[lmeval]')
 
 For each run (a run dir, or each job of a sweep dir): its recorded config with its `eval` replaced by the one
 composed here (the `eval` group's option `jobs` unless `eval=...` names another, and the overrides, which must be
@@ -42,7 +45,10 @@ from selfsup.errors import UserError
 from selfsup.names import ERROR, EVALUATED, EVALUATED_OUTCOMES, SUMMARY, RunSummary, override_key, write_json
 from selfsup.summary import evaluated_rows, read_evaluated
 
-USAGE = "usage: selfsup-eval RUN_OR_SWEEP_DIR [eval overrides, e.g. eval.finetune.steps=600 '+eval.tasks.NAME={...}']"
+USAGE = (
+    "usage: selfsup-eval RUN_OR_SWEEP_DIR [eval overrides, e.g. eval.finetune.steps=600 '+eval.tasks.NAME={...}'] "
+    "[lm_eval overrides, e.g. 'lm_eval.tasks=[hellaswag]']"
+)
 DEFAULT_EVAL = "jobs"
 
 
@@ -76,8 +82,8 @@ def eval_config(overrides: list[str]) -> DictConfig:
     other = [o for o in overrides if override_key(o) != "eval" and not override_key(o).startswith("eval.")]
     if other:
         raise UserError(
-            f"selfsup-eval takes eval settings only (eval=..., eval.*): {other[0]} is not one; a run keeps its "
-            f"own objective, architecture and data"
+            f"selfsup-eval takes eval settings only (eval=..., eval.*, lm_eval.*): {other[0]} is not one; a run "
+            f"keeps its own objective, architecture and data"
         )
     if not any(override_key(o) == "eval" for o in overrides):
         overrides = [f"eval={DEFAULT_EVAL}", *overrides]
@@ -94,6 +100,67 @@ def eval_config(overrides: list[str]) -> DictConfig:
         raise UserError(" ".join(lines[:2])) from None
 
 
+def is_lm_eval(override: str) -> bool:
+    return override_key(override) == "lm_eval" or override_key(override).startswith("lm_eval.")
+
+
+def lm_eval_config(overrides: list[str]):
+    """selfsup.lmeval.LMEval from conf/lm_eval.yaml and the lm_eval.* overrides, checked (task names included)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from hydra.utils import instantiate
+    from omegaconf.errors import OmegaConfBaseException
+
+    from selfsup.train import CONF_DIR
+
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            lm = instantiate(compose("lm_eval", overrides=overrides).lm_eval, _convert_="all")
+    except (HydraException, OmegaConfBaseException) as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise UserError(" ".join(lines[:2])) from None
+    lm.check()
+    return lm
+
+
+def finished_run(run_dir: Path) -> tuple[dict, Path]:
+    """A finished run's summary and the weights it ended with (checkpoints/last.ckpt), or one line why not."""
+    summary = RunSummary.read(run_dir)
+    if summary.problem or not summary.found or summary.values.get("status") != "finished":
+        why = summary.problem or (summary.values.get("status") if summary.found else "no summary.json")
+        raise UserError(f"{run_dir} did not finish training ({why}): evaluate finished runs only")
+    if not (run_dir / ".hydra" / "config.yaml").is_file():
+        raise UserError(f"{run_dir} is not a selfsup run dir (no .hydra/config.yaml)")
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    if not checkpoint.is_file():
+        raise UserError(f"{run_dir} has no checkpoints/last.ckpt: the weights it ended with are gone")
+    return summary.values, checkpoint
+
+
+class LMPlanned:
+    """One run to score with lm-eval: its weights loaded and checked exportable, or why lm-eval cannot score it."""
+
+    def __init__(self, run_dir: Path, lm):
+        from selfsup.export import exporter
+        from selfsup.pretrained import load
+        from selfsup.run_dir import merged_config
+
+        self.run_dir, self.lm = run_dir, lm
+        self.summary, self.checkpoint = finished_run(run_dir)
+        self.cfg = merged_config(run_dir, [])
+        self.pretrained = load(self.checkpoint)
+        self.architecture = self.pretrained.architecture
+        self.unsupported = lm.unsupported(self.architecture)
+        if self.unsupported is None:
+            exporter(self.pretrained.model, self.architecture)  # settings no transformers class computes: one line
+
+    def run(self) -> tuple[dict, dict, dict]:
+        cache = self.cfg.data.get("cache_dir")
+        return self.lm.evaluate(
+            self.pretrained, Path(cache) if cache else None, say=lambda line: print(f"  {line}", flush=True)
+        )
+
+
 class Planned:
     """One run to evaluate: its dir, summary, config (its eval replaced) and what prepare() made of it."""
 
@@ -102,16 +169,7 @@ class Planned:
         from selfsup.run_dir import merged_config
 
         self.run_dir = run_dir
-        summary = RunSummary.read(run_dir)
-        if summary.problem or not summary.found or summary.values.get("status") != "finished":
-            why = summary.problem or (summary.values.get("status") if summary.found else "no summary.json")
-            raise UserError(f"{run_dir} did not finish training ({why}): evaluate finished runs only")
-        self.summary = summary.values
-        if not (run_dir / ".hydra" / "config.yaml").is_file():
-            raise UserError(f"{run_dir} is not a selfsup run dir (no .hydra/config.yaml)")
-        self.checkpoint = run_dir / "checkpoints" / "last.ckpt"
-        if not self.checkpoint.is_file():
-            raise UserError(f"{run_dir} has no checkpoints/last.ckpt: the weights it ended with are gone")
+        self.summary, self.checkpoint = finished_run(run_dir)
         cfg = merged_config(run_dir, [])
         OmegaConf.update(cfg, "eval", evaluation_config, merge=False)
         self.cfg = cfg
@@ -149,7 +207,13 @@ class Planned:
 
 def evaluated_parts(keys) -> set[str]:
     """The scores (eval/<name>) that metric or outcome keys belong to."""
-    return {"/".join(k.split("|")[0].split("/")[:2]) for k in keys if k.startswith("eval/")}
+    return {part_of(k) for k in keys if k.startswith("eval/")}
+
+
+def part_of(key: str) -> str:
+    """eval/<task>/... -> eval/<task>; each lm-eval task is a part of its own: eval/lm_eval/<task>."""
+    parts = key.split("|")[0].split("/")
+    return "/".join(parts[: 3 if parts[1:2] == ["lm_eval"] else 2])
 
 
 def write_results(run_dir: Path, metrics: dict, outcomes: dict, record: dict) -> dict:
@@ -158,12 +222,12 @@ def write_results(run_dir: Path, metrics: dict, outcomes: dict, record: dict) ->
     path, npz = run_dir / EVALUATED, run_dir / EVALUATED_OUTCOMES
     old = read_evaluated(run_dir) or {}
     now = evaluated_parts(list(metrics) + list(outcomes))
-    kept = {k: v for k, v in (old.get("eval") or {}).items() if "/".join(k.split("/")[:2]) not in now}
+    kept = {k: v for k, v in (old.get("eval") or {}).items() if part_of(k) not in now}
     arrays = {}
     if npz.is_file():
         try:
             with np.load(npz, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files if "/".join(k.split("|")[0].split("/")[:2]) not in now}
+                arrays = {k: data[k] for k in data.files if part_of(k) not in now}
         except Exception:  # noqa: BLE001 - a damaged file: its scores are dropped with it
             kept, arrays = {}, {}
     arrays.update(outcomes)
@@ -181,7 +245,7 @@ def write_results(run_dir: Path, metrics: dict, outcomes: dict, record: dict) ->
 
 def evaluated_lines(rows: list[dict], width: int = 100) -> list[str]:
     """The table of the evaluated scores and the verdict over them."""
-    from selfsup.summary import JOB_NOTE, _table, job_columns, swept_columns, task_names
+    from selfsup.summary import JOB_NOTE, LM_EVAL_NOTE, _table, job_columns, lm_eval_columns, swept_columns, task_names
     from selfsup.verdict import verdict_lines
 
     names = task_names(k for r in rows for k in r["eval"])
@@ -191,7 +255,7 @@ def evaluated_lines(rows: list[dict], width: int = 100) -> list[str]:
         for n in names
         for part, title in (("accuracy", "acc"), ("margin", "margin"))
     ]
-    columns += job_columns(rows)
+    columns += job_columns(rows) + lm_eval_columns(rows)
     lines = _table(rows, columns).splitlines() if len(columns) > 2 + len(swept_columns(rows)) else []
     if names:
         lines.append(
@@ -201,6 +265,8 @@ def evaluated_lines(rows: list[dict], width: int = 100) -> list[str]:
         )
     if job_columns(rows):
         lines.append(JOB_NOTE)
+    if lm_eval_columns(rows):
+        lines.append(LM_EVAL_NOTE)
     for row in rows:
         unwritten = (row.get("evaluations") or [{}])[-1].get("not_written") or {}
         if unwritten:
@@ -209,6 +275,48 @@ def evaluated_lines(rows: list[dict], width: int = 100) -> list[str]:
                 f"{sorted(set(unwritten.values()))[0]}: not scored on {', '.join(unwritten)}"
             )
     return lines + verdict_lines(rows, width=width)
+
+
+def log_to_wandb(run_dir: Path, cfg: DictConfig, metrics: dict) -> str:
+    """The metrics into the summary of the run's own W&B run, resumed by its id (<run_dir>/wandb-run-id, in the
+    run's W&B mode; offline without an API key), with a W&B Table of the lm-eval metrics (eval/lm_eval/results).
+    Returns what was done, for the console line ("" where the run logs no W&B run); W&B failing is said, not raised."""
+    from selfsup.wandb_utils import api_key_configured, wandb_mode
+
+    id_file = run_dir / "wandb-run-id"
+    if not cfg.logger.get("wandb") or not id_file.is_file():
+        return ""
+    mode = wandb_mode(cfg.logger.get("mode") or "offline")
+    if mode == "disabled":
+        return ""
+    if mode == "online" and not api_key_configured():
+        mode = "offline"
+    try:
+        import wandb
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        run = wandb.init(
+            id=id_file.read_text().strip(),
+            resume="allow",
+            dir=str(run_dir),
+            project=cfg.logger.get("project"),
+            entity=cfg.logger.get("entity"),
+            mode=mode,
+        )
+        run.summary.update(metrics)
+        rows = []
+        for key, value in metrics.items():
+            parts = key.split("/")
+            if len(parts) == 4 and not parts[3].startswith("random_init_") and not parts[3].endswith("_stderr"):
+                got = [metrics.get(f"{key}{end}") for end in ("_stderr", "/margin", "/margin_low", "/margin_high")]
+                base = metrics.get(f"eval/lm_eval/{parts[2]}/random_init_{parts[3]}")
+                rows.append([parts[2], parts[3], value, got[0], base, *got[1:]])
+        columns = ["task", "metric", "value", "stderr", "random_init", "margin", "margin_low", "margin_high"]
+        run.log({"eval/lm_eval/results": wandb.Table(columns=columns, data=rows)})
+        run.finish()
+    except Exception as err:  # noqa: BLE001 - W&B failing: the scores are in evaluated.json
+        return f" (W&B: not logged, {type(err).__name__}: {str(err).splitlines()[0][:120]})"
+    return f" and W&B run {id_file.read_text().strip()} ({mode})"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -224,8 +332,17 @@ def main(argv: list[str] | None = None) -> None:
     try:
         path, overrides = Path(args[0]).expanduser(), args[1:]
         dirs = run_dirs(path)
-        evaluation_config = eval_config(overrides)
-        planned = [Planned(d, evaluation_config) for d in dirs]  # everything checked before anything is written
+        lm_overrides = [o for o in overrides if is_lm_eval(o)]
+        overrides = [o for o in overrides if not is_lm_eval(o)]
+        lm = lm_eval_config(lm_overrides) if lm_overrides else None
+        # lm_eval.* alone: lm-eval alone; eval settings too (or none of either): the lab's evaluation as well
+        evaluation_config = eval_config(overrides) if overrides or lm is None else None
+        # everything checked before anything is written
+        planned = [Planned(d, evaluation_config) for d in dirs] if evaluation_config is not None else []
+        lm_planned = [LMPlanned(d, lm) for d in dirs] if lm is not None else []
+        if lm_planned and all(p.unsupported for p in lm_planned):
+            what = dirs[0] if len(dirs) == 1 else f"every run of {path}"
+            raise UserError(f"{what}: {lm_planned[0].architecture}: {lm_planned[0].unsupported}")
         report_progress(lambda line: print(f"  {line}", flush=True))
         for plan in planned:
             started = time.perf_counter()
@@ -246,6 +363,23 @@ def main(argv: list[str] | None = None) -> None:
             }
             write_results(plan.run_dir, metrics, outcomes, record)
             print(f"  evaluated in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}", flush=True)
+        for plan in lm_planned:
+            head = f"{plan.run_dir}: {plan.summary.get('objective')} on {plan.architecture}"
+            if plan.unsupported:
+                print(f"{head}: not scored by lm-eval: {plan.unsupported}", flush=True)
+                continue
+            print(head, flush=True)
+            started = time.perf_counter()
+            metrics, outcomes, record = plan.run()
+            record.update(
+                when=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                checkpoint=str(plan.checkpoint),
+                overrides=lm_overrides,
+                seconds=round(time.perf_counter() - started, 1),
+            )
+            write_results(plan.run_dir, metrics, outcomes, record)
+            logged = log_to_wandb(plan.run_dir, plan.cfg, metrics)
+            print(f"  lm-eval in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}{logged}", flush=True)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

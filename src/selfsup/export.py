@@ -44,7 +44,7 @@ import torch
 from safetensors.torch import save_file
 
 from selfsup.errors import UserError
-from selfsup.pretrained import load
+from selfsup.pretrained import Pretrained, load
 
 HF_CLASSES = {
     "decoder": ("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"),
@@ -377,7 +377,12 @@ def export(path: str | Path, out_dir: str | Path) -> dict:
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UserError(f"{out_dir} already exists and is not empty: pass a new folder (nothing was written)")
-    p = load(path)
+    return export_model(load(path), out_dir)
+
+
+def export_model(p: Pretrained, out_dir: str | Path) -> dict:
+    """export() of a loaded model (a run's, or a model of its shape put in its place: dataclasses.replace)."""
+    out_dir = Path(out_dir)
     if p.architecture not in HF_CLASSES:
         raise UserError(
             f"architecture {p.architecture} has no transformers class to export to: exportable are "

@@ -120,6 +120,30 @@ def job_columns(rows: list[dict]) -> list[tuple[str, str]]:
     ]
 
 
+def lm_eval_metrics(rows: list[dict]) -> list[tuple[str, str]]:
+    """(task, metric) of each lm-eval metric with a margin (eval/lm_eval/<task>/<metric>/margin), in the order
+    first seen."""
+    keys = [k for r in rows for k in (r.get("eval") or {})]
+    found = [k.split("/")[2:4] for k in keys if k.startswith("eval/lm_eval/") and k.endswith("/margin")]
+    return list(dict.fromkeys((task, metric) for task, metric in found))
+
+
+def lm_eval_columns(rows: list[dict]) -> list[tuple[str, str]]:
+    """(key, title) of each lm-eval metric, its stderr and its margin, in the order first seen."""
+    return [
+        (f"eval/lm_eval/{task}/{metric}{part}", f"{task} {metric}{title}")
+        for task, metric in lm_eval_metrics(rows)
+        for part, title in (("", ""), ("_stderr", " stderr"), ("/margin", " margin"))
+    ]
+
+
+LM_EVAL_NOTE = (
+    "lm-eval: each metric with lm-eval's stderr; margin: the run's minus the same tasks on untrained models of its "
+    "shape (random-init's minus the run's where lower is better; a perplexity's: log(random-init's) - log(the "
+    "run's)), 95% interval (paired bootstrap over documents and random-init seeds; from the stderrs for a metric "
+    "weighted by length: word_perplexity, bits_per_byte)"
+)
+
 JOB_NOTE = (
     "loss: the target's per-token loss under teacher forcing, its margin random-init's minus the run's (positive: "
     "lower than random-init); F1: greedy decoding's token F1 (SQuAD's), its margin the run's minus random-init's; "
@@ -248,6 +272,8 @@ def _fmt(key: str, v) -> str:
         return f"{v:,.0f}"
     if key == "wall_seconds":
         return str(timedelta(seconds=round(v)))
+    if isinstance(v, float) and key.startswith("eval/lm_eval/"):
+        return f"{v:.4g}"
     if isinstance(v, float):
         return f"{v:.3f}" if key in dict(COLUMNS) or key.startswith("eval/") else f"{v:.4g}"
     return str(v)

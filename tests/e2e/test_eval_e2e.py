@@ -161,7 +161,10 @@ def test_a_sweep_is_scored_on_rte_and_the_builtin_pair_task_without_training_aga
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["objective=clm"], "selfsup-eval takes eval settings only \\(eval=..., eval.\\*\\): objective=clm is not one"),
+        (
+            ["objective=clm"],
+            "selfsup-eval takes eval settings only \\(eval=..., eval.\\*, lm_eval.\\*\\): objective=clm is not one",
+        ),
         (["eval.finetune.lr=-1"], "eval.finetune.lr=-1.0 must be a finite number > 0"),
         (
             ["+eval.tasks.sts={source: text_files, paths: [STS], text_fields: [sentence1, sentence2]}"],

@@ -11,7 +11,15 @@ from selfsup.evaluation.generation import NOT_A_WRITER, WRITERS
 from selfsup.evaluation.stats import Interval
 from selfsup.names import FIXED_LOSS, HELDOUT_BPB
 from selfsup.report.model import Run, _show
-from selfsup.summary import DEFINITIONS, JOB_NOTE, evaluated_rows, job_names, task_names
+from selfsup.summary import (
+    DEFINITIONS,
+    JOB_NOTE,
+    LM_EVAL_NOTE,
+    evaluated_rows,
+    job_names,
+    lm_eval_metrics,
+    task_names,
+)
 from selfsup.verdict import run_margin, verdict_text
 from selfsup.version import describe
 
@@ -241,7 +249,8 @@ EVALUATED_NOTE = (
 def evaluated(runs: list[Run], keys: list[str]) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[str]]:
     """selfsup-eval's scores of the runs: (task, its columns, its rows) per task (TASK_COLUMNS) and generation job
     (JOB_COLUMNS), and the verdict over them."""
-    rows = evaluated_rows(summary_rows(runs, keys))
+    every = summary_rows(runs, keys)
+    rows = evaluated_rows(every)
     labels = {str(r.path): r.label for r in runs}
     tables = []
     for task in task_names(k for row in rows for k in row["eval"]):
@@ -279,7 +288,54 @@ def evaluated(runs: list[Run], keys: list[str]) -> tuple[list[tuple[str, list[st
         for row in rows
     ]
     tables += [(job, JOB_COLUMNS, job_rows(items, job)) for job in job_names(k for row in rows for k in row["eval"])]
+    tables += lm_eval_tables(rows, labels, [r for r in every if r.get("architecture") == "encoder"])
     return tables, (verdict_text(rows).splitlines() if rows else [])
+
+
+LM_EVAL_COLUMNS = ["run", "objective", "metric", "value", "stderr", "random-init", "margin [95%]"]
+LM_EVAL_ENCODER = "lm-eval has no backend for encoders"
+
+
+def lm_eval_tables(
+    rows: list[dict], labels: dict, encoders: list[dict]
+) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(`lm-eval <task>`, LM_EVAL_COLUMNS, rows) per lm-eval task: each run's metrics with lm-eval's stderr,
+    random-init's mean +- sd and the margin; each encoder run (of `encoders`: summary rows) says lm-eval does not
+    score it."""
+    found = lm_eval_metrics(rows)
+    tables = []
+    for task in dict.fromkeys(t for t, _ in found):
+        metrics = [m for t, m in found if t == task]
+        table = []
+        for row in sorted(
+            encoders + rows, key=lambda r: list(labels).index(r["run_dir"]) if r["run_dir"] in labels else 0
+        ):
+            label, objective = labels.get(row["run_dir"], row["run_dir"]), row.get("objective") or "-"
+            if row.get("architecture") == "encoder":
+                if row in encoders:
+                    table.append([label, objective, LM_EVAL_ENCODER, *["-"] * (len(LM_EVAL_COLUMNS) - 3)])
+                continue
+            for metric in metrics:
+                key = f"eval/lm_eval/{task}/{metric}"
+                get = row["eval"].get
+                if get(key) is None:
+                    continue
+                sd = get(f"eval/lm_eval/{task}/random_init_{metric}_sd")
+                base = get(f"eval/lm_eval/{task}/random_init_{metric}")
+                m = run_margin(row, key)
+                table.append(
+                    [
+                        label,
+                        objective,
+                        metric,
+                        f"{get(key):.4g}",
+                        "-" if get(f"{key}_stderr") is None else f"{get(f'{key}_stderr'):.3g}",
+                        "-" if base is None else f"{base:.4g}" + ("" if sd is None else f" +- {sd:.3g}"),
+                        "-" if m is None else str(m),
+                    ]
+                )
+        tables.append((f"lm-eval {task}", LM_EVAL_COLUMNS, table))
+    return tables
 
 
 def code_line(runs: list[Run]) -> str:
@@ -483,7 +539,9 @@ def _evaluated_html(runs: list[Run], keys: list[str]) -> str:
     if not tables:
         return ""
     esc = html.escape
-    sections = [_task_html(f"evaluated-{task}", task, rows, columns) for task, columns, rows in tables]
+    sections = [
+        _task_html(f"evaluated-{task.replace(' ', '-')}", task, rows, columns) for task, columns, rows in tables
+    ]
     items = "".join(f"<li>{esc(line.strip())}</li>" for line in lines[1:])
     verdict_html = f'<div id="evaluated-verdict"><p><b>{esc(lines[0])}</b></p><ul>{items}</ul></div>' if lines else ""
     return (
@@ -520,9 +578,14 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def evaluated_note(tables: list[tuple]) -> str:
-    """EVALUATED_NOTE, and JOB_NOTE where a generation job was evaluated."""
+    """EVALUATED_NOTE, and JOB_NOTE and LM_EVAL_NOTE where a generation job or an lm-eval task was evaluated."""
     jobs = any(columns is JOB_COLUMNS for _, columns, _ in tables)
-    return EVALUATED_NOTE + (" Generation jobs: " + JOB_NOTE + "." if jobs else "")
+    lm_eval = any(columns is LM_EVAL_COLUMNS for _, columns, _ in tables)
+    return (
+        EVALUATED_NOTE
+        + (" Generation jobs: " + JOB_NOTE + "." if jobs else "")
+        + (" " + LM_EVAL_NOTE + "." if lm_eval else "")
+    )
 
 
 def _md_task(task: str, rows: list[list[str]], columns: list[str] = TASK_COLUMNS) -> list[str]:

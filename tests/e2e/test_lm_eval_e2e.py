@@ -1,0 +1,274 @@
+"""selfsup-eval's lm-evaluation-harness bridge end to end: a tiny sweep of the three families scored on two local
+lm-eval tasks (a multiple-choice task and a loglikelihood task: task YAMLs over JSON files, no hub), beside
+random-init models of each run's shape; the lab's numbers equal lm-eval's own CLI on the same export; what it
+writes, logs to W&B and the report shows; bad input refused in one line with nothing written."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import forked
+import numpy as np
+import pytest
+from helpers import write_records
+
+from selfsup.evaluate import main
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+WORDS = "list file server stream value string dictionary place components thread socket buffer".split()
+SENTENCES = [
+    f"{verb} the {noun}."
+    for verb in ("Return", "Open", "Close", "Write", "Read", "Check")
+    for noun in ("list", "file", "server", "stream", "thread")
+]  # 30 documents
+
+
+def task_folder(folder: Path, generate: bool = False) -> Path:
+    """lm-eval task YAMLs over local JSON files: selfsup_mc (multiple choice: the last word of a sentence among 4)
+    and selfsup_ll (loglikelihood: the last word after the rest), and with `generate` selfsup_gen (generate_until)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mc = []
+    for i, sentence in enumerate(SENTENCES):
+        *rest, last = sentence.rstrip(".").split()
+        others = [w for w in WORDS if w != last]
+        choices = [last, *(others[(i + k) % len(others)] for k in range(3))]
+        choices = choices[i % 4 :] + choices[: i % 4]
+        mc.append({"context": " ".join(rest), "choices": choices, "label": choices.index(last)})
+    data = {
+        "mc": write_records(folder / "mc.jsonl", mc),
+        "ll": write_records(folder / "ll.jsonl", [{"text": s} for s in SENTENCES]),
+    }
+    common = "dataset_path: json\ntest_split: test\ndataset_kwargs:\n  data_files:\n    test: {}\n"
+    (folder / "selfsup_mc.yaml").write_text(
+        "task: selfsup_mc\n"
+        + common.format(data["mc"])
+        + 'output_type: multiple_choice\ndoc_to_text: "{{context}}"\ndoc_to_choice: "{{choices}}"\n'
+        'doc_to_target: "{{label}}"\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\n'
+    )
+    (folder / "selfsup_ll.yaml").write_text(
+        "task: selfsup_ll\n"
+        + common.format(data["ll"])
+        + "output_type: loglikelihood\ndoc_to_text: \"{{text.split(' ')[:-1]|join(' ')}}\"\n"
+        "doc_to_target: \"{{' ' + text.split(' ')[-1]}}\"\nmetric_list:\n"
+        "  - metric: perplexity\n    aggregation: perplexity\n    higher_is_better: false\n  - metric: acc\n"
+    )
+    if generate:
+        (folder / "selfsup_gen.yaml").write_text(
+            "task: selfsup_gen\n"
+            + common.format(data["ll"])
+            + "output_type: generate_until\ndoc_to_text: \"{{text.split(' ')[0]}}\"\n"
+            "doc_to_target: \"{{text}}\"\ngeneration_kwargs:\n  until: ['.']\nmetric_list:\n  - metric: exact_match\n"
+        )
+    return folder
+
+
+def selfsup_eval(*args) -> subprocess.CompletedProcess:
+    return forked.run(["selfsup-eval", *map(str, args)], capture_output=True, text=True, env=ENV, timeout=900)
+
+
+def lm_eval_cli(export: Path, backend: str, tasks: Path, out: Path) -> dict:
+    """lm-eval's own command line on an export: its results json's `results`."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={export},backend={backend}",
+            "--tasks",
+            "selfsup_mc,selfsup_ll",
+            "--include_path",
+            str(tasks),
+            "--batch_size",
+            "4",
+            "--device",
+            "cpu",
+            "--output_path",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    [found] = out.rglob("results_*.json")
+    return json.loads(found.read_text())["results"]
+
+
+@pytest.fixture(scope="module")
+def families(cache_dir, tmp_path_factory) -> Path:
+    """A tiny finished sweep: mlm, clm, span_corruption (the main job's three families)."""
+    root = tmp_path_factory.mktemp("lm_eval") / "sweep"
+    out = forked.run(
+        [
+            "selfsup-train",
+            "-m",
+            "debug=tiny",
+            "eval=none",
+            f"data.cache_dir={cache_dir}",
+            f"hydra.sweep.dir={root}",
+            "objective=mlm,clm,span_corruption",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory) -> Path:
+    """The local task folder (one per module: lm-eval's index of it is built once per process)."""
+    return task_folder(tmp_path_factory.mktemp("tasks"), generate=True)
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def wandb_summary(offline: Path) -> dict:
+    out = forked.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--summary", "--json", str(offline)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_sweep_is_scored_by_lm_eval_beside_random_init_as_lm_evals_cli_scores_it(
+    families, tasks, cache_dir, tmp_path
+):
+    summaries = {p: p.read_bytes() for p in families.glob("*/summary.json")}
+    args = ["lm_eval.tasks=[selfsup_mc,selfsup_ll]", f"lm_eval.include_path=[{tasks}]", "lm_eval.batch_size=4"]
+    out = selfsup_eval(families, *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert {p: p.read_bytes() for p in summaries} == summaries  # the runs' own scores untouched
+    assert (
+        f"{families / '0'}: mlm on encoder: not scored by lm-eval: lm-eval scores decoders (hf, causal) and "
+        f"encoder-decoders (hf, seq2seq); it has no backend for encoders" in out.stdout
+    )
+    assert not (families / "0" / "evaluated.json").exists()
+    for job, backend in (("1", "causal"), ("2", "seq2seq")):
+        run = families / job
+        evaluated = json.loads((run / "evaluated.json").read_text())
+        scores = evaluated["eval"]
+        for task, metric, n in (("selfsup_mc", "acc", 30), ("selfsup_mc", "acc_norm", 30), ("selfsup_ll", "acc", 30)):
+            key = f"eval/lm_eval/{task}/{metric}"
+            with np.load(run / "evaluated_outcomes.npz") as outcomes:
+                trained, untrained = outcomes[key], outcomes[f"{key}|random_init"]
+            assert trained.shape == (n,) and untrained.shape == (3, n)  # documents; 3 random-init models
+            assert scores[key] == pytest.approx(trained.mean(), abs=1e-12)
+            assert scores[f"eval/lm_eval/{task}/random_init_{metric}"] == pytest.approx(untrained.mean(), abs=1e-12)
+            # a mean of 0/1 outcomes: lm-eval's stderr is the sample sd over sqrt(n)
+            assert scores[f"{key}_stderr"] == pytest.approx(trained.std(ddof=1) / np.sqrt(n), rel=1e-9)
+            assert scores[f"{key}/margin"] == pytest.approx(trained.mean() - untrained.mean(), abs=1e-12)
+            assert scores[f"{key}/margin_low"] <= scores[f"{key}/margin"] <= scores[f"{key}/margin_high"]
+        # perplexity: its documents are log-likelihoods, its margin log(random-init's) - log(the run's)
+        key = "eval/lm_eval/selfsup_ll/perplexity"
+        with np.load(run / "evaluated_outcomes.npz") as outcomes:
+            loglikelihoods, untrained = outcomes[key], outcomes[f"{key}|random_init"]
+        assert scores[key] == pytest.approx(np.exp(-loglikelihoods.mean()), rel=1e-9)
+        assert scores[f"{key}/margin"] == pytest.approx(loglikelihoods.mean() - untrained.mean(), rel=1e-9)
+        assert evaluated["evaluations"][-1]["lm_eval"]["backend"] == backend
+
+        # lm-eval's own CLI on the same export (the run's last weights) gives the same numbers
+        export = tmp_path / f"hf-{job}"
+        done = forked.run(
+            ["selfsup-export", str(run / "checkpoints" / "last.ckpt"), str(export)], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        cli = lm_eval_cli(export, backend, tasks, tmp_path / f"cli-{job}")
+        for task, metric in (("selfsup_mc", "acc"), ("selfsup_mc", "acc_norm"), ("selfsup_ll", "perplexity")):
+            assert scores[f"eval/lm_eval/{task}/{metric}"] == pytest.approx(cli[task][f"{metric},none"], rel=1e-9)
+        assert scores["eval/lm_eval/selfsup_mc/acc_stderr"] == pytest.approx(cli["selfsup_mc"]["acc_stderr,none"])
+
+        # logged to the run's own W&B run, resumed by its id
+        run_id = (run / "wandb-run-id").read_text().strip()
+        offline = sorted((run / "wandb").glob(f"offline-run-*-{run_id}"))
+        assert len(offline) == 2  # training's, then selfsup-eval's
+        logged = wandb_summary(offline[-1])
+        assert logged["run_id"] == run_id
+        assert logged["summary"]["eval/lm_eval/selfsup_mc/acc"] == pytest.approx(scores["eval/lm_eval/selfsup_mc/acc"])
+        [table] = (offline[-1] / "files" / "media" / "table" / "eval" / "lm_eval").glob("results_*.table.json")
+        rows = json.loads(table.read_text())["data"]
+        assert [r[:2] for r in rows] == [
+            ["selfsup_mc", "acc"],
+            ["selfsup_mc", "acc_norm"],
+            ["selfsup_ll", "perplexity"],
+            ["selfsup_ll", "acc"],
+        ]
+
+    # the table and the verdict read them
+    table = out.stdout[out.stdout.index("job | objective") :].splitlines()
+    assert "selfsup_mc acc | selfsup_mc acc stderr | selfsup_mc acc margin" in table[0]
+    assert "lm_eval selfsup_mc acc: " in out.stdout and "lm_eval selfsup_ll perplexity: " in out.stdout
+
+    # the random-init models are cached: 3 per shape, read again by a second evaluation with the same settings
+    assert len(list((cache_dir / "lm-eval-random-init").glob("*.json"))) >= 6
+    before = json.loads((families / "1" / "evaluated.json").read_text())["eval"]
+    again = selfsup_eval(families / "1", *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("(cached)") == 3
+    after = json.loads((families / "1" / "evaluated.json").read_text())
+    assert after["eval"] == before and len(after["evaluations"]) == 2
+
+    # the report shows them, the encoder said not to be scored
+    done = forked.run(
+        ["selfsup-report", str(families), "--format", "md", "--out", str(tmp_path / "r.md")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = (tmp_path / "r.md").read_text()
+    section = text[text.index("### lm-eval selfsup_mc") :]
+    assert "| 0 | mlm | lm-eval has no backend for encoders |" in section
+    row = [line for line in section.splitlines() if line.startswith("| 1 | clm | acc |")][0]
+    assert f"| {before['eval/lm_eval/selfsup_mc/acc']:.4g} |" in row
+
+
+@pytest.mark.parametrize(
+    "where,args,message",
+    [
+        ("", ["lm_eval.tasks=[selfsup_nope]"], "lm_eval.tasks: selfsup_nope is not an lm-eval task or in "),
+        ("", ["lm_eval.tasks=[]"], "lm_eval.tasks is empty: name lm-eval tasks"),
+        ("", ["lm_eval.tasks=[selfsup_mc]", "lm_eval.random_init_seeds=1"], "random_init_seeds=1 must be a whole"),
+        ("0", ["lm_eval.tasks=[selfsup_mc]"], "0: encoder: lm-eval scores decoders (hf, causal) and encoder-decoders"),
+        ("0", ["lm_eval.tasks=[selfsup_gen]"], "selfsup_gen needs generated text (output_type generate_until), which"),
+        ("gone", ["lm_eval.tasks=[selfsup_mc]"], "has no checkpoints/last.ckpt: the weights it ended with are gone"),
+        ("", ["lm_eval.tasks=[selfsup_mc]", "objective=clm"], "selfsup-eval takes eval settings only"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(families, tasks, tmp_path, capsys, where, args, message):
+    target = families / where if where != "gone" else tmp_path / "gone"
+    if where == "gone":  # a run whose weights were deleted
+        import shutil
+
+        shutil.copytree(families / "1", target, ignore=shutil.ignore_patterns("*.ckpt", "wandb"))
+    before = snapshot(families)
+    with pytest.raises(SystemExit) as exit:
+        main([str(target), *args, f"lm_eval.include_path=[{tasks}]"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert message in err, err
+    assert snapshot(families) == before
+
+
+def test_without_lm_eval_installed_the_line_says_how_to_install_it(families, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # Python's own "not importable" (as if not installed)
+    with pytest.raises(SystemExit) as exit:
+        main([str(families), "lm_eval.tasks=[hellaswag]"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err == (
+        "error: lm-eval is not installed: pip install -e '.[lmeval]' (or pip install 'lm-eval>=0.4.13,<0.5')\n"
+    )
