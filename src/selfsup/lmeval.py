@@ -64,6 +64,8 @@ GENERATES = "generate_until"
 Z95 = 1.959963984540054
 MANAGERS: dict[tuple, Any] = {}  # lm-eval's TaskManager per include_path
 
+__all__ = ["LMEval", "combine", "scores", "write_tasks"]
+
 
 def lm_eval_module():
     """The lm_eval package, or one line saying how to install it."""
@@ -386,4 +388,70 @@ def combine(trained: dict, runs: list[dict]) -> tuple[dict, dict]:
     return metrics, outcomes
 
 
-__all__ = ["LMEval", "combine", "scores"]
+# ------------------------------------------------------------------------------------------ the lab's local tasks
+TASK_YAML = {
+    "selfsup_pairs": (
+        "# BLiMP's layout over the lab's held-out minimal pairs (selfsup.evaluation.pairs.builtin_pairs, replaced_1):\n"
+        "# each pair's two sentences as the choices of an empty context, the grammatical one the target\n"
+        'task: selfsup_pairs\n{data}output_type: multiple_choice\ndoc_to_text: ""\n'
+        'doc_to_choice: "{{{{[sentence_good, sentence_bad]}}}}"\ndoc_to_target: 0\n'
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+    ),
+    "selfsup_last_word": (
+        "# LAMBADA's layout over the lab's held-out docstring sentences (selfsup.evaluation.tasks.probe_sentences):\n"
+        "# the sentence without its last word as the context, the last word the target\n"
+        'task: selfsup_last_word\n{data}output_type: loglikelihood\ndoc_to_text: "{{{{context}}}}"\n'
+        "doc_to_target: \"{{{{' ' + word}}}}\"\nmetric_list:\n"
+        "  - metric: perplexity\n    aggregation: perplexity\n    higher_is_better: false\n"
+        "  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+    ),
+}
+TASK_DATA = "dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {path}\ntest_split: test\n"
+
+
+def write_tasks(folder: str | Path, n: int = 500) -> list[Path]:
+    """Two lm-eval tasks over the lab's held-out text (never in the built-in corpus), as task YAMLs over JSON files
+    in `folder` (lm_eval.include_path=[folder], or lm-eval's own --include_path): selfsup_pairs (BLiMP's layout, n
+    minimal pairs: acc) and selfsup_last_word (LAMBADA's, n sentences: perplexity, acc). Returns the files written."""
+    from selfsup.evaluation.pairs import builtin_pairs
+    from selfsup.evaluation.tasks import PLAIN, probe_sentences
+
+    folder = Path(folder).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    pairs = builtin_pairs(max_pairs=n, types=["replaced_1"])
+    rows = {
+        "selfsup_pairs": [{"sentence_good": g, "sentence_bad": b} for g, b in zip(pairs.good, pairs.bad)],
+        "selfsup_last_word": [
+            {"context": " ".join(s.rstrip(".").split()[:-1]), "word": s.rstrip(".").split()[-1]}
+            for s in probe_sentences()
+            if s.endswith(".") and PLAIN.match(s.rstrip(".").split()[-1])
+        ][:n],
+    }
+    written = []
+    for name, found in rows.items():
+        data = folder / f"{name}.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in found))
+        (folder / f"{name}.yaml").write_text(TASK_YAML[name].format(data=TASK_DATA.format(path=data)))
+        written += [folder / f"{name}.yaml", data]
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    """python -m selfsup.lmeval tasks FOLDER: write the lab's two local lm-eval tasks (write_tasks) into FOLDER."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "tasks":
+        print(
+            "usage: python -m selfsup.lmeval tasks FOLDER   (writes selfsup_pairs and selfsup_last_word)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    written = write_tasks(args[1])
+    print(
+        f"wrote {', '.join(p.name for p in written)} to {written[0].parent}: lm_eval.include_path=[{written[0].parent}]"
+    )
+
+
+if __name__ == "__main__":
+    main()

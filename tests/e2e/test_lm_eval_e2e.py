@@ -272,3 +272,32 @@ def test_without_lm_eval_installed_the_line_says_how_to_install_it(families, tmp
     assert exit.value.code == 2 and err == (
         "error: lm-eval is not installed: pip install -e '.[lmeval]' (or pip install 'lm-eval>=0.4.13,<0.5')\n"
     )
+
+
+def test_the_labs_local_tasks_are_written_as_lm_eval_reads_them(tmp_path, capsys):
+    from lm_eval.tasks import TaskManager, get_task_dict
+
+    from selfsup.evaluation.pairs import builtin_pairs
+    from selfsup.lmeval import LMEval
+    from selfsup.lmeval import main as lmeval_main
+
+    lmeval_main(["tasks", str(tmp_path / "t")])
+    assert capsys.readouterr().out.endswith(f"lm_eval.include_path=[{tmp_path / 't'}]\n")
+    names = sorted(p.name for p in (tmp_path / "t").iterdir())
+    assert names == ["selfsup_last_word.jsonl", "selfsup_last_word.yaml", "selfsup_pairs.jsonl", "selfsup_pairs.yaml"]
+    LMEval(tasks=["selfsup_pairs", "selfsup_last_word"], include_path=[str(tmp_path / "t")]).check()
+    found = get_task_dict(["selfsup_pairs", "selfsup_last_word"], TaskManager(include_path=str(tmp_path / "t")))
+    pairs, last = (list(found[name].test_docs()) for name in ("selfsup_pairs", "selfsup_last_word"))
+    expected = builtin_pairs(max_pairs=500, types=["replaced_1"])
+    assert len(pairs) == len(last) == 500
+    assert [(d["sentence_good"], d["sentence_bad"]) for d in pairs] == list(zip(expected.good, expected.bad))
+    task = found["selfsup_pairs"]
+    assert task.doc_to_choice(pairs[0]) == [pairs[0]["sentence_good"], pairs[0]["sentence_bad"]]
+    assert task.doc_to_target(pairs[0]) == 0 and task.doc_to_text(pairs[0]) == ""
+    task, doc = found["selfsup_last_word"], last[0]
+    assert task.doc_to_text(doc) == doc["context"] and task.doc_to_target(doc) == " " + doc["word"]
+    assert all(" " not in d["word"] and d["context"] for d in last)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:
+        lmeval_main(["task"])
+    assert exit.value.code == 2 and capsys.readouterr().err.startswith("usage: python -m selfsup.lmeval tasks FOLDER")
