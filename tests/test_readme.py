@@ -49,16 +49,24 @@ def eval_commands() -> list[tuple[str, list[str]]]:
 EVAL_COMMANDS = eval_commands()
 
 
+@pytest.fixture(scope="module")
+def lm_eval_tasks(tmp_path_factory) -> Path:
+    """The lab's local lm-eval tasks, written once (lm-eval indexes a folder once per process)."""
+    from selfsup.lmeval import write_tasks
+
+    folder = tmp_path_factory.mktemp("lm-eval-tasks")
+    write_tasks(folder)
+    return folder
+
+
 @pytest.mark.parametrize("where,args", EVAL_COMMANDS, ids=[w for w, _ in EVAL_COMMANDS])
-def test_a_documented_selfsup_eval_command_composes(where, args, tmp_path):
+def test_a_documented_selfsup_eval_command_composes(where, args, lm_eval_tasks):
     from selfsup.evaluate import eval_config, is_lm_eval, lm_eval_config
     from selfsup.evaluation import Finetune, GenerationJob
-    from selfsup.lmeval import write_tasks
 
     lm = [a for a in args if is_lm_eval(a)]
     if lm:  # lm-eval's settings pass its checks (task names included; the lab's local tasks written where shown)
-        write_tasks(tmp_path)
-        lm_eval_config([re.sub(r"include_path=\[.*\]", f"include_path=[{tmp_path}]", a) for a in lm])
+        lm_eval_config([re.sub(r"include_path=\[.*\]", f"include_path=[{lm_eval_tasks}]", a) for a in lm])
         if len(lm) == len(args):
             return
     cfg = eval_config([a for a in args if not is_lm_eval(a)])  # composes (a bad override: one UserError line)
