@@ -42,6 +42,7 @@ import json
 import logging
 import math
 import tempfile
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,19 +245,35 @@ class LMEval:
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         with tempfile.TemporaryDirectory(prefix="selfsup-lm-eval-") as folder, quiet():
             export_model(p, Path(folder) / "hf")
-            results = lm_eval.simple_evaluate(
-                model="hf",
-                model_args={"pretrained": str(Path(folder) / "hf"), "backend": BACKENDS[p.architecture]},
-                tasks=list(self.tasks),
-                num_fewshot=self.num_fewshot,
-                limit=self.limit,
-                batch_size=self.batch_size,
-                device=device,
-                bootstrap_iters=self.bootstrap_iters,
-                log_samples=True,
-                task_manager=self.manager(),
-            )
+            try:
+                results = lm_eval.simple_evaluate(
+                    model="hf",
+                    model_args={"pretrained": str(Path(folder) / "hf"), "backend": BACKENDS[p.architecture]},
+                    tasks=list(self.tasks),
+                    num_fewshot=self.num_fewshot,
+                    limit=self.limit,
+                    batch_size=self.batch_size,
+                    device=device,
+                    bootstrap_iters=self.bootstrap_iters,
+                    log_samples=True,
+                    task_manager=self.manager(),
+                )
+            except AssertionError as err:  # lm-eval's hf model asserts that each target fits the model's length
+                if err.__traceback__ is None or _innermost(err.__traceback__) != "_loglikelihood_tokens":
+                    raise
+                traceback.clear_frames(err.__traceback__)  # lm-eval's progress bar ends its line before ours
+                raise UserError(
+                    f"lm-eval cannot score a target longer than the model's {p.model.max_len} tokens (its hf model "
+                    f"asserts len(continuation) <= max_length) in {', '.join(self.tasks)}: use tasks with shorter "
+                    f"targets, or models trained with a longer data.block_size"
+                ) from None
         return scores(results)
+
+
+def _innermost(tb) -> str:
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name
 
 
 def lm_eval_version() -> str:

@@ -27,7 +27,8 @@ SENTENCES = [
 
 def task_folder(folder: Path, generate: bool = False) -> Path:
     """lm-eval task YAMLs over local JSON files: selfsup_mc (multiple choice: the last word of a sentence among 4)
-    and selfsup_ll (loglikelihood: the last word after the rest), and with `generate` selfsup_gen (generate_until)."""
+    and selfsup_ll (loglikelihood: the last word after the rest), and with `generate` selfsup_gen (generate_until)
+    and selfsup_long (loglikelihood, a target longer than a tiny model's 32 tokens)."""
     folder.mkdir(parents=True, exist_ok=True)
     mc = []
     for i, sentence in enumerate(SENTENCES):
@@ -60,6 +61,13 @@ def task_folder(folder: Path, generate: bool = False) -> Path:
             + common.format(data["ll"])
             + "output_type: generate_until\ndoc_to_text: \"{{text.split(' ')[0]}}\"\n"
             "doc_to_target: \"{{text}}\"\ngeneration_kwargs:\n  until: ['.']\nmetric_list:\n  - metric: exact_match\n"
+        )
+        long = write_records(folder / "long.jsonl", [{"text": " ".join(SENTENCES)}])
+        (folder / "selfsup_long.yaml").write_text(
+            "task: selfsup_long\n"
+            + common.format(long)
+            + "output_type: loglikelihood\ndoc_to_text: \"{{text.split(' ')[0]}}\"\n"
+            "doc_to_target: \"{{' ' + text.split(' ')[1:]|join(' ')}}\"\nmetric_list:\n  - metric: acc\n"
         )
     return folder
 
@@ -237,6 +245,22 @@ def test_a_sweep_is_scored_by_lm_eval_beside_random_init_as_lm_evals_cli_scores_
     assert f"| {before['eval/lm_eval/selfsup_mc/acc']:.4g} |" in row
 
 
+@pytest.mark.slow  # the seq2seq backend: the sweep's span corruption run; t5's export: test_t5_e2e.py
+def test_the_t5_preset_is_scored_by_lm_evals_seq2seq_backend(train, tasks, tmp_path):
+    run = tmp_path / "t5"
+    done = train("debug=tiny", "eval=none", "objective=span_corruption", "architecture=t5", run_dir=run, tiny=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    settings = ["lm_eval.tasks=[selfsup_mc]", f"lm_eval.include_path=[{tasks}]", "lm_eval.random_init_seeds=2"]
+    out = selfsup_eval(run, *settings, "lm_eval.limit=10")
+    assert out.returncode == 0, out.stderr[-3000:]
+    evaluated = json.loads((run / "evaluated.json").read_text())
+    assert evaluated["evaluations"][-1]["lm_eval"]["backend"] == "seq2seq"
+    with np.load(run / "evaluated_outcomes.npz") as outcomes:
+        trained = outcomes["eval/lm_eval/selfsup_mc/acc"]
+    assert trained.shape == (10,)
+    assert evaluated["eval"]["eval/lm_eval/selfsup_mc/acc"] == pytest.approx(trained.mean(), abs=1e-12)
+
+
 @pytest.mark.parametrize(
     "where,args,message",
     [
@@ -246,6 +270,7 @@ def test_a_sweep_is_scored_by_lm_eval_beside_random_init_as_lm_evals_cli_scores_
         ("0", ["lm_eval.tasks=[selfsup_mc]"], "0: encoder: lm-eval scores decoders (hf, causal) and encoder-decoders"),
         ("0", ["lm_eval.tasks=[selfsup_gen]"], "selfsup_gen needs generated text (output_type generate_until), which"),
         ("gone", ["lm_eval.tasks=[selfsup_mc]"], "has no checkpoints/last.ckpt: the weights it ended with are gone"),
+        ("1", ["lm_eval.tasks=[selfsup_long]"], "lm-eval cannot score a target longer than the model's 32 tokens"),
         ("", ["lm_eval.tasks=[selfsup_mc]", "objective=clm"], "selfsup-eval takes eval settings only"),
     ],
 )
@@ -259,6 +284,8 @@ def test_bad_input_is_one_line_and_writes_nothing(families, tasks, tmp_path, cap
     with pytest.raises(SystemExit) as exit:
         main([str(target), *args, f"lm_eval.include_path=[{tasks}]"])
     err = capsys.readouterr().err
+    if where == "1":  # lm-eval's progress bars up to the target it cannot score, then the line
+        err = err.splitlines(keepends=True)[-1]
     assert exit.value.code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
     assert message in err, err
     assert snapshot(families) == before
