@@ -436,13 +436,10 @@ def write_tasks(folder: str | Path, n: int = 500) -> list[Path]:
     folder = Path(folder).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
     pairs = builtin_pairs(max_pairs=n, types=["replaced_1"])
+    words = [s.rstrip(".").split() for s in probe_sentences() if s.endswith(".")]
     rows = {
         "selfsup_pairs": [{"sentence_good": g, "sentence_bad": b} for g, b in zip(pairs.good, pairs.bad)],
-        "selfsup_last_word": [
-            {"context": " ".join(s.rstrip(".").split()[:-1]), "word": s.rstrip(".").split()[-1]}
-            for s in probe_sentences()
-            if s.endswith(".") and PLAIN.match(s.rstrip(".").split()[-1])
-        ][:n],
+        "selfsup_last_word": [{"context": " ".join(w[:-1]), "word": w[-1]} for w in words if PLAIN.match(w[-1])][:n],
     }
     written = []
     for name, found in rows.items():
