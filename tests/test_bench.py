@@ -2,12 +2,12 @@
 
 from hydra import compose, initialize_config_dir
 
-from selfsup.bench import main
-from selfsup.config import register
 from selfsup.data.vocab import Vocab
 from selfsup.models import build_model
 from selfsup.objectives import build_objective
-from selfsup.train import CONF_DIR
+from selfsup.run.schema import register
+from selfsup.run.train import CONF_DIR
+from selfsup.tools.bench import main
 
 
 def lab_config(objective: str):

@@ -6,11 +6,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from selfsup.config import register
 from selfsup.errors import UserError
 from selfsup.reliability.callbacks import LastCheckpoint, NonFiniteGuard, PreemptionHandler
-from selfsup.throughput import TokenThroughput
-from selfsup.train import CONF_DIR, make_callbacks
+from selfsup.run.schema import register
+from selfsup.run.train import CONF_DIR, make_callbacks
+from selfsup.training.throughput import TokenThroughput
 
 
 def composed(*overrides):

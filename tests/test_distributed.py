@@ -6,12 +6,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from selfsup.checks import check_devices
-from selfsup.config import register
-from selfsup.distributed import strategy_for
 from selfsup.errors import UserError
-from selfsup.strategies import HydraSafeDDPStrategy, HydraSafeFSDPStrategy, WorkerLauncher
-from selfsup.train import CONF_DIR
+from selfsup.run.checks import check_devices
+from selfsup.run.schema import register
+from selfsup.run.train import CONF_DIR
+from selfsup.run.train import strategy as strategy_for
+from selfsup.training.strategies import HydraSafeDDPStrategy, HydraSafeFSDPStrategy, WorkerLauncher
 
 
 def config(*overrides):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from selfsup.report.docs import BLOCKS, FILES, MARK, blocks, main, rewrite
-from selfsup.summary import summary_table
+from selfsup.results.summary import summary_table
 
 ROOT = Path(__file__).parents[1]
 

@@ -1,4 +1,4 @@
-"""Models in (selfsup.hf_import): a checkpoint of each class the export writes comes back as the lab's model, and
+"""Models in (selfsup.interop.hf_import): a checkpoint of each class the export writes comes back as the lab's model, and
 exports back exactly; a checkpoint the lab's model cannot compute is refused in one line naming what differs."""
 
 import json
@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
 from selfsup.errors import UserError
-from selfsup.export import EXPORTERS, exporter
-from selfsup.hf_import import import_model
+from selfsup.interop.export import EXPORTERS, exporter
+from selfsup.interop.hf_import import import_model
 from selfsup.models import TransformerConfig
 
 transformers = pytest.importorskip("transformers")
@@ -81,7 +81,7 @@ def test_a_model_transformers_made_comes_in_and_exports_back_exactly(cls, config
     model_class = getattr(transformers, cls)
     torch.manual_seed(0)
     hf = model_class(model_class.config_class(vocab_size=300, tie_word_embeddings=False, **config))
-    if cls.startswith("T5"):  # transformers 5 ties T5's head whatever the config says (selfsup.parity.twin)
+    if cls.startswith("T5"):  # transformers 5 ties T5's head whatever the config says (selfsup.tools.parity.twin)
         hf.config.tie_word_embeddings = False
         hf.lm_head.weight = torch.nn.Parameter(torch.randn_like(hf.lm_head.weight))
     hf.save_pretrained(tmp_path / "hf")
@@ -144,7 +144,7 @@ def test_a_run_from_a_checkpoint_takes_each_tokens_rows_to_its_new_id(kind, tmp_
 
     from selfsup.data.pretrained_tokenizer import lab_layout, load_pretrained
     from selfsup.data.tokenizer import vocab_from_tokenizer
-    from selfsup.hf_import import run_settings, start_from
+    from selfsup.interop.hf_import import run_settings, start_from
 
     texts = [f"document {i}: the module returns a list of {i % 7} files" for i in range(200)]
     folder = str(hf_checkpoint(kind, tmp_path / kind, texts))

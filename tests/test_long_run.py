@@ -5,13 +5,13 @@ import lightning as L
 import pytest
 import torch
 
+from selfsup.common.memory import rss_mb
 from selfsup.data.vocab import Vocab
-from selfsup.memory import rss_mb
 from selfsup.models import build_model
-from selfsup.module import SelfSupModule
 from selfsup.objectives import CausalLM
 from selfsup.optim import AdamWCosine
 from selfsup.reliability.callbacks import LastCheckpoint
+from selfsup.training.module import SelfSupModule
 
 
 class MemoryProbe(L.Callback):

@@ -8,9 +8,9 @@ import torch
 
 from selfsup.data.vocab import Vocab
 from selfsup.models import build_model
-from selfsup.module import SelfSupModule, accumulate_gradients, cross_entropy_sums
 from selfsup.objectives import IGNORE, MaskedLM, ObjectiveBatch
 from selfsup.optim import AdamWCosine
+from selfsup.training.module import SelfSupModule, accumulate_gradients, cross_entropy_sums
 
 V = Vocab(size=300, n_sentinels=10)
 

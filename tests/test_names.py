@@ -1,9 +1,9 @@
-"""selfsup.names: RunSummary, the one reader and writer of summary.json, and override_key."""
+"""selfsup.common.names: RunSummary, the one reader and writer of summary.json, and override_key."""
 
 import json
 import math
 
-from selfsup.names import ERROR, SUMMARY, RunSummary, override_key
+from selfsup.common.names import ERROR, SUMMARY, RunSummary, override_key
 
 
 def test_a_summary_is_written_as_strict_json_and_read_back(tmp_path):

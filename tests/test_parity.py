@@ -9,11 +9,11 @@ import torch
 from omegaconf import OmegaConf
 
 from selfsup.data.vocab import Vocab
-from selfsup.export import EXPORTERS, exporter
+from selfsup.interop.export import EXPORTERS, exporter
 from selfsup.models import TransformerConfig
-from selfsup.module import cross_entropy_sums
 from selfsup.objectives import build_objective
-from selfsup.parity import PARITY, twin, twin_sums
+from selfsup.tools.parity import PARITY, twin, twin_sums
+from selfsup.training.module import cross_entropy_sums
 
 pytest.importorskip("transformers")
 CONF = Path(__file__).resolve().parents[1] / "conf" / "architecture"
@@ -52,5 +52,5 @@ def test_the_twin_scores_a_batch_as_the_lab_does_when_it_holds_the_labs_weights(
         lab_nll, lab_scored, _ = cross_entropy_sums(model, batch)
         hf_nll, hf_scored = twin_sums(hf, batch)
     assert int(hf_scored) == int(lab_scored) == int(batch.n_scored) > 0
-    # the encoder's twin normalises the features twice (selfsup.export: a relative eps / (2 variance))
+    # the encoder's twin normalises the features twice (selfsup.interop.export: a relative eps / (2 variance))
     assert float(hf_nll) == pytest.approx(float(lab_nll), rel=1e-4 if architecture == "encoder" else 1e-5)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from selfsup.build import check_settings
-from selfsup.config import register
-from selfsup.train import CONF_DIR
+from selfsup.run.build import check_settings
+from selfsup.run.schema import register
+from selfsup.run.train import CONF_DIR
 
 ROOT = Path(__file__).parents[1]
 
@@ -52,7 +52,7 @@ EVAL_COMMANDS = eval_commands()
 @pytest.fixture(scope="module")
 def lm_eval_tasks(tmp_path_factory) -> Path:
     """The lab's local lm-eval tasks, written once (lm-eval indexes a folder once per process)."""
-    from selfsup.lmeval import write_tasks
+    from selfsup.interop.lmeval import write_tasks
 
     folder = tmp_path_factory.mktemp("lm-eval-tasks")
     write_tasks(folder)
@@ -61,8 +61,8 @@ def lm_eval_tasks(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("where,args", EVAL_COMMANDS, ids=[w for w, _ in EVAL_COMMANDS])
 def test_a_documented_selfsup_eval_command_composes(where, args, lm_eval_tasks):
-    from selfsup.evaluate import eval_config, is_lm_eval, lm_eval_config
     from selfsup.evaluation import Finetune, GenerationJob
+    from selfsup.tools.evaluate import eval_config, is_lm_eval, lm_eval_config
 
     lm = [a for a in args if is_lm_eval(a)]
     if lm:  # lm-eval's settings pass its checks (task names included; the lab's local tasks written where shown)

@@ -19,10 +19,9 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import OmegaConf
 
+from selfsup.common.memory import rss_mb
 from selfsup.data.vocab import Vocab
-from selfsup.memory import rss_mb
 from selfsup.models import build_model
-from selfsup.module import SelfSupModule
 from selfsup.objectives import MaskedLM
 from selfsup.optim import AdamWCosine
 from selfsup.reliability import checkpoint_io as reliability  # its private _open_new is patched
@@ -44,6 +43,7 @@ from selfsup.reliability.checkpoints import (
     resume_state,
 )
 from selfsup.reliability.redact import redact
+from selfsup.training.module import SelfSupModule
 
 V = Vocab(size=300, n_sentinels=10)
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -53,8 +53,8 @@ def lab_config(objective: str = "clm", **changes) -> dict:
     """A resolved train config as the lab composes it (conf/, objective=<objective>), with changes."""
     from hydra import compose, initialize_config_dir
 
-    from selfsup.config import register
-    from selfsup.train import CONF_DIR
+    from selfsup.run.schema import register
+    from selfsup.run.train import CONF_DIR
 
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
@@ -150,7 +150,7 @@ def one_line(err: BaseException) -> str:
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
     """A real 4-step fit with the lab's checkpoint callback, throughput monitor and our callbacks."""
-    from selfsup.throughput import TokenThroughput
+    from selfsup.training.throughput import TokenThroughput
 
     tmp_path = tmp_path_factory.mktemp("real")
     throughput = TokenThroughput(window_size=2)
@@ -648,7 +648,7 @@ def test_slurm_auto_requeue_keeps_its_requeue_signal(tmp_path):
     assert handler._handled_signals(LightningEnvironment()) == [signal.SIGTERM, signal.SIGUSR1]
     # on_train_start finds the environment in the Trainer
     on_slurm = L.Trainer(accelerator="cpu", logger=False, plugins=[requeue], default_root_dir=str(tmp_path))
-    from selfsup.upstream import cluster_environment
+    from selfsup.common.upstream import cluster_environment
 
     assert cluster_environment(on_slurm) is requeue
     assert isinstance(cluster_environment(trainer(tmp_path)), LightningEnvironment)
@@ -733,7 +733,7 @@ import lightning as L, torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from selfsup.data.vocab import Vocab
 from selfsup.models import build_model
-from selfsup.module import SelfSupModule
+from selfsup.training.module import SelfSupModule
 from selfsup.objectives import MaskedLM
 from selfsup.optim import AdamWCosine
 from selfsup.reliability.callbacks import PreemptionHandler
@@ -802,7 +802,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
 def test_sigterm_once_a_run_has_ended_is_noted_and_a_second_one_stops_at_once():
     """selfsup-train's handler after fit: the run's records are written; a sweep starts no further job."""
     from selfsup.reliability import stop
-    from selfsup.train import after_run
+    from selfsup.run.train import after_run
 
     previous = signal.signal(signal.SIGTERM, after_run)
     try:

@@ -7,11 +7,11 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
-from selfsup.checks import check_values
-from selfsup.config import register
 from selfsup.errors import UserError
-from selfsup.run_dir import check_new_path, check_resume_path, claim
-from selfsup.train import CONF_DIR
+from selfsup.run.checks import check_values
+from selfsup.run.run_dir import check_new_path, check_resume_path, claim
+from selfsup.run.schema import register
+from selfsup.run.train import CONF_DIR
 
 
 def test_a_run_dir_that_is_or_lies_under_a_file_is_refused(tmp_path):
@@ -35,7 +35,7 @@ def test_a_dir_locked_by_another_process_is_refused(tmp_path):
             sys.executable,
             "-c",
             "import sys; from pathlib import Path; "
-            "from selfsup.run_dir import claim, own; claim(Path(sys.argv[1])); own(Path(sys.argv[1])); "
+            "from selfsup.run.run_dir import claim, own; claim(Path(sys.argv[1])); own(Path(sys.argv[1])); "
             "print('held', flush=True); "
             "sys.stdin.read()",
             str(run),

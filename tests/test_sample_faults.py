@@ -153,7 +153,7 @@ def test_a_causal_decoder_still_generates_causally(checkpoints):
     ],
 )
 def test_sample_refuses_bad_sampling_settings_in_one_line(checkpoints, capsys, option, value, says):
-    from selfsup.sample import main as sample
+    from selfsup.tools.sample import main as sample
 
     with pytest.raises(SystemExit) as exit_info:
         sample([str(checkpoints["prefix"]), "--prompt", "the module", "--max-new-tokens", "2", option, value])
@@ -165,7 +165,7 @@ def test_sample_refuses_bad_sampling_settings_in_one_line(checkpoints, capsys, o
 
 
 def test_sample_samples_at_temperature_0_8_from_the_top_200_and_greedy_takes_the_argmax(checkpoints, capsys):
-    from selfsup.sample import main as sample
+    from selfsup.tools.sample import main as sample
 
     p = selfsup.load(checkpoints["clm"])
     command = [str(checkpoints["clm"]), "--prompt", "the module", "--max-new-tokens", "4"]
@@ -226,7 +226,7 @@ def test_generate_caps_max_new_tokens_at_the_models_positions_with_a_warning(che
 
 
 def test_sample_caps_max_new_tokens_with_one_note_line(checkpoints, capsys):
-    from selfsup.sample import main as sample
+    from selfsup.tools.sample import main as sample
 
     p = selfsup.load(checkpoints["prefix"])
     limit = p.generation_limit("the module")
@@ -251,7 +251,7 @@ def test_sample_caps_max_new_tokens_with_one_note_line(checkpoints, capsys):
 
 
 def test_a_prompt_longer_than_the_model_reads_is_refused(checkpoints, capsys):
-    from selfsup.sample import main as sample
+    from selfsup.tools.sample import main as sample
 
     p = selfsup.load(checkpoints["clm"])
     prompt = " ".join(WORDS)  # more tokens than the 16 positions

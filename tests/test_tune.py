@@ -1,4 +1,4 @@
-"""Pruning at validations (selfsup.tune.TrialPruning) with a real Optuna study and a real Lightning Trainer:
+"""Pruning at validations (selfsup.training.tune.TrialPruning) with a real Optuna study and a real Lightning Trainer:
 a trial below the median of the earlier trials by more than its metric's standard error stops at its first
 validation; one above it, or below it by less than the SE, or with no SE logged, trains to the end."""
 
@@ -32,7 +32,7 @@ class Scored(BoringModel):
 def test_a_trial_below_the_median_by_more_than_its_se_is_pruned_at_its_first_validation(
     tmp_path, caplog, score, se, pruned
 ):
-    from selfsup.tune import TrialPruning
+    from selfsup.training.tune import TrialPruning
 
     storage = f"sqlite:///{tmp_path}/optuna.db"
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")

@@ -1,4 +1,4 @@
-"""selfsup.tune.NoiseAwarePruner on in-memory Optuna studies with hand-made intermediate values (median and
+"""selfsup.training.tune.NoiseAwarePruner on in-memory Optuna studies with hand-made intermediate values (median and
 hyperband: a trial worse than the reference by less than its SE is kept, by more pruned); the sweeper's
 seed record (mean, SE, random-init margins) from summaries; the report's study lines (best ± SE, margins,
 "not distinguishable", importances only from 10 complete trials) and each study once."""
@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from selfsup.tune import NoiseAwarePruner
+from selfsup.training.tune import NoiseAwarePruner
 
 
 def median_study(values=(0.80, 0.84, 0.90)):
@@ -85,7 +85,7 @@ VALUES = [0.90, 0.85, 0.80, 0.86, 0.88, 0.84, 0.87, 0.83, 0.89]
 
 @pytest.mark.parametrize("factor,pruned", [(1.1, False), (0.9, True)])
 def test_hyperband_prunes_only_beyond_the_se_at_the_promotion_cut(factor, pruned):
-    from selfsup.upstream import hyperband_bracket_trials
+    from selfsup.common.upstream import hyperband_bracket_trials
 
     study, pruner = hyperband_study(VALUES)
     frozen = study.trials[-1]
@@ -224,7 +224,7 @@ def test_a_study_of_the_fixed_exam_reads_its_bootstrap_standard_error():
     """optimized_metric=eval/fixed/loss: one seed's trial carries the exam's own SE (eval/fixed/loss_se, the
     bootstrap over its windows), the one the pruner compares against at each validation."""
     from hydra_plugins.selfsup_sweeper.optuna_sweeper import seed_record
-    from selfsup.evaluation import exam_interval
+    from selfsup.evaluation.suite import exam_interval
 
     rng = np.random.default_rng(0)
     count = rng.integers(10, 30, 200).astype(float)

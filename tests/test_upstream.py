@@ -1,4 +1,4 @@
-"""The private upstream internals selfsup.upstream reaches for: each test fails when a release moves one."""
+"""The private upstream internals selfsup.common.upstream reaches for: each test fails when a release moves one."""
 
 import inspect
 
@@ -6,7 +6,7 @@ import lightning as L
 import pytest
 import torch
 
-from selfsup import upstream
+from selfsup.common import upstream
 
 
 def test_lightning_log_step_counter_and_cluster_environment(tmp_path):
@@ -108,7 +108,7 @@ def test_successive_halving_keeps_each_rung_in_a_completed_rung_attribute():
 
 
 def test_optuna_trial_id_is_the_storage_id_a_trial_is_rebuilt_from(tmp_path):
-    """The heartbeat of the selfsup_optuna sweeper and the job's `optuna.trial.Trial(study, trial_id)` (selfsup.tune)
+    """The heartbeat of the selfsup_optuna sweeper and the job's `optuna.trial.Trial(study, trial_id)` (selfsup.training.tune)
     need a trial's storage id, which counts across the studies of a storage (its `number` counts within one)."""
     optuna = pytest.importorskip("optuna")
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"

@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 
 def load(path, device="cpu"):
-    """The model of a run dir or checkpoint, its tokenizer and settings: selfsup.pretrained.load."""
-    from selfsup.pretrained import load as load_pretrained
+    """The model of a run dir or checkpoint, its tokenizer and settings: selfsup.interop.pretrained.load."""
+    from selfsup.interop.pretrained import load as load_pretrained
 
     return load_pretrained(path, device)

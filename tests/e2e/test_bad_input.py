@@ -37,10 +37,10 @@ def refusal(cache_dir, *overrides) -> str | None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from selfsup.build import check_objective, check_settings, make_corpus
-    from selfsup.checks import config_error_line
-    from selfsup.config import register
-    from selfsup.train import CONF_DIR
+    from selfsup.run.build import check_objective, check_settings, make_corpus
+    from selfsup.run.checks import config_error_line
+    from selfsup.run.schema import register
+    from selfsup.run.train import CONF_DIR
 
     register()
     try:
@@ -144,9 +144,9 @@ def test_data_mistakes(cache_dir, files, path, words):
     """Refused in one line before anything is cached (in-process; the command line: the next test)."""
     from hydra import compose, initialize_config_dir
 
-    from selfsup.build import prepare
     from selfsup.data import DataError
-    from selfsup.train import CONF_DIR
+    from selfsup.run.build import prepare
+    from selfsup.run.train import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose(

@@ -43,10 +43,10 @@ def test_an_objective_from_outside_the_package_trains_and_declares_its_architect
     import pytest
     from hydra import compose, initialize_config_dir
 
-    from selfsup.build import check_settings
-    from selfsup.config import register
     from selfsup.errors import UserError
-    from selfsup.train import CONF_DIR
+    from selfsup.run.build import check_settings
+    from selfsup.run.schema import register
+    from selfsup.run.train import CONF_DIR
 
     register()
     sys.path.insert(0, str(EXAMPLE))

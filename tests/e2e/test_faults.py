@@ -68,7 +68,7 @@ def test_resume_applies_a_new_learning_rate_and_records_it(train, tmp_path):
     before = snapshot(run)
     # finished at its max_steps: refused, and the run is exactly as it was (what RunDirGuard checks, in-process)
     from selfsup.errors import UserError
-    from selfsup.run_dir import check_resume
+    from selfsup.run.run_dir import check_resume
 
     with pytest.raises(UserError, match="nothing to continue, the run is unchanged") as finished:
         check_resume(run, [f"resume={run}"])
@@ -139,7 +139,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, 
     proc.wait()
     assert not list((run / "checkpoints").glob("*.ckpt")) if (run / "checkpoints").exists() else True
     from selfsup.errors import UserError
-    from selfsup.run_dir import check_new_run_dir
+    from selfsup.run.run_dir import check_new_run_dir
 
     with pytest.raises(UserError, match=f"stopped before its first checkpoint.*resume={run}"):
         check_new_run_dir(run)  # starting it again names the command that works

@@ -11,11 +11,11 @@ from helpers import hf_checkpoint
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
-from selfsup.build import build, with_init
-from selfsup.config import register
 from selfsup.data import text_file_documents
 from selfsup.data.vocab import special_tokens
-from selfsup.train import CONF_DIR
+from selfsup.run.build import build, with_init
+from selfsup.run.schema import register
+from selfsup.run.train import CONF_DIR
 
 transformers = pytest.importorskip("transformers")
 
@@ -131,9 +131,9 @@ def test_a_checkpoint_a_run_cannot_start_from_is_refused_in_one_line(overrides, 
     from huggingface_hub import constants
     from hydra.errors import HydraException
 
-    from selfsup.build import check_objective, check_settings
-    from selfsup.checks import config_error_line
     from selfsup.errors import UserError
+    from selfsup.run.build import check_objective, check_settings
+    from selfsup.run.checks import config_error_line
 
     weights = tmp_path / "weights"
     weights.mkdir()
@@ -197,7 +197,7 @@ def test_the_command_line_refuses_it_before_writing_anything(gpt2, train, tmp_pa
 def test_a_run_exported_and_taken_back_in_starts_at_the_loss_it_ended_with(objective, architecture, train, tmp_path):
     """selfsup-export, then init.from= the export: the tokenizer comes back in the same layout (no row moves), the
     weights bit for bit, so the new run's step-0 validation is the first run's last one (same data, same masks)."""
-    from selfsup.export import export
+    from selfsup.interop.export import export
 
     settings = [f"objective={objective}", f"architecture={architecture}", "eval=none", "logger=csv"]
     out = train(*settings, "debug=tiny", tiny=False, run_dir=tmp_path / "first")
@@ -211,9 +211,9 @@ def test_a_run_exported_and_taken_back_in_starts_at_the_loss_it_ended_with(objec
 
 
 def test_a_sweep_checks_each_job_with_its_checkpoints_settings(gpt2, capsys):
-    """selfsup.sweep.check_jobs (before any job runs): a job whose objective cannot train the checkpoint refuses
+    """selfsup.run.sweep.check_jobs (before any job runs): a job whose objective cannot train the checkpoint refuses
     the sweep in one line naming the job."""
-    from selfsup.sweep import check_jobs
+    from selfsup.run.sweep import check_jobs
 
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None), pytest.raises(SystemExit) as done:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from helpers import write_records
 
-from selfsup.evaluate import main
+from selfsup.tools.evaluate import main
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
 WORDS = "list file server stream value string dictionary place components thread socket buffer".split()
@@ -305,7 +305,7 @@ def test_the_labs_local_tasks_are_written_as_lm_eval_reads_them(tmp_path, capsys
     from lm_eval.tasks import TaskManager, get_task_dict
 
     from selfsup.evaluation.pairs import builtin_pairs
-    from selfsup.lmeval import main as lmeval_main
+    from selfsup.interop.lmeval import main as lmeval_main
 
     lmeval_main(["tasks", str(tmp_path / "t")])
     assert capsys.readouterr().out.endswith(f"lm_eval.include_path=[{tmp_path / 't'}]\n")

@@ -140,7 +140,7 @@ def test_a_damaged_last_checkpoint_names_a_resume_from_another_that_works(lab, t
     last.write_bytes(last.read_bytes()[:1000])
     before = sorted(p.name for p in run.rglob("*"))
     from selfsup.errors import UserError
-    from selfsup.run_dir import check_resume
+    from selfsup.run.run_dir import check_resume
 
     with pytest.raises(UserError) as refused:  # what `selfsup-train resume=RUN` checks first (in-process here)
         check_resume(run, [f"resume={run}", "trainer.max_steps=46"])
@@ -204,7 +204,7 @@ def test_resuming_with_another_runs_checkpoint_says_which_is_which_and_asks_for_
     import torch
 
     from selfsup.errors import UserError
-    from selfsup.run_dir import check_resume
+    from selfsup.run.run_dir import check_resume
 
     root, _, _ = lab
     run = root / "run"

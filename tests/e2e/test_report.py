@@ -348,7 +348,7 @@ def test_val_rows_get_the_tokens_seen_of_their_training_step():
 
 
 def test_the_header_says_which_code_ran_and_what_every_run_shares(html_report, mask_sweep):
-    from selfsup.version import describe
+    from selfsup.common.version import describe
 
     text = html.unescape(html_report[0])
     code = json.loads((mask_sweep / "0" / "summary.json").read_text())["code"]
@@ -417,7 +417,7 @@ def test_a_users_task_is_in_the_closing_lines_the_sweep_table_the_report_and_the
     assert out.returncode == 0, out.stderr[-3000:]
     summaries = [json.loads((root / "0" / "summary.json").read_text())]
     evaluated = summaries[0]["eval"]
-    from selfsup.summary import run_lines
+    from selfsup.results.summary import run_lines
 
     lines = run_lines(summaries[0])  # the closing lines of the run
     [line] = [line for line in lines if line.strip().startswith("order acc")]

@@ -19,7 +19,7 @@ def test_a_t5_run_exports_as_t5_with_the_labs_logits(train, tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["architecture"], summary["architecture_preset"]) == ("encoder_decoder", "t5")
     assert "finished: span_corruption on t5," in out.stdout
-    from selfsup.export import main as export
+    from selfsup.interop.export import main as export
 
     export([str(run), str(tmp_path / "hf")])
     p = selfsup.load(run)

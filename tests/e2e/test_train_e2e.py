@@ -250,7 +250,7 @@ def test_a_copied_run_dir_loads_in_a_fresh_process(sweep, tmp_path):
 
 def test_sample_shows_what_each_architecture_predicts(sweep, capsys):
     import selfsup
-    from selfsup.sample import main as sample
+    from selfsup.tools.sample import main as sample
 
     root, _ = sweep
     decoder = selfsup.load(root / "1")
@@ -273,7 +273,7 @@ def test_sample_shows_what_each_architecture_predicts(sweep, capsys):
 def test_bad_input_to_load_is_one_line(sweep, tmp_path, capsys):
     import torch
 
-    from selfsup.sample import main as sample
+    from selfsup.tools.sample import main as sample
 
     root, _ = sweep
     empty = tmp_path / "run"
@@ -382,7 +382,7 @@ def test_exported_decoders_and_encoder_decoders_give_the_labs_logits(sweep, job)
 
 def test_exported_encoder_gives_the_labs_features_and_masked_lm_logits(sweep):
     """Megatron-BERT: the encoder's hidden states exactly; the masked-LM logits up to the second normalisation of
-    its head's transform, a relative eps / (2 variance) of the final residual stream (selfsup.export)."""
+    its head's transform, a relative eps / (2 variance) of the final residual stream (selfsup.interop.export)."""
     import torch
     import transformers
 
@@ -433,7 +433,7 @@ def test_export_maps_every_shape_option(sweep, tmp_path):
     import torch
 
     import selfsup
-    from selfsup.export import export
+    from selfsup.interop.export import export
     from selfsup.models import TransformerConfig
 
     root, _ = sweep
@@ -469,7 +469,7 @@ def test_export_maps_every_shape_option(sweep, tmp_path):
 
 
 def test_export_refuses_a_folder_that_holds_files_and_says_what_it_wrote(sweep, tmp_path, capsys):
-    from selfsup.export import main as export
+    from selfsup.interop.export import main as export
 
     root, _ = sweep
     taken = tmp_path / "taken"
@@ -496,8 +496,8 @@ def test_a_bit_flipped_checkpoint_is_refused_by_export_sample_and_load(sweep, tm
     import zipfile
 
     import selfsup
-    from selfsup.export import main as export
-    from selfsup.sample import main as sample
+    from selfsup.interop.export import main as export
+    from selfsup.tools.sample import main as sample
 
     root, _ = sweep
     copy = tmp_path / "run"
@@ -530,7 +530,7 @@ def test_a_decoder_trained_a_few_hundred_steps_samples_the_corpus_words(train, t
     import re
 
     from selfsup.data.builtin import builtin_documents
-    from selfsup.sample import main as sample
+    from selfsup.tools.sample import main as sample
 
     shape = [
         "debug=tiny",
@@ -651,7 +651,7 @@ def test_minicons_scores_the_exported_model_as_the_lab_scores_pairs(sweep, job):
             tok.batch_encode_plus = tok.__call__
         lm = scorer.MaskedLMScorer(transformers.AutoModelForMaskedLM.from_pretrained(root / "0" / "hf"), tokenizer=tok)
         theirs = lm.sequence_score([f"</s>{s}</s>" for s in PAIR_SENTENCES], reduction=total)
-        tolerance = 2e-2  # the exported MLM head's second normalisation (selfsup.export): ~1e-3 per logit
+        tolerance = 2e-2  # the exported MLM head's second normalisation (selfsup.interop.export): ~1e-3 per logit
     assert len(theirs) == len(ours) == 24
     assert max(abs(a - b) for a, b in zip(ours, theirs)) < tolerance
     good, bad = torch.tensor(theirs[0::2]), torch.tensor(theirs[1::2])

@@ -52,7 +52,7 @@ def refused_in_one_line(out: subprocess.CompletedProcess, starts: str) -> None:
 
 
 def nothing_blocks(sweep_dir: Path) -> None:
-    """What selfsup.sweep refuses a sweep dir for (a job folder, an optuna.db): none of it was left."""
+    """What selfsup.run.sweep refuses a sweep dir for (a job folder, an optuna.db): none of it was left."""
     assert not (sweep_dir.is_dir() and [p for p in sweep_dir.iterdir() if p.is_dir() or p.name == "optuna.db"])
 
 

@@ -30,7 +30,7 @@ def wandb_core_of(pid: int) -> int | None:
 
 
 def wandb_service() -> int:
-    """The pid of the wandb-core service this process's W&B uses (the handle selfsup.upstream.kill_wandb_service
+    """The pid of the wandb-core service this process's W&B uses (the handle selfsup.common.upstream.kill_wandb_service
     kills: wandb 0.31's)."""
     from wandb.sdk import wandb_setup
 
@@ -120,7 +120,7 @@ def test_a_dead_service_stops_the_logger_once_and_the_next_run_in_the_process_st
     import wandb
     from lightning.pytorch.loggers.logger import DummyExperiment
 
-    from selfsup.loggers import SafeWandbLogger
+    from selfsup.run.loggers import SafeWandbLogger
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     first = SafeWandbLogger(save_dir=str(tmp_path / "first"), project="p", mode="offline", csv_dir="runs/csv")
@@ -158,7 +158,7 @@ def test_a_stuck_service_times_out_a_log_call_once_and_the_next_run_starts_afres
     import wandb
     from lightning.pytorch.loggers.logger import DummyExperiment
 
-    from selfsup.loggers import SafeWandbLogger
+    from selfsup.run.loggers import SafeWandbLogger
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     first = SafeWandbLogger(save_dir=str(tmp_path / "first"), project="p", mode="offline", timeout=2)

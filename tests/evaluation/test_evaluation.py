@@ -10,13 +10,13 @@ import torch.nn.functional as F
 from helpers import write_records
 from hydra import compose, initialize_config_dir
 
-from selfsup.build import build, prepare
-from selfsup.config import register
 from selfsup.data.builtin import builtin_documents
 from selfsup.evaluation import EvalError, Evaluation, Finetune, Task
 from selfsup.evaluation.probe import features, linear_probe, scores
 from selfsup.evaluation.tasks import builtin_examples, probe_sentences, sentences
-from selfsup.train import CONF_DIR
+from selfsup.run.build import build, prepare
+from selfsup.run.schema import register
+from selfsup.run.train import CONF_DIR
 
 TINY = ["debug=tiny", "eval.pairs=null"]
 
@@ -542,5 +542,6 @@ def test_the_evaluation_says_each_part_as_it_goes_with_the_time_the_last_one_too
     assert said[-1].startswith("evaluated in ") and said[-1].endswith(" s)") and len(said) == 6
     seconds = [float(line.rsplit(": ", 1)[1].removesuffix(" s)")) for line in said[1:]]
     total = float(said[-1].split()[2])
-    assert all(s >= 0 for s in seconds) and sum(seconds) <= total + 0.1
+    # each part and the total are printed to 0.1 s: their rounding adds up to 0.05 s each
+    assert all(s >= 0 for s in seconds) and sum(seconds) <= total + 0.05 * (len(seconds) + 1) + 1e-9
     assert all(len(line) <= 100 for line in said)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from selfsup.data.vocab import Vocab
-from selfsup.evaluation import exam_interval
 from selfsup.evaluation.fixed import FixedExam
 from selfsup.evaluation.stats import exam_difference, exam_loss
+from selfsup.evaluation.suite import exam_interval
 from selfsup.models import build_model
 
 V = Vocab(300, n_sentinels=40)

@@ -10,16 +10,16 @@ import torch
 from helpers import write_records
 from hydra import compose, initialize_config_dir
 
-from selfsup.build import build, prepare
-from selfsup.config import register
 from selfsup.data.builtin import builtin_documents, stdlib_docstrings
 from selfsup.evaluation import EvalError, Task
 from selfsup.evaluation.probe import classified, encode
 from selfsup.evaluation.stats import difference, margin
 from selfsup.evaluation.tasks import next_sentence_examples, sentences
 from selfsup.models.transformer import build_model
-from selfsup.train import CONF_DIR
-from selfsup.verdict import OUTCOMES, verdict_text
+from selfsup.results.verdict import OUTCOMES, verdict_text
+from selfsup.run.build import build, prepare
+from selfsup.run.schema import register
+from selfsup.run.train import CONF_DIR
 
 TINY = ["debug=tiny", "eval.pairs=null", "eval.heldout=null", "eval.fixed=null"]
 

@@ -8,8 +8,6 @@ import torch
 import yaml
 from hydra import compose, initialize_config_dir
 
-from selfsup.build import prepare
-from selfsup.config import FixedExamConfig, register
 from selfsup.data.vocab import Vocab
 from selfsup.evaluation import EvalError, Evaluation
 from selfsup.evaluation.fixed import (
@@ -26,7 +24,9 @@ from selfsup.evaluation.fixed import (
     split_lines,
 )
 from selfsup.models import build_model
-from selfsup.train import CONF_DIR
+from selfsup.run.build import prepare
+from selfsup.run.schema import FixedExamConfig, register
+from selfsup.run.train import CONF_DIR
 
 V = Vocab(300, n_sentinels=40)
 VAL = np.random.default_rng(0).integers(V.first_ordinary, 300, 6000).astype(np.uint16)

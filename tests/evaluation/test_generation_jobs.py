@@ -12,15 +12,15 @@ import torch
 from helpers import write_records
 from hydra import compose, initialize_config_dir
 
-from selfsup.build import build
-from selfsup.config import register
 from selfsup.data.builtin import builtin_documents
 from selfsup.evaluation import EvalError, GenerationJob
 from selfsup.evaluation.generation import NOT_A_WRITER, prepare
 from selfsup.evaluation.stats import margin
 from selfsup.evaluation.tasks import docstring_name_examples, name_words, probe_sentences
-from selfsup.train import CONF_DIR
-from selfsup.verdict import load_outcomes
+from selfsup.results.verdict import load_outcomes
+from selfsup.run.build import build
+from selfsup.run.schema import register
+from selfsup.run.train import CONF_DIR
 
 TINY = ["debug=tiny", "eval.pairs=null", "eval.heldout=null", "eval.fixed=null", "~eval.tasks.probe"]
 JOB = "+eval.generation.c={job: continuation, max_train_examples: 48, max_test_examples: 24, max_new_tokens: 6}"

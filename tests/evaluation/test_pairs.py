@@ -372,8 +372,8 @@ def test_a_set_whose_every_pair_is_too_long_is_refused_by_prepare(cache_dir, tmp
     """prepare() is what RunDirGuard runs before Hydra writes anything: the refusal leaves no run dir."""
     from helpers import train_config
 
-    from selfsup.build import prepare
     from selfsup.evaluation import EvalError
+    from selfsup.run.build import prepare
 
     long = " ".join(["word"] * 200)
     (tmp_path / "long.jsonl").write_text(

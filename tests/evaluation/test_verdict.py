@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from selfsup.evaluation.stats import difference, exam_difference, margin
-from selfsup.verdict import NO_LEAD, OUTCOMES, held_equal, verdict_lines, verdict_text
+from selfsup.results.verdict import NO_LEAD, OUTCOMES, held_equal, verdict_lines, verdict_text
 
 N = 1000
 
@@ -235,8 +235,8 @@ def test_outcomes_that_do_not_agree_with_the_summary_bound_nothing(tmp_path, dam
 
 def test_the_sweep_table_reads_outcomes_from_where_the_sweep_is_now(tmp_path):
     """A sweep moved or copied: its rows' outcomes are read from the folder given, not the run_dir it ran in."""
-    from selfsup.names import RunSummary
-    from selfsup.summary import read_summaries
+    from selfsup.common.names import RunSummary
+    from selfsup.results.summary import read_summaries
 
     rng = np.random.default_rng(9)
     base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
@@ -259,8 +259,8 @@ def test_the_sweep_table_reads_outcomes_from_where_the_sweep_is_now(tmp_path):
 def test_a_summary_with_values_of_the_wrong_type_is_refused_in_one_line_and_the_rest_is_read(tmp_path, change, problem):
     import json
 
-    from selfsup.names import RunSummary
-    from selfsup.summary import read_summaries, summary_table
+    from selfsup.common.names import RunSummary
+    from selfsup.results.summary import read_summaries, summary_table
 
     rng = np.random.default_rng(10)
     base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
@@ -285,7 +285,7 @@ COUNT = np.random.default_rng(10).integers(10, 31, 400).astype(float)
 def exam_run(tmp_path, name: str, loss_per_target: float, seed: int, rate, noise=0.3, unigram=6.0, **eval_) -> dict:
     """A finished encoder run whose fixed exam is computed from per-window sums (as Evaluation does), kept in its
     run dir; its loss per target drawn around loss_per_target."""
-    from selfsup.evaluation import exam_interval
+    from selfsup.evaluation.suite import exam_interval
 
     rng = np.random.default_rng([zlib.crc32(name.encode()), seed])
     nll = rng.normal(loss_per_target * COUNT, noise * np.sqrt(COUNT))

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from selfsup.data.vocab import Vocab
-from selfsup.export import exporter, t5
+from selfsup.interop.export import exporter, t5
 from selfsup.models import TransformerConfig
 from selfsup.models.transformer import relative_position_bucket
 
@@ -110,7 +110,7 @@ def test_an_all_padding_encoder_row_is_finite_with_relative_positions():
 def test_init_t5_draws_each_weight_as_transformers_initialises_t5():
     """init=t5: every tensor the export maps has the mean and spread of transformers' T5 initialisation (its
     T5PreTrainedModel._init_weights) within 4 standard errors of the two samples."""
-    from selfsup.parity import twin
+    from selfsup.tools.parity import twin
 
     vocab = Vocab(size=500)
     torch.manual_seed(0)

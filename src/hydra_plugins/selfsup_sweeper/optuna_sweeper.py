@@ -8,7 +8,7 @@
 Each trial is `hydra.sweeper.seeds` jobs (default 1): its parameters are asked from the study, each job runs
 through Hydra's launcher like any sweep job (with seeds > 1: `seed=0..n-1`), and its value, the mean of the
 jobs' `optimized_metric`, is told back; a trial whose job failed is a failed trial, one the pruner stopped a
-pruned one. With seeds > 1 only seed 0's job reports at validations and can be pruned (selfsup.tune: only when
+pruned one. With seeds > 1 only seed 0's job reports at validations and can be pruned (selfsup.training.tune: only when
 worse than the pruner's reference by more than the metric's standard error); its other seeds run once it
 finished. One number names a trial everywhere: Optuna's trial.number is its Hydra job number, its job dir
 (`<sweep dir>/<number>`, with seeds > 1 `<number>-seed<k>`), the `trial.number` of its config and the logs.
@@ -51,7 +51,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from selfsup.names import RunSummary, override_key
+from selfsup.common.names import RunSummary, override_key
 
 log = logging.getLogger("selfsup")
 
@@ -68,7 +68,7 @@ class SelfSupOptunaSweeperConfig:
     sampler: str = "tpe"  # tpe | random
     seed: Optional[int] = 0  # the sampler's (each trial's sampling: seed + the trial's number)
     seeds: int = 1  # runs per trial (seed=0..seeds-1): its value is their mean
-    pruner: str = "median"  # median | hyperband | none (selfsup.tune: only beyond the metric's SE)
+    pruner: str = "median"  # median | hyperband | none (selfsup.training.tune: only beyond the metric's SE)
     pruner_startup_trials: int = 3  # median: trials that run to the end before any is pruned
     pruner_warmup_steps: int = 0  # median: steps of a trial before it can be pruned
     pruner_reduction_factor: int = 3  # hyperband: 1 in this many trials goes on at each rung
@@ -212,7 +212,7 @@ class SelfSupOptunaSweeper(Sweeper):
         seeds: int = 1,
         pruner_reduction_factor: int = 3,
     ):
-        from selfsup.tune import PRUNERS
+        from selfsup.training.tune import PRUNERS
 
         for name, value, sound, says in [
             ("sampler", sampler, sampler in ("tpe", "random"), "tpe or random"),
@@ -258,7 +258,7 @@ class SelfSupOptunaSweeper(Sweeper):
         self.metric = str(config.get("optimized_metric") or "optimized_metric")
 
     def pruner_settings(self) -> dict:
-        """What selfsup.tune.make_pruner builds the study's pruner from, in this process and in each job (the
+        """What selfsup.training.tune.make_pruner builds the study's pruner from, in this process and in each job (the
         `trial=` override). Hyperband's resource is the step of a validation: from the first validation
         (trainer.val_check_interval) to the last (trainer.max_steps), else 1 and Optuna's `auto`."""
         trainer = (self.config.get("trainer") if self.config is not None else None) or {}
@@ -278,7 +278,7 @@ class SelfSupOptunaSweeper(Sweeper):
         import optuna
         import sqlalchemy.exc
 
-        from selfsup.tune import make_pruner
+        from selfsup.training.tune import make_pruner
 
         url = self.storage or f"sqlite:///{self.sweep_dir / 'optuna.db'}"
         if self.storage is None:
@@ -344,7 +344,7 @@ class SelfSupOptunaSweeper(Sweeper):
 
             with read_write(self.config), open_dict(self.config):
                 self.config.hydra.sweep.dir = str(study_dir)
-        from selfsup.run_dir import LOCK
+        from selfsup.run.run_dir import LOCK
 
         with contextlib.suppress(OSError):
             if own.is_dir() and {p.name for p in own.iterdir()} <= {LOCK}:
@@ -381,7 +381,7 @@ class SelfSupOptunaSweeper(Sweeper):
     def heartbeats(self, trials: list):
         """Record the trials' heartbeats every heartbeat_interval seconds while the block runs (Optuna does
         it only inside Study.optimize)."""
-        from selfsup.upstream import optuna_trial_id
+        from selfsup.common.upstream import optuna_trial_id
 
         ids = [optuna_trial_id(trial) for trial in trials]
         stop = threading.Event()
@@ -502,7 +502,7 @@ class SelfSupOptunaSweeper(Sweeper):
         import time
 
         from selfsup.report.runs import study_best_lines
-        from selfsup.sweep import check_jobs
+        from selfsup.run.sweep import check_jobs
 
         space = self.space
         fixed = [a for a in arguments if a.split("=", 1)[0] not in space]

@@ -78,7 +78,7 @@ _progress: dict = {"to": None}
 
 def report_progress(to: Callable[[str], None] | None) -> None:
     """Where an evaluation says each part as it starts, with the time the previous one took (the console's
-    lines, selfsup.console; None: nowhere): `evaluating: the minimal pairs  (the fixed exam: 3.2 s)`, and at
+    lines, selfsup.training.console; None: nowhere): `evaluating: the minimal pairs  (the fixed exam: 3.2 s)`, and at
     its end `evaluated in 41.0 s  (task probe: 12.1 s)`."""
     _progress["to"] = to
 

@@ -16,9 +16,9 @@ from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from selfsup.common.upstream import cluster_environment
 from selfsup.reliability import stop
 from selfsup.reliability.errors import NonFiniteLossError
-from selfsup.upstream import cluster_environment
 
 log = logging.getLogger("selfsup")
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
+from selfsup.common.names import override_key
 from selfsup.data.config import DataConfig, fingerprinted
 from selfsup.models import TransformerConfig
-from selfsup.names import override_key
 from selfsup.reliability.errors import (  # noqa: F401 - the checkpoint errors, raised (or re-exported) here
     CheckpointCorrupt,
     CheckpointDiskFull,

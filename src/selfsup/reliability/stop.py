@@ -1,6 +1,6 @@
 """The stop signal this process received, if any: SIGTERM / SIGUSR1 / SIGINT noted by whichever handler held the
 signal (the PreemptionHandler during training, selfsup-train's own before and after it). An evaluation under way
-ends at its next boundary (selfsup.evaluation), and a sweep launches no further job (selfsup.sweep)."""
+ends at its next boundary (selfsup.evaluation), and a sweep launches no further job (selfsup.run.sweep)."""
 
 from __future__ import annotations
 

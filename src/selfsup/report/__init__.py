@@ -47,7 +47,7 @@ from selfsup.report.runs import (
     load_runs,
     swept_keys,
 )
-from selfsup.summary import COLUMNS, read_summaries, summary_table
+from selfsup.results.summary import COLUMNS, read_summaries, summary_table
 
 __all__ = [
     "COLUMNS",

@@ -21,7 +21,7 @@
 A block lies between `<!-- selfsup.report.docs:NAME -->` and `<!-- /selfsup.report.docs:NAME -->`; the
 text between is replaced, the rest of the file kept (the `seeds` block only when seeds were run or given, the
 `downstream` block only when the sweeps' runs were evaluated). The tables are printed by the same functions as the
-end of a sweep (selfsup.summary, selfsup.verdict).
+end of a sweep (selfsup.results.summary, selfsup.results.verdict).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from pathlib import Path
 from selfsup.errors import UserError
 from selfsup.evaluation.fixed import KINDS
 from selfsup.evaluation.generation import NOT_A_WRITER, WRITERS
-from selfsup.summary import DEFINITIONS, evaluated_rows, job_names, read_summaries, summary_table, task_names
-from selfsup.verdict import Group, groups_of, run_margin, verdict_lines
+from selfsup.results.summary import DEFINITIONS, evaluated_rows, job_names, read_summaries, summary_table, task_names
+from selfsup.results.verdict import Group, groups_of, run_margin, verdict_lines
 
 FILES = ("README.md", "docs/evaluation.md")
 MARK = "selfsup.report.docs"

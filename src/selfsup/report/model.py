@@ -8,9 +8,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from selfsup.common.names import FIXED_LOSS, HELDOUT_BPB, PAIRS, PROBE, shown
 from selfsup.errors import UserError
 from selfsup.evaluation.stats import Interval
-from selfsup.names import FIXED_LOSS, HELDOUT_BPB, PAIRS, PROBE, shown
 
 
 class ReportError(UserError):
@@ -135,7 +135,7 @@ class Run:
         return self.curve("val/loss")
 
     def as_summary_row(self, keys: list[str]) -> dict:
-        """Its summary.json with the report's swept keys and its own folder (for selfsup.verdict)."""
+        """Its summary.json with the report's swept keys and its own folder (for selfsup.results.verdict)."""
         return {
             **self.summary,
             "objective": self.objective,

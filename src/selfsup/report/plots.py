@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from selfsup.names import FIXED_LOSS, HELDOUT_BPB, PAIRS, PROBE, RunSummary
+from selfsup.common.names import FIXED_LOSS, HELDOUT_BPB, PAIRS, PROBE, RunSummary
 from selfsup.report.model import (
     MASK_RATE,
     SEED,
@@ -15,7 +15,7 @@ from selfsup.report.model import (
     _number,
 )
 from selfsup.report.runs import study_importances
-from selfsup.verdict import setting_label
+from selfsup.results.verdict import setting_label
 
 OBJECTIVE_COLORS = {
     "mlm": "#1f77b4",

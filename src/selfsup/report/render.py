@@ -7,11 +7,12 @@ import html
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from selfsup.common.names import FIXED_LOSS, HELDOUT_BPB
+from selfsup.common.version import describe
 from selfsup.evaluation.generation import NOT_A_WRITER, WRITERS
 from selfsup.evaluation.stats import Interval
-from selfsup.names import FIXED_LOSS, HELDOUT_BPB
 from selfsup.report.model import Run, _show
-from selfsup.summary import (
+from selfsup.results.summary import (
     DEFINITIONS,
     JOB_NOTE,
     LM_EVAL_NOTE,
@@ -20,8 +21,7 @@ from selfsup.summary import (
     lm_eval_metrics,
     task_names,
 )
-from selfsup.verdict import run_margin, verdict_text
-from selfsup.version import describe
+from selfsup.results.verdict import run_margin, verdict_text
 
 COMPARISON_NOTE = (
     "Compare runs on the columns that do not depend on their settings. A run's own val loss grades it on its own "
@@ -234,7 +234,7 @@ def summary_rows(runs: list[Run], keys: list[str]) -> list[dict]:
 
 
 def verdict(runs: list[Run], keys: list[str]) -> list[str]:
-    """The verdict's lines (selfsup.verdict), as the end of a sweep prints them."""
+    """The verdict's lines (selfsup.results.verdict), as the end of a sweep prints them."""
     return verdict_text(summary_rows(runs, keys)).splitlines()
 
 

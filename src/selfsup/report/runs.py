@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from selfsup.names import ERROR, SUMMARY, TRACEBACK, RunSummary, shown
+from selfsup.common.names import ERROR, SUMMARY, TRACEBACK, RunSummary, shown
 from selfsup.report.model import (
     IGNORED_KEYS,
     IGNORED_PREFIXES,
@@ -21,8 +21,8 @@ from selfsup.report.model import (
     Run,
     _number,
 )
-from selfsup.run_dir import command_swept
-from selfsup.summary import _job_key
+from selfsup.results.summary import _job_key
+from selfsup.run.run_dir import command_swept
 
 
 # ---------------------------------------------------------------------------- finding runs

@@ -1,0 +1,578 @@
+"""The verdict: which runs show pretraining and which setting leads, with the uncertainty of each claim.
+
+One function, `verdict_lines(rows)`, computes it from run summaries (summary.json dicts) and, for the
+comparisons, the per-example outcomes each run keeps in `<run_dir>/outcomes.npz`; the end of a run, the
+end of a sweep, `selfsup-report` and the W&B summary (`verdict`) print what it returns.
+
+Every score is read as a margin over its own random-init baselines (the same scorer on untrained models
+of the run's shape) with its paired bootstrap 95% interval (selfsup.evaluation.stats); raw accuracies of
+different families are never ranked. Runs of the same setting at different seeds form one group.
+
+    shows pretraining      the interval lies above 0 at every seed of the group
+    A leads B              the difference of their margins has an interval that excludes 0 and exceeds
+                           the seed spread (the larger range of either group's margins over its seeds)
+    no difference at this scale
+                           the interval of the difference holds 0, or the difference is within the seed
+                           spread; with one seed per group the spread is not measured and no lead is called
+
+The fixed exam (eval/fixed/loss) and the held-out text (eval/heldout/bits_per_byte) are losses, not margins,
+and the same only within a family (the exams and the scorers differ between families): the section of each, per
+family, gives each group's score with its bootstrap 95% interval over the exam's windows (the text's
+documents) and compares the lowest with each other group, paired over the same windows and masks (documents)
+(selfsup.evaluation.stats.exam_difference), with the same rules: "A is lower than B by d [lo, hi]" only when
+the interval excludes 0 and |d| exceeds the seed spread (the larger range of either group's losses over its
+seeds), else "no difference at this scale".
+
+References in words: a group whose every run scores the exam worse than the training split's unigram on the
+same targets (eval/fixed/unigram_gap's interval above 0), or the pairs below the unigram or bigram counts'
+accuracy by more than 1.96 standard errors, is said to be so in words.
+
+The first line says what the runs held equal (steps, input tokens, FLOPs) and what they did not; the last
+names each run it left out and why (preempted, interrupted, failed, pruned, no scores).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from selfsup.common.names import OUTCOMES, shown
+from selfsup.evaluation.generation import SCORES
+from selfsup.evaluation.stats import Interval, difference, exam_difference, exam_ratio
+
+VERDICT = "verdict.json"  # a sweep's, in its sweep dir
+EQUAL_WITHIN = 0.01  # FLOPs and tokens differ by up to a step when trainer.max_flops / max_tokens stops a run
+NO_LEAD = "no difference at this scale"
+
+
+@dataclass
+class Group:
+    """The runs of one setting (its seeds)."""
+
+    label: str
+    rows: list[dict]
+
+    def margins(self, key: str) -> list[Interval]:
+        return [m for m in (run_margin(row, key) for row in self.rows) if m is not None]
+
+    def spread(self, key: str) -> float | None:
+        """The range of the group's margins over its seeds; None with one seed."""
+        values = [m.value for m in self.margins(key)]
+        return max(values) - min(values) if len(values) > 1 else None
+
+
+def run_margin(row: dict, key: str) -> Interval | None:
+    evaluated = row.get("eval") or {}
+    if f"{key}/margin" not in evaluated:
+        return None
+    return Interval(evaluated[f"{key}/margin"], evaluated[f"{key}/margin_low"], evaluated[f"{key}/margin_high"])
+
+
+def score_keys(row: dict) -> list[str]:
+    """The scores of a run that have margins: each minimal-pairs scorer and set, then each probe task."""
+    evaluated = row.get("eval") or {}
+    keys = list(row.get("pairs_scorers") or {})
+    keys += [k.removesuffix("/margin") for k in evaluated if k.endswith("/margin") and not k.startswith("eval/pairs")]
+    return [k for k in keys if f"{k}/margin" in evaluated]
+
+
+def score_label(key: str) -> str:
+    """`eval/probe` -> probe; a generation job's loss says its margin's direction."""
+    label = key.removeprefix("eval/").replace("/", " ")
+    return label + " (random-init's minus the run's)" if is_job_loss(key) else label
+
+
+def is_job_loss(key: str) -> bool:
+    """Whether `key` is a generation job's loss (eval/<job>/loss), whose margin is random-init's minus the run's."""
+    return key.count("/") == 2 and key.endswith("/loss") and not key.startswith("eval/pairs/")
+
+
+def setting_label(row: dict) -> str:
+    """What a row's run was, seed aside: its objective and swept values."""
+    swept = {k: v for k, v in (row.get("swept") or {}).items() if k != "seed"}
+    parts = [f"{k.split('.')[-1]}={shown(v)}" for k, v in swept.items()]
+    return " ".join([row.get("objective") or "?", *parts])
+
+
+def groups_of(rows: list[dict]) -> list[Group]:
+    found: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("status") == "finished" and row.get("eval"):
+            found.setdefault(setting_label(row), []).append(row)
+    return [Group(label, members) for label, members in found.items()]
+
+
+# ------------------------------------------------------------------------------------------ what was held equal
+def count(value: float) -> str:
+    """A count in 3 digits: 950, 95.2k, 1.23M, 4.5G."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.0f}"
+
+
+def _amount(name: str, value: float) -> str:
+    if name == "steps":
+        return f"{value:,.0f} steps"
+    if name == "FLOPs":
+        return f"{value:.2g} FLOPs"
+    return f"{count(value)} {name}"
+
+
+def held_equal(rows: list[dict]) -> str:
+    """`held equal: 300 steps, 0.614M tokens; not equal: FLOPs 1.7e+12 to 3.4e+12, scored targets ...` (one run:
+    its amounts)."""
+    same, differ = [], []
+    for key, name in (
+        ("steps", "steps"),
+        ("tokens_seen", "tokens"),
+        ("flops_seen", "FLOPs"),
+        ("targets_seen", "scored targets"),
+    ):
+        values = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if not values:
+            continue
+        low, high = min(values), max(values)
+        if high <= low * (1 + EQUAL_WITHIN) or high == low:
+            same.append(_amount(name, statistics.fmean(values)) + ("" if high == low else " (within 1%)"))
+        else:
+            differ.append(
+                f"{name} {_amount(name, low).removesuffix(' ' + name)} to "
+                f"{_amount(name, high).removesuffix(' ' + name)}"
+            )
+    if len(rows) == 1:
+        return ", ".join(same)
+    text = "held equal: " + (", ".join(same) or "none of steps, tokens, FLOPs")
+    return text + ("; not equal: " + ", ".join(differ) if differ else "")
+
+
+# ------------------------------------------------------------------------------------------ comparisons
+def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
+    """A run's per-example outcomes (selfsup.evaluation.Evaluation.outcomes) from its run dir, checked against its
+    summary: None where it kept none, else what is wrong with them in a few words (read by compare)."""
+    path = Path(row.get("outcomes_path") or Path(row.get("run_dir") or "") / OUTCOMES)  # selfsup-eval's: their own
+    if not (row.get("run_dir") or row.get("outcomes_path")) or not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            found = {k: data[k] for k in data.files}
+    except Exception as err:  # noqa: BLE001 - a truncated zip (BadZipFile), a damaged array: said, not raised
+        return f"outcomes.npz unreadable ({type(err).__name__})"
+    evaluated = row.get("eval") or {}
+    for key in [k for k in found if "|" not in k]:
+        trained, untrained = found[key], found.get(f"{key}|random_init")
+        if (
+            trained.ndim not in (1, 2)
+            or untrained is None
+            or untrained.ndim != 2
+            or untrained.shape[1] != trained.shape[-1]
+        ):
+            return "outcomes.npz holds arrays of the wrong shape"
+        if not (np.issubdtype(trained.dtype, np.number) and np.issubdtype(untrained.dtype, np.number)):
+            return "outcomes.npz holds values that are not numbers"
+        if not (np.isfinite(trained).all() and np.isfinite(untrained).all()):
+            return "outcomes.npz holds values that are not finite"
+        for array, expected in expected_means(key, trained, untrained, evaluated):
+            if expected is not None and abs(float(array.mean()) - expected) > 1e-6 * max(1.0, abs(expected)):
+                return "outcomes do not match summary.json"
+    return _check_exam(found, evaluated) or found
+
+
+def expected_means(key: str, trained, untrained, evaluated: dict) -> list:
+    """(outcomes, the mean the summary records of them) of score `key`: a task's accuracy and random-init accuracy;
+    a generation job's score (eval/<job>/<score>) and random_init_<score>, a loss negated (its outcomes are the
+    higher the better)."""
+    if key.count("/") != 2 or key.rpartition("/")[2] not in SCORES or key.startswith("eval/pairs/"):
+        return [(trained, evaluated.get(f"{key}/accuracy")), (untrained, evaluated.get(f"{key}/random_init_accuracy"))]
+    sign = -1.0 if key.endswith("/loss") else 1.0
+    job, score = key.rsplit("/", 1)
+    found = [evaluated.get(key), evaluated.get(f"{job}/random_init_{score}")]
+    return [(a, None if v is None else sign * v) for a, v in zip((trained, untrained), found)]
+
+
+def _check_exam(found: dict, evaluated: dict) -> str | None:
+    """What is wrong with the per-unit arrays of outcomes.npz of each sitting (None: nothing, or none kept)."""
+    for sitting in SITTINGS:
+        at = sitting.prefix + "|"
+        if at + "nll" not in found:
+            continue
+        arrays = [found.get(at + k) for k in ("nll", "count", "member")]
+        arrays = [a for a in arrays if a is not None] + ([found[at + "unigram"]] if at + "unigram" in found else [])
+        if len(arrays) < 3 or any(a.ndim != 1 or a.shape != arrays[0].shape for a in arrays):
+            return f"outcomes.npz holds {sitting.title} arrays of the wrong shape"
+        if not all(np.issubdtype(a.dtype, np.number) and np.isfinite(a).all() for a in arrays):
+            return f"outcomes.npz holds {sitting.title} values that are not finite numbers"
+        expected = evaluated.get(sitting.key)
+        found_value = exam_ratio(*arrays[:3]) * sitting.scale if arrays[1].any() else None
+        if (
+            expected is not None
+            and found_value is not None
+            and abs(found_value - expected) > 1e-6 * max(1.0, abs(expected))
+        ):
+            return f"{sitting.title} outcomes do not match summary.json"
+    return None
+
+
+def pooled(group: Group, key: str, outcomes: dict) -> tuple[np.ndarray, np.ndarray, str] | str | None:
+    """The group's outcomes on `key`: trained [n] or [fine-tuning seeds, n] (the mean over its pretraining
+    seeds), random-init [seeds, n] (shared by
+    the runs of a shape), and the examples' hash; None where a run kept none or its runs saw other examples; what
+    is wrong with a run's outcomes (load_outcomes)."""
+    kept = [outcomes.get(id(row)) for row in group.rows]
+    wrong = [o for o in kept if isinstance(o, str)]
+    if wrong:
+        return wrong[0]
+    if any(o is None or key not in o or f"{key}|random_init" not in o for o in kept):
+        return None
+    examples = {str(o[f"{key}|examples"]) for o in kept}
+    if len(examples) != 1 or len({o[key].shape for o in kept}) != 1:
+        return None
+    return np.mean([o[key] for o in kept], axis=0), kept[0][f"{key}|random_init"], examples.pop()
+
+
+ONE_SEED = "the seed spread is not measured, so no lead is called (add seed=0,1,2)"
+
+
+def compare(a: Group, b: Group, key: str, outcomes: dict) -> tuple[str, str | None]:
+    """(the difference of a's and b's margins on `key` and what it says, or it alone and a note shared by the
+    comparisons it ends with: one seed)."""
+    x, y = pooled(a, key, outcomes), pooled(b, key, outcomes)
+    if x is None or y is None or isinstance(x, str) or isinstance(y, str) or x[2] != y[2]:
+        gap = statistics.fmean(m.value for m in a.margins(key)) - statistics.fmean(m.value for m in b.margins(key))
+        problems = [p for p in (x, y) if isinstance(p, str)]
+        why = (
+            problems[0]
+            if problems
+            else "scored on other examples"
+            if x is not None and y is not None
+            else "no per-example outcomes kept"
+        )
+        return f"{a.label} - {b.label} {gap:+.3f}, not bounded ({why}): no lead called", None
+    d = difference(x[0], x[1], y[0], y[1])
+    return ruling(a, b, d, a.spread(key), b.spread(key), "leads")
+
+
+def scorers_differ(groups: list[Group], key: str) -> str | None:
+    """`the scorers differ (summed log-prob; pseudo-log-likelihood): ...` where the groups' pairs were scored by
+    different scorers (families), else None."""
+    scorers = [(g.rows[0].get("pairs_scorers") or {}).get(key) for g in groups]
+    names = list(dict.fromkeys(s for s in scorers if s))
+    if len(names) < 2:
+        return None
+    return f"the scorers differ ({'; '.join(names)}): the margins over random-init compare, raw accuracies do not"
+
+
+def ruling(a: Group, b: Group, d: Interval, spread_a, spread_b, verb: str) -> tuple[str, str | None]:
+    """The rules on the difference d = a - b of two groups: no difference (the interval holds 0, or |d| within the
+    seed spread), no lead called (one seed), or `a <verb> b by |d|` (verb "leads": d > 0 is better; "is lower
+    than": d < 0 is better)."""
+    if not d.excludes_zero:
+        return f"{a.label} - {b.label} {d}: {NO_LEAD}", None
+    if len(a.rows) < 2 or len(b.rows) < 2:
+        return (
+            f"{a.label} - {b.label} {d}",
+            f"one seed {'each' if len(a.rows) == len(b.rows) else 'in one'}: {ONE_SEED}",
+        )
+    spread = max(s for s in (spread_a, spread_b) if s is not None)
+    if abs(d.value) <= spread:
+        return f"{a.label} - {b.label} {d} is within the seed spread ({spread:.3f}): {NO_LEAD}", None
+    better = d.value > 0 if verb == "leads" else d.value < 0
+    leader, other = (a, b) if better else (b, a)
+    return (
+        f"{leader.label} {verb} {other.label} by {abs(d.value):.3f} ({a.label} - {b.label} {d}; seed spread "
+        f"{spread:.3f})"
+    ), None
+
+
+# ------------------------------------------------------------------------------------------ the fixed exam, the text
+@dataclass(frozen=True)
+class Sitting:
+    """A score that is a ratio over shared units (the fixed exam's windows, the held-out text's documents), lower
+    is better, compared within a family: its metric and the words the verdict says of it."""
+
+    prefix: str  # eval/fixed: its outcomes are <prefix>|nll, |count, |member, |unigram, |examples
+    metric: str  # <prefix>/<metric>, _low, _high in summary.json
+    title: str
+    unit: str
+    scale: float  # the metric per unit of the arrays' ratio (nats): 1, or 1 / ln 2 for bits
+    units: str  # what the per-unit arrays are, in a reason
+
+    @property
+    def key(self) -> str:
+        return f"{self.prefix}/{self.metric}"
+
+
+SITTINGS = (
+    Sitting("eval/fixed", "loss", "fixed exam", "loss in nats", 1.0, "per-window sums"),
+    Sitting("eval/heldout", "bits_per_byte", "held-out text", "bits per byte", 1 / math.log(2), "per-document sums"),
+)
+
+
+def exam_of(row: dict, sitting: Sitting = SITTINGS[0]) -> Interval | None:
+    """A run's score on a sitting (the fixed exam's loss, the held-out text's bits per byte) with its interval;
+    None without both."""
+    evaluated = row.get("eval") or {}
+    value, low, high = (evaluated.get(sitting.key + end) for end in ("", "_low", "_high"))
+    return None if None in (value, low, high) else Interval(value, low, high, signed=False)
+
+
+def exam_spread(group: Group, sitting: Sitting) -> float | None:
+    values = [exam_of(row, sitting).value for row in group.rows]
+    return max(values) - min(values) if len(values) > 1 else None
+
+
+def exam_mean(group: Group, sitting: Sitting) -> float:
+    return statistics.fmean(exam_of(row, sitting).value for row in group.rows)
+
+
+def pooled_exam(group: Group, sitting: Sitting, outcomes: dict) -> tuple | str | None:
+    """The group's per-unit sums, the mean over its seeds (nll), with the units' counts and members and the
+    sitting's hash; None where a run kept none or its runs sat others; what is wrong (load_outcomes)."""
+    kept = [outcomes.get(id(row)) for row in group.rows]
+    wrong = [o for o in kept if isinstance(o, str)]
+    if wrong:
+        return wrong[0]
+    at = sitting.prefix + "|"
+    if any(o is None or at + "nll" not in o for o in kept):
+        return None
+    first = kept[0]
+    same = all(
+        str(o[at + "examples"]) == str(first[at + "examples"])
+        and np.array_equal(o[at + "count"], first[at + "count"])
+        and np.array_equal(o[at + "member"], first[at + "member"])
+        for o in kept
+    )
+    if not same:
+        return None
+    nll = np.mean([o[at + "nll"] for o in kept], axis=0)
+    return nll, first[at + "count"], first[at + "member"], str(first[at + "examples"])
+
+
+def compare_exam(a: Group, b: Group, sitting: Sitting, outcomes: dict) -> tuple[str, str | None]:
+    """(a's score minus b's and what it says: the rules of `ruling`, lower is better)."""
+    x, y = pooled_exam(a, sitting, outcomes), pooled_exam(b, sitting, outcomes)
+    if x is None or y is None or isinstance(x, str) or isinstance(y, str) or not same_exam(x, y):
+        problems = [p for p in (x, y) if isinstance(p, str)]
+        why = (
+            problems[0]
+            if problems
+            else f"other {sitting.title}s"
+            if x is not None and y is not None
+            else f"no {sitting.units} kept"
+        )
+        gap = exam_mean(a, sitting) - exam_mean(b, sitting)
+        return f"{a.label} - {b.label} {gap:+.3f}, not bounded ({why}): no lead called", None
+    d = exam_difference(x[0], y[0], x[1], x[2]).scaled(sitting.scale)
+    return ruling(a, b, d, exam_spread(a, sitting), exam_spread(b, sitting), "is lower than")
+
+
+def same_exam(x: tuple, y: tuple) -> bool:
+    return x[3] == y[3] and np.array_equal(x[1], y[1]) and np.array_equal(x[2], y[2])
+
+
+def describe_exam(group: Group, sitting: Sitting) -> str:
+    found = [exam_of(row, sitting) for row in group.rows]
+    if len(found) == 1:
+        return f"{group.label} {found[0]}"
+    values = [m.value for m in found]
+    return (
+        f"{group.label} mean {statistics.fmean(values):.3f} ({min(values):.3f} to {max(values):.3f} over "
+        f"{len(found)} seeds)"
+    )
+
+
+def worse_than_unigram(group: Group, sitting: Sitting) -> bool:
+    """Every run of the group scores worse than the unigram counts on the same targets (the interval of
+    <prefix>/unigram_gap above 0)."""
+    lows = [(row.get("eval") or {}).get(f"{sitting.prefix}/unigram_gap_low") for row in group.rows]
+    return all(low is not None and low > 0 for low in lows)
+
+
+def exam_lines(groups: list[Group], outcomes: dict, width: int, study: bool = False) -> list[str]:
+    """Per sitting and family, its section (see the module's doc); of a study, the lowest trial against the
+    runner-up only."""
+    lines = []
+    for sitting in SITTINGS:
+        families: dict[str, list[Group]] = {}
+        for g in groups:
+            if all(exam_of(row, sitting) is not None for row in g.rows):
+                families.setdefault(str(g.rows[0].get("architecture")), []).append(g)
+        for family, members in families.items():
+            members.sort(key=lambda g: exam_mean(g, sitting))
+            head = f"{sitting.title}" + (f" of {family}" if len(families) > 1 else "")
+            parts = [
+                f"lowest {describe_exam(members[0], sitting)}"
+                if study
+                else "; ".join(describe_exam(g, sitting) for g in members)
+            ]
+            if len(members) > 1:
+                others = members[1:2] if study else members[1:]
+                parts.append(
+                    ("against the runner-up: " if study else "")
+                    + joined([compare_exam(members[0], g, sitting, outcomes) for g in others])
+                )
+            worse = [g.label for g in members if worse_than_unigram(g, sitting)]
+            if worse:
+                parts.append(
+                    f"{'; '.join(worse)}: worse than a unigram count model on the same targets"
+                    + (" at every seed" if any(len(g.rows) > 1 for g in members) else "")
+                    + ": nothing beyond word frequencies learned yet"
+                )
+            lines += textwrap.wrap(
+                f"{head} ({sitting.unit}, lower is better): " + ". ".join(parts),
+                width,
+                initial_indent="  ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
+            )
+    return lines
+
+
+def below_counts(group: Group, key: str) -> str | None:
+    """`unigram` or `bigram` (the weaker of the two the group is below): every run's accuracy on `key` below the
+    count model's by more than 1.96 standard errors; None otherwise."""
+    for order in ("unigram", "bigram"):
+        below = []
+        for row in group.rows:
+            e = row.get("eval") or {}
+            acc, se, ref = e.get(f"{key}/accuracy"), e.get(f"{key}/accuracy_se"), e.get(f"{key}/{order}_accuracy")
+            below.append(None not in (acc, se, ref) and acc + 1.96 * se < ref)
+        if all(below):
+            return order
+    return None
+
+
+def joined(found: list[tuple[str, str | None]]) -> str:
+    """The comparisons, those that share a note followed by it once."""
+    parts, pending = [], []
+    for text, note in found + [("", None)]:
+        if pending and note != pending[-1][1]:
+            parts.append("; ".join(t for t, _ in pending) + f": {pending[-1][1]}")
+            pending = []
+        if note is None:
+            parts.append(text) if text else None
+        else:
+            pending.append((text, note))
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------ the verdict
+def describe(group: Group, key: str) -> str:
+    found = group.margins(key)
+    if len(found) == 1:
+        return f"{group.label} {found[0]}"
+    values = [m.value for m in found]
+    above = sum(m.low > 0 for m in found)
+    return (
+        f"{group.label} mean {statistics.fmean(values):+.3f} ({min(values):+.3f} to {max(values):+.3f} over "
+        f"{len(found)} seeds, interval above 0 at {above} of {len(found)} seeds)"
+    )
+
+
+def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
+    """The verdict of runs (summary.json dicts): what was held equal; per score, which groups show pretraining
+    and which do not yet; between groups, the leader's margin against each other's (see the module's doc)."""
+    groups = groups_of(rows)
+    members = [row for g in groups for row in g.rows]
+    keys = list(dict.fromkeys(k for row in members for k in score_keys(row)))
+    keys.sort(key=lambda k: not k.startswith("eval/pairs"))  # the pairs' scorers, then the probe tasks
+    out = [row for row in rows if not any(row is m for m in members)]
+    if not keys and not any(exam_of(row, sitting) is not None for row in members for sitting in SITTINGS):
+        return []  # nothing to read (the sweep's footer lists the runs that did not finish)
+    equal = held_equal(members)
+    lines = textwrap.wrap(
+        "Verdict (margin over random-init, 95% paired-bootstrap interval" + (f"; {equal}):" if equal else "):"),
+        width,
+        subsequent_indent="    ",
+        break_on_hyphens=False,
+    )
+    outcomes = {}
+    if len(groups) > 1:
+        outcomes = {id(row): load_outcomes(row) for row in members}
+    study = is_study(members)
+    for key in keys:
+        having = [g for g in groups if len(g.margins(key)) == len(g.rows)]
+        if study:  # the best first
+            having.sort(key=lambda g: -statistics.fmean(m.value for m in g.margins(key)))
+        shown = [g for g in having if all(m.low > 0 for m in g.margins(key))]
+        held = [g for g in having if g not in shown]
+        parts = []
+        if study:  # the best trial against random-init and the runner-up (the table has every trial)
+            parts.append(f"{len(shown)} of {len(having)} trials show pretraining")
+            parts.append(
+                f"best {describe(having[0], key)} ("
+                + ("shows pretraining" if having[0] in shown else "no pretraining shown yet")
+                + ")"
+            )
+        else:
+            if shown:
+                parts.append("shows pretraining: " + "; ".join(describe(g, key) for g in shown))
+            if held:
+                parts.append("no pretraining shown yet: " + "; ".join(describe(g, key) for g in held))
+        if len(having) > 1:
+            best = max(having, key=lambda g: statistics.fmean(m.value for m in g.margins(key)))
+            others = having[1:2] if study else [g for g in having if g is not best]
+            parts.append(
+                ("against the runner-up: " if study else "") + joined([compare(best, g, key, outcomes) for g in others])
+            )
+            parts.append(scorers_differ(having, key) or "")
+        for order in ("unigram", "bigram"):
+            below = [g.label for g in having if below_counts(g, key) == order]
+            if below:
+                parts.append(
+                    f"{'; '.join(below)}: below a {order} count model's accuracy"
+                    + (" at every seed" if any(len(g.rows) > 1 for g in having) else "")
+                    + (": nothing beyond word frequencies" if order == "unigram" else ": nothing beyond word pairs")
+                    + " learned yet"
+                )
+        text = f"{score_label(key)}: " + ". ".join(p for p in parts if p)
+        lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+    lines += exam_lines(groups, outcomes, width, study)
+    if out:
+        lines += textwrap.wrap(
+            left_out(out), width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+        )
+    return lines
+
+
+def is_study(rows: list[dict]) -> bool:
+    """The runs are trials of an Optuna study (their sweep dir holds optuna.db): the verdict compares the best
+    with random-init and the runner-up only."""
+    return any(row.get("run_dir") and (Path(row["run_dir"]).parent / "optuna.db").is_file() for row in rows)
+
+
+def left_out(rows: list[dict]) -> str:
+    """`left out: clm (sweep/1): preempted by SIGTERM at step 76; ...`: the runs the verdict did not read, and why."""
+    reasons = []
+    for row in rows:
+        status = row.get("status") or "failed"
+        why = {
+            "finished": "no evaluation scores",
+            "preempted": f"preempted by {row.get('preempted_by') or 'a signal'} at step {row.get('steps')}",
+            "pruned": "pruned by the sweeper",
+        }.get(status, f"{status}" + (f" ({row['error']})" if row.get("error") else ""))
+        place = Path(str(row.get("run_dir") or "?")).name
+        reasons.append(f"{setting_label(row) if row.get('objective') else 'job'} ({place}): {why}")
+    return "left out: " + "; ".join(reasons) if reasons else "no runs"
+
+
+def verdict_text(rows: list[dict]) -> str:
+    """The verdict as one string (W&B summary, summary.json, a sweep's verdict.json)."""
+    return "\n".join(verdict_lines(rows, width=10_000))
+
+
+def save_verdict(sweep_dir: Path, rows: list[dict]) -> None:
+    """The sweep's verdict as <sweep_dir>/verdict.json: {"verdict": the text, "runs": the run dirs it read}."""
+    text = verdict_text(rows)
+    if not text:
+        return
+    tmp = sweep_dir / f".{VERDICT}.tmp"
+    tmp.write_text(json.dumps({"verdict": text, "runs": [row.get("run_dir") for row in rows]}, indent=2))
+    os.replace(tmp, sweep_dir / VERDICT)

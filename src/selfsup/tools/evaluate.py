@@ -1,0 +1,400 @@
+"""selfsup-eval: score finished runs on further tasks and protocols without training again.
+
+    selfsup-eval RUN_OR_SWEEP_DIR [eval overrides]
+    selfsup-eval outputs/multirun/<date>/<time>                  the downstream jobs (conf/eval/jobs.yaml): the
+                                                                 built-in sentence-pair task and the probe's task,
+                                                                 and the generation jobs continuation and
+                                                                 docstring_name (decoders and encoder-decoders),
+                                                                 fine-tuned, beside fine-tuned random-init models
+    selfsup-eval SWEEP '+eval.generation.xsum={source: hf_dataset, hf_name: EdinburghNLP/xsum,
+        source_field: document, target_field: summary}'                                 a summarisation set too
+    selfsup-eval SWEEP '+eval.tasks.rte={source: text_files, paths: [rte/train.jsonl],
+        test_paths: [rte/validation.jsonl], text_fields: [sentence1, sentence2]}'     a GLUE-layout task too
+    selfsup-eval SWEEP eval.finetune.steps=600 '~eval.tasks.replaced_word'
+    selfsup-eval SWEEP eval=default                              the training-time evaluation again (exam, pairs...)
+    selfsup-eval SWEEP 'lm_eval.tasks=[lambada_openai,hellaswag]'   lm-evaluation-harness tasks on each run's export,
+                                                                 beside random-init models (selfsup.interop.lmeval; lm_eval.*
+                                                                 alone runs lm-eval alone; pip install -e '.[lmeval]')
+
+For each run (a run dir, or each job of a sweep dir): its recorded config with its `eval` replaced by the one
+composed here (the `eval` group's option `jobs` unless `eval=...` names another, and the overrides, which must be
+eval settings); its data prepared as when it trained (the token cache reused; the tasks checked against its
+pretraining documents); the weights it ended with (checkpoints/last.ckpt, what its own scores were measured on);
+the evaluation run (selfsup.evaluation.Evaluation); its scores written to <run_dir>/evaluated.json and its
+per-example outcomes to <run_dir>/evaluated_outcomes.npz, files of their own (summary.json is never touched; a
+later selfsup-eval replaces the scores of the tasks it evaluates again and keeps the others). The end prints the
+table of every run's scores and the verdict over them (selfsup.results.verdict, the same rules as after training);
+selfsup-report on the folder shows them beside the runs' own.
+
+Every setting, task file and checkpoint of every run is checked before any run is evaluated: bad input is one
+line and exit status 2 with nothing written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from selfsup.common.names import ERROR, EVALUATED, EVALUATED_OUTCOMES, SUMMARY, RunSummary, override_key, write_json
+from selfsup.errors import UserError
+from selfsup.results.summary import evaluated_rows, read_evaluated
+
+USAGE = (
+    "usage: selfsup-eval RUN_OR_SWEEP_DIR [eval overrides, e.g. eval.finetune.steps=600 '+eval.tasks.NAME={...}'] "
+    "[lm_eval overrides, e.g. 'lm_eval.tasks=[hellaswag]']"
+)
+DEFAULT_EVAL = "jobs"
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """The run dir `path`, or the job dirs of the sweep dir `path` (in job order) that finished training."""
+    if not path.exists():
+        raise UserError(f"{path} does not exist: pass a run dir (outputs/<date>/<time>) or a sweep dir")
+    if not path.is_dir():
+        raise UserError(f"{path} is a file: pass a run dir (outputs/<date>/<time>) or a sweep dir")
+    if (path / SUMMARY).is_file() or (path / ERROR).is_file():
+        return [path]
+    jobs = sorted(
+        (p for p in path.iterdir() if p.is_dir() and ((p / SUMMARY).is_file() or (p / ERROR).is_file())),
+        key=lambda p: (len(p.name), p.name),
+    )
+    if not jobs:
+        raise UserError(f"{path} holds no runs (no summary.json in it or its folders): pass a run or sweep dir")
+    return jobs
+
+
+def eval_config(overrides: list[str]) -> DictConfig:
+    """The `eval` config composed from the eval group (option `jobs` unless `eval=` names one) and the
+    overrides; anything but an eval setting is refused."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from selfsup.run.schema import register
+    from selfsup.run.train import CONF_DIR
+
+    other = [o for o in overrides if override_key(o) != "eval" and not override_key(o).startswith("eval.")]
+    if other:
+        raise UserError(
+            f"selfsup-eval takes eval settings only (eval=..., eval.*, lm_eval.*): {other[0]} is not one; a run "
+            f"keeps its own objective, architecture and data"
+        )
+    if not any(override_key(o) == "eval" for o in overrides):
+        overrides = [f"eval={DEFAULT_EVAL}", *overrides]
+    register()
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            return compose("train", overrides=overrides).eval
+    except (HydraException, OmegaConfBaseException) as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        if "Available options" in str(err):  # eval=<an option that is not there>
+            at = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
+            options = [line for line in lines[at + 1 :] if not line.startswith(("Config search path", "provider="))]
+            raise UserError(f"{lines[0]}: use one of {', '.join(options)}") from None
+        raise UserError(" ".join(lines[:2])) from None
+
+
+def is_lm_eval(override: str) -> bool:
+    return override_key(override) == "lm_eval" or override_key(override).startswith("lm_eval.")
+
+
+def lm_eval_config(overrides: list[str]):
+    """selfsup.interop.lmeval.LMEval from conf/lm_eval.yaml and the lm_eval.* overrides, checked (task names included)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from hydra.utils import instantiate
+    from omegaconf.errors import OmegaConfBaseException
+
+    from selfsup.run.train import CONF_DIR
+
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            lm = instantiate(compose("lm_eval", overrides=overrides).lm_eval, _convert_="all")
+    except (HydraException, OmegaConfBaseException) as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise UserError(" ".join(lines[:2])) from None
+    lm.check()
+    return lm
+
+
+def finished_run(run_dir: Path) -> tuple[dict, Path]:
+    """A finished run's summary and the weights it ended with (checkpoints/last.ckpt), or one line why not."""
+    summary = RunSummary.read(run_dir)
+    if summary.problem or not summary.found or summary.values.get("status") != "finished":
+        why = summary.problem or (summary.values.get("status") if summary.found else "no summary.json")
+        raise UserError(f"{run_dir} did not finish training ({why}): evaluate finished runs only")
+    if not (run_dir / ".hydra" / "config.yaml").is_file():
+        raise UserError(f"{run_dir} is not a selfsup run dir (no .hydra/config.yaml)")
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    if not checkpoint.is_file():
+        raise UserError(f"{run_dir} has no checkpoints/last.ckpt: the weights it ended with are gone")
+    return summary.values, checkpoint
+
+
+class LMPlanned:
+    """One run to score with lm-eval: its weights loaded and checked exportable, or why lm-eval cannot score it."""
+
+    def __init__(self, run_dir: Path, lm):
+        from selfsup.interop.export import exporter
+        from selfsup.interop.pretrained import load
+        from selfsup.run.run_dir import merged_config
+
+        self.run_dir, self.lm = run_dir, lm
+        self.summary, self.checkpoint = finished_run(run_dir)
+        self.cfg = merged_config(run_dir, [])
+        self.pretrained = load(self.checkpoint)
+        self.architecture = self.pretrained.architecture
+        self.unsupported = lm.unsupported(self.architecture)
+        if self.unsupported is None:
+            exporter(self.pretrained.model, self.architecture)  # settings no transformers class computes: one line
+
+    def run(self) -> tuple[dict, dict, dict]:
+        cache = self.cfg.data.get("cache_dir")
+        return self.lm.evaluate(
+            self.pretrained, Path(cache) if cache else None, say=lambda line: print(f"  {line}", flush=True)
+        )
+
+
+class Planned:
+    """One run to evaluate: its dir, summary, config (its eval replaced) and what prepare() made of it."""
+
+    def __init__(self, run_dir: Path, evaluation_config: DictConfig):
+        from selfsup.run.build import prepare
+        from selfsup.run.run_dir import merged_config
+
+        self.run_dir = run_dir
+        self.summary, self.checkpoint = finished_run(run_dir)
+        cfg = merged_config(run_dir, [])
+        OmegaConf.update(cfg, "eval", evaluation_config, merge=False)
+        self.cfg = cfg
+        self.corpus, self.objective, self.evaluation = prepare(cfg, quiet=True)
+        if self.evaluation is None:
+            raise UserError("the eval settings evaluate nothing: name a task (+eval.tasks.NAME={...}) or a part")
+
+    def run(self) -> tuple[dict, dict]:
+        """(metrics, outcomes) of the run's last weights."""
+        from selfsup.interop.pretrained import load
+        from selfsup.run.build import make, model_length
+
+        cfg, corpus = self.cfg, self.corpus
+        model = load(self.checkpoint).model
+        shape = make(cfg.architecture, "architecture")
+        max_len = model_length(cfg, self.objective)
+        self.evaluation.setup(
+            cfg.architecture.name,
+            corpus.vocab,
+            corpus.tokenizer,
+            cfg.data.seq_len,
+            corpus.val_tokens,
+            max_len,
+            make_model=lambda: shape.build(corpus.vocab.size, max_len),
+            train_tokens=corpus.train_tokens,
+            objective=self.objective.name,
+            span=getattr(self.objective, "mean_span_length", None),
+            cache_dir=corpus.cache_dir,
+        )
+        metrics = self.evaluation(model)
+        if metrics is None:
+            raise UserError("stopped: nothing of this evaluation was kept")
+        return metrics, self.evaluation.outcomes()
+
+
+def evaluated_parts(keys) -> set[str]:
+    """The scores (eval/<name>) that metric or outcome keys belong to."""
+    return {part_of(k) for k in keys if k.startswith("eval/")}
+
+
+def part_of(key: str) -> str:
+    """eval/<task>/... -> eval/<task>; each lm-eval task is a part of its own: eval/lm_eval/<task>."""
+    parts = key.split("|")[0].split("/")
+    return "/".join(parts[: 3 if parts[1:2] == ["lm_eval"] else 2])
+
+
+def write_results(run_dir: Path, metrics: dict, outcomes: dict, record: dict) -> dict:
+    """Merge this evaluation into <run_dir>/evaluated.json and evaluated_outcomes.npz (the scores it evaluated
+    replaced, the others kept), each written atomically; returns evaluated.json's content."""
+    path, npz = run_dir / EVALUATED, run_dir / EVALUATED_OUTCOMES
+    old = read_evaluated(run_dir) or {}
+    now = evaluated_parts(list(metrics) + list(outcomes))
+    kept = {k: v for k, v in (old.get("eval") or {}).items() if part_of(k) not in now}
+    arrays = {}
+    if npz.is_file():
+        try:
+            with np.load(npz, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files if part_of(k) not in now}
+        except Exception:  # noqa: BLE001 - a damaged file: its scores are dropped with it
+            kept, arrays = {}, {}
+    arrays.update(outcomes)
+    content = {
+        "eval": {**kept, **metrics},
+        "pairs_scorers": {**(old.get("pairs_scorers") or {}), **record.pop("pairs_scorers", {})},
+        "evaluations": [*(old.get("evaluations") or []), record],
+    }
+    tmp = run_dir / f".{EVALUATED_OUTCOMES}.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, npz)
+    write_json(path, content)
+    return content
+
+
+def evaluated_lines(rows: list[dict], width: int = 100) -> list[str]:
+    """The table of the evaluated scores and the verdict over them."""
+    from selfsup.results.summary import (
+        JOB_NOTE,
+        LM_EVAL_NOTE,
+        _table,
+        job_columns,
+        lm_eval_columns,
+        swept_columns,
+        task_names,
+    )
+    from selfsup.results.verdict import verdict_lines
+
+    names = task_names(k for r in rows for k in r["eval"])
+    columns = [("job", "job"), ("objective", "objective"), *swept_columns(rows)]
+    columns += [
+        (f"eval/{n}/{part}", f"{n} {title}")
+        for n in names
+        for part, title in (("accuracy", "acc"), ("margin", "margin"))
+    ]
+    columns += job_columns(rows) + lm_eval_columns(rows)
+    lines = _table(rows, columns).splitlines() if len(columns) > 2 + len(swept_columns(rows)) else []
+    if names:
+        lines.append(
+            "acc: the mean over fine-tuning seeds (finetune) or the linear probe's; margin: the accuracy minus the "
+            "same on untrained models of the run's shape, paired bootstrap 95% interval over test examples, "
+            "random-init and fine-tuning seeds"
+        )
+    if job_columns(rows):
+        lines.append(JOB_NOTE)
+    if lm_eval_columns(rows):
+        lines.append(LM_EVAL_NOTE)
+    for row in rows:
+        unwritten = (row.get("evaluations") or [{}])[-1].get("not_written") or {}
+        if unwritten:
+            lines.append(
+                f"{row.get('objective')} ({Path(row.get('run_dir') or '?').name}) on {row.get('architecture')}: "
+                f"{sorted(set(unwritten.values()))[0]}: not scored on {', '.join(unwritten)}"
+            )
+    return lines + verdict_lines(rows, width=width)
+
+
+def log_to_wandb(run_dir: Path, cfg: DictConfig, metrics: dict) -> str:
+    """The metrics into the summary of the run's own W&B run, resumed by its id (<run_dir>/wandb-run-id, in the
+    run's W&B mode; offline without an API key), with a W&B Table of the lm-eval metrics (eval/lm_eval/results).
+    Returns what was done, for the console line ("" where the run logs no W&B run); W&B failing is said, not raised."""
+    from selfsup.common.wandb_utils import api_key_configured, wandb_mode
+
+    id_file = run_dir / "wandb-run-id"
+    if not cfg.logger.get("wandb") or not id_file.is_file():
+        return ""
+    mode = wandb_mode(cfg.logger.get("mode") or "offline")
+    if mode == "disabled":
+        return ""
+    if mode == "online" and not api_key_configured():
+        mode = "offline"
+    try:
+        import wandb
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        run = wandb.init(
+            id=id_file.read_text().strip(),
+            resume="allow",
+            dir=str(run_dir),
+            project=cfg.logger.get("project"),
+            entity=cfg.logger.get("entity"),
+            mode=mode,
+        )
+        run.summary.update(metrics)
+        rows = []
+        for key, value in metrics.items():
+            parts = key.split("/")
+            if len(parts) == 4 and not parts[3].startswith("random_init_") and not parts[3].endswith("_stderr"):
+                got = [metrics.get(f"{key}{end}") for end in ("_stderr", "/margin", "/margin_low", "/margin_high")]
+                base = metrics.get(f"eval/lm_eval/{parts[2]}/random_init_{parts[3]}")
+                rows.append([parts[2], parts[3], value, got[0], base, *got[1:]])
+        columns = ["task", "metric", "value", "stderr", "random_init", "margin", "margin_low", "margin_high"]
+        run.log({"eval/lm_eval/results": wandb.Table(columns=columns, data=rows)})
+        run.finish()
+    except Exception as err:  # noqa: BLE001 - W&B failing: the scores are in evaluated.json
+        return f" (W&B: not logged, {type(err).__name__}: {str(err).splitlines()[0][:120]})"
+    return f" and W&B run {id_file.read_text().strip()} ({mode})"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.split("\n\n")[0].strip() + "\n\n" + USAGE)
+        if not args:
+            raise SystemExit(2)
+        return
+    from selfsup.evaluation.baselines import report_progress
+    from selfsup.results.summary import read_summaries
+
+    try:
+        path, overrides = Path(args[0]).expanduser(), args[1:]
+        dirs = run_dirs(path)
+        lm_overrides = [o for o in overrides if is_lm_eval(o)]
+        overrides = [o for o in overrides if not is_lm_eval(o)]
+        lm = lm_eval_config(lm_overrides) if lm_overrides else None
+        # lm_eval.* alone: lm-eval alone; eval settings too (or none of either): the lab's evaluation as well
+        evaluation_config = eval_config(overrides) if overrides or lm is None else None
+        # everything checked before anything is written
+        planned = [Planned(d, evaluation_config) for d in dirs] if evaluation_config is not None else []
+        lm_planned = [LMPlanned(d, lm) for d in dirs] if lm is not None else []
+        if lm_planned and all(p.unsupported for p in lm_planned):
+            what = dirs[0] if len(dirs) == 1 else f"every run of {path}"
+            raise UserError(f"{what}: {lm_planned[0].architecture}: {lm_planned[0].unsupported}")
+        report_progress(lambda line: print(f"  {line}", flush=True))
+        for plan in planned:
+            started = time.perf_counter()
+            print(f"{plan.run_dir}: {plan.summary.get('objective')} on {plan.cfg.architecture.name}", flush=True)
+            metrics, outcomes = plan.run()
+            record = {
+                "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "checkpoint": str(plan.checkpoint),
+                "overrides": overrides,
+                "protocols": {n: plan.evaluation.protocol_of(t) for n, t in plan.evaluation.tasks.items()},
+                "not_written": dict(plan.evaluation.not_written),  # generation jobs the run's family cannot write
+                "seconds": round(time.perf_counter() - started, 1),
+                # each part's, task's and job's (the random-init baselines apart: computed once per shape, then cached)
+                "part_seconds": {
+                    k: round(v, 1) for k, v in {**plan.evaluation.part_seconds, **plan.evaluation.item_seconds}.items()
+                },
+                "pairs_scorers": plan.evaluation.pair_scorers(),
+            }
+            write_results(plan.run_dir, metrics, outcomes, record)
+            print(f"  evaluated in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}", flush=True)
+        for plan in lm_planned:
+            head = f"{plan.run_dir}: {plan.summary.get('objective')} on {plan.architecture}"
+            if plan.unsupported:
+                print(f"{head}: not scored by lm-eval: {plan.unsupported}", flush=True)
+                continue
+            print(head, flush=True)
+            started = time.perf_counter()
+            metrics, outcomes, record = plan.run()
+            record.update(
+                when=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                checkpoint=str(plan.checkpoint),
+                overrides=lm_overrides,
+                seconds=round(time.perf_counter() - started, 1),
+            )
+            write_results(plan.run_dir, metrics, outcomes, record)
+            logged = log_to_wandb(plan.run_dir, plan.cfg, metrics)
+            print(f"  lm-eval in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}{logged}", flush=True)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    single = dirs == [path]
+    rows = [{**RunSummary.read(path).values, "run_dir": str(path)}] if single else read_summaries(path)
+    print("\n".join(evaluated_lines(evaluated_rows(rows))))
+
+
+if __name__ == "__main__":
+    main()

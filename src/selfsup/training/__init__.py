@@ -1,0 +1,1 @@
+"""Training with Lightning: the module with the one shared step, console, throughput, strategies, distributed, tuning."""
