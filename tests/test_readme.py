@@ -84,6 +84,16 @@ def test_the_docs_show_commands():
     assert len(COMMANDS) >= 15
 
 
+def test_the_readme_is_a_front_page():
+    """At most 160 lines, the first set-up command within the first 30, and no line over 120 characters outside the
+    main job's printed output (the console block, as the sweep prints it)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 160
+    assert next(i for i, line in enumerate(lines) if line.startswith("pip install")) < 30
+    start, end = (lines.index(f"<!-- {mark}selfsup.report.docs:console -->") for mark in ("", "/"))
+    assert [i + 1 for i, line in enumerate(lines) if len(line) > 120 and not start < i < end] == []
+
+
 @pytest.mark.parametrize("where,args", COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_a_documented_command_composes(where, args, monkeypatch):
     monkeypatch.chdir(ROOT)  # the docs' relative paths (docs/examples/...) are from the repository root

@@ -1,4 +1,4 @@
-"""The measured blocks of README.md and docs/evaluation.md, regenerated from one run of the main job.
+"""The measured blocks of README.md, docs/results.md and docs/evaluation.md, regenerated from one run of the main job.
 
     python -m selfsup.report.docs                  runs `selfsup-train experiment=compare` (into
                                                    outputs/docs/<date>_<time>), then rewrites the blocks
@@ -42,7 +42,7 @@ from selfsup.evaluation.generation import NOT_A_WRITER, WRITERS
 from selfsup.results.summary import DEFINITIONS, evaluated_rows, job_names, read_summaries, summary_table, task_names
 from selfsup.results.verdict import Group, groups_of, run_margin, verdict_lines
 
-FILES = ("README.md", "docs/evaluation.md")
+FILES = ("README.md", "docs/results.md", "docs/evaluation.md")  # each file gets the blocks it holds
 MARK = "selfsup.report.docs"
 
 
