@@ -106,8 +106,8 @@ def train_config(*overrides):
     """conf/train.yaml composed with `overrides`, as selfsup-train composes it (in-process)."""
     from hydra import compose, initialize_config_dir
 
+    from selfsup.run.cli import CONF_DIR
     from selfsup.run.schema import register
-    from selfsup.run.train import CONF_DIR
 
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):

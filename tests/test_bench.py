@@ -5,8 +5,8 @@ from hydra import compose, initialize_config_dir
 from selfsup.data.vocab import Vocab
 from selfsup.models import build_model
 from selfsup.objectives import build_objective
+from selfsup.run.cli import CONF_DIR
 from selfsup.run.schema import register
-from selfsup.run.train import CONF_DIR
 from selfsup.tools.bench import main
 
 

@@ -8,9 +8,10 @@ from omegaconf import OmegaConf
 
 from selfsup.errors import UserError
 from selfsup.run.checks import check_devices
+from selfsup.run.cli import CONF_DIR
+from selfsup.run.lifecycle import strategy as strategy_for
 from selfsup.run.schema import register
-from selfsup.run.train import CONF_DIR
-from selfsup.run.train import strategy as strategy_for
+from selfsup.run.settings import RunSettings
 from selfsup.training.strategies import HydraSafeDDPStrategy, HydraSafeFSDPStrategy, WorkerLauncher
 
 
@@ -22,7 +23,7 @@ def config(*overrides):
 
 def test_ddp_ranks_start_as_workers_from_the_resolved_config(tmp_path):
     cfg = config("trainer=ddp_cpu")
-    strategy = strategy_for(cfg, tmp_path, rank_zero=True)
+    strategy = strategy_for(RunSettings.of(cfg), tmp_path, rank_zero=True)
     assert isinstance(strategy, HydraSafeDDPStrategy)
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)
     assert isinstance(trainer.strategy._launcher, WorkerLauncher)  # not Lightning's re-run of the Hydra script
@@ -33,7 +34,7 @@ def test_ddp_ranks_start_as_workers_from_the_resolved_config(tmp_path):
 def test_fsdp_preset_is_hydra_safe_fsdp2_over_all_ranks(tmp_path):
     cfg = config("trainer=fsdp")
     assert (cfg.trainer.strategy, cfg.trainer.accelerator, cfg.trainer.precision) == ("fsdp", "gpu", "bf16-mixed")
-    strategy = strategy_for(config("trainer=fsdp", "trainer.accelerator=cpu"), tmp_path, rank_zero=True)
+    strategy = strategy_for(RunSettings.of(config("trainer=fsdp", "trainer.accelerator=cpu")), tmp_path, rank_zero=True)
     assert isinstance(strategy, HydraSafeFSDPStrategy)
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)  # built, not run here
     assert isinstance(trainer.strategy._launcher, WorkerLauncher)

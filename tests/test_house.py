@@ -44,9 +44,9 @@ def lint_with(tmp_path, module: str, line: str) -> subprocess.CompletedProcess:
 
 def test_an_upward_import_breaks_the_layers_contract(tmp_path):
     """The contract is not vacuous: the data layer importing the run's entry point is reported."""
-    done = lint_with(tmp_path, "data/vocab.py", "from selfsup.run.train import main")
+    done = lint_with(tmp_path, "data/vocab.py", "from selfsup.run.cli import main")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "selfsup.data.vocab -> selfsup.run.train" in done.stdout
+    assert "selfsup.data.vocab -> selfsup.run.cli" in done.stdout
 
 
 def test_a_piece_that_reads_hydras_config_breaks_the_forbidden_contract(tmp_path):

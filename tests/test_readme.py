@@ -9,8 +9,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from selfsup.run.build import check_settings
+from selfsup.run.cli import CONF_DIR
 from selfsup.run.schema import register
-from selfsup.run.train import CONF_DIR
 
 ROOT = Path(__file__).parents[1]
 

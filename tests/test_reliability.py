@@ -53,8 +53,8 @@ def lab_config(objective: str = "clm", **changes) -> dict:
     """A resolved train config as the lab composes it (conf/, objective=<objective>), with changes."""
     from hydra import compose, initialize_config_dir
 
+    from selfsup.run.cli import CONF_DIR
     from selfsup.run.schema import register
-    from selfsup.run.train import CONF_DIR
 
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):
@@ -802,7 +802,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
 def test_sigterm_once_a_run_has_ended_is_noted_and_a_second_one_stops_at_once():
     """selfsup-train's handler after fit: the run's records are written; a sweep starts no further job."""
     from selfsup.reliability import stop
-    from selfsup.run.train import after_run
+    from selfsup.run.lifecycle import after_run
 
     previous = signal.signal(signal.SIGTERM, after_run)
     try:

@@ -9,9 +9,9 @@ from hydra import compose, initialize_config_dir
 
 from selfsup.errors import UserError
 from selfsup.run.checks import check_values
+from selfsup.run.cli import CONF_DIR
 from selfsup.run.run_dir import check_new_path, check_resume_path, claim
 from selfsup.run.schema import register
-from selfsup.run.train import CONF_DIR
 
 
 def test_a_run_dir_that_is_or_lies_under_a_file_is_refused(tmp_path):

@@ -19,7 +19,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hydra_plugins.selfsup_sweeper.optuna_sweeper import SelfSupOptunaSweeper, distributions
+from hydra_plugins.selfsup_sweeper.optuna_sweeper import SelfSupOptunaSweeper
+from hydra_plugins.selfsup_sweeper.study import distributions
 
 SPACE = {
     "objective.mask_rate": "interval(0.05, 0.5)",

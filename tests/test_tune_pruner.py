@@ -117,7 +117,7 @@ def test_none_prunes_nothing():
 
 # ---------------------------------------------------------------------------- seeds
 def test_seed_record_mean_se_and_margins():
-    from hydra_plugins.selfsup_sweeper.optuna_sweeper import seed_record
+    from hydra_plugins.selfsup_sweeper.study import seed_record
 
     summaries = [
         {
@@ -165,7 +165,7 @@ def made_study(values, se=0.011, **attrs):
 
 
 def test_best_lines_with_margins_and_runner_up():
-    from selfsup.report.runs import study_best_lines
+    from selfsup.report.studies import study_best_lines
 
     study = made_study(
         [0.4990, 0.5036, 0.4800],
@@ -190,7 +190,7 @@ def test_best_lines_with_margins_and_runner_up():
 
 
 def test_importances_need_ten_complete_trials():
-    from selfsup.report.runs import study_importances, study_lines
+    from selfsup.report.studies import study_importances, study_lines
 
     study = made_study([0.5, 0.6, 0.55])
     assert study_importances(study) == (None, "Parameter importances: need 10 completed trials, the study has 3.")
@@ -206,7 +206,7 @@ def test_importances_need_ten_complete_trials():
 
 
 def test_load_studies_shows_each_study_once(tmp_path):
-    from selfsup.report.runs import load_studies
+    from selfsup.report.studies import load_studies
 
     first, more = tmp_path / "first", tmp_path / "more"
     first.mkdir(), more.mkdir()
@@ -223,7 +223,7 @@ def test_load_studies_shows_each_study_once(tmp_path):
 def test_a_study_of_the_fixed_exam_reads_its_bootstrap_standard_error():
     """optimized_metric=eval/fixed/loss: one seed's trial carries the exam's own SE (eval/fixed/loss_se, the
     bootstrap over its windows), the one the pruner compares against at each validation."""
-    from hydra_plugins.selfsup_sweeper.optuna_sweeper import seed_record
+    from hydra_plugins.selfsup_sweeper.study import seed_record
     from selfsup.evaluation.suite import exam_interval
 
     rng = np.random.default_rng(0)

@@ -1,6 +1,6 @@
-"""`python -m selfsup.train` (documented): selfsup-train, whose app lives in selfsup.run.train."""
+"""`python -m selfsup.train` (documented): selfsup-train, whose app lives in selfsup.run.cli."""
 
-from selfsup.run.train import main
+from selfsup.run.cli import main
 
 if __name__ == "__main__":
     main()

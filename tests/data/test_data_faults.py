@@ -17,6 +17,7 @@ import selfsup.data.corpus as corpus_module
 import selfsup.data.prepare as prepare_module
 import selfsup.data.sources as sources_module
 from selfsup.data import Corpus
+from selfsup.data.hf_dataset import iter_hf_documents
 from selfsup.data.sources import DataError
 
 
@@ -163,7 +164,7 @@ def test_a_full_datasets_cache_names_hf_datasets_cache(tmp_path, monkeypatch):
         r"ran out of space \(No space left on device\): free space in .* or set "
         r"HF_DATASETS_CACHE to a folder with more room",
     ):
-        list(sources_module.iter_hf_documents("wikitext"))
+        list(iter_hf_documents("wikitext"))
 
 
 # ---------------------------------------------------------------------------------------- (c) the cache key

@@ -14,7 +14,8 @@ from selfsup.data import (
     split_documents,
     text_file_documents,
 )
-from selfsup.data.sources import MAX_TXT_DOCUMENT_CHARS, iter_hf_documents, split_long_text
+from selfsup.data.hf_dataset import iter_hf_documents
+from selfsup.data.sources import MAX_TXT_DOCUMENT_CHARS, split_long_text
 
 
 @pytest.fixture(scope="module")

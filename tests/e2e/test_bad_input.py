@@ -5,6 +5,7 @@ import json
 import pytest
 
 from selfsup.errors import UserError
+from selfsup.run.settings import RunSettings
 
 
 def assert_refused(out, *words):
@@ -39,8 +40,8 @@ def refusal(cache_dir, *overrides) -> str | None:
 
     from selfsup.run.build import check_objective, check_settings, make_corpus
     from selfsup.run.checks import config_error_line
+    from selfsup.run.cli import CONF_DIR
     from selfsup.run.schema import register
-    from selfsup.run.train import CONF_DIR
 
     register()
     try:
@@ -48,7 +49,7 @@ def refusal(cache_dir, *overrides) -> str | None:
             cfg = compose("train", overrides=[f"data.cache_dir={cache_dir}", *overrides])
         check_settings(cfg)
         check_objective(cfg)
-        make_corpus(cfg)._check_settings()
+        make_corpus(RunSettings.of(cfg))._check_settings()
     except (HydraException, OmegaConfBaseException) as err:
         return config_error_line(err)
     except UserError as err:
@@ -146,7 +147,7 @@ def test_data_mistakes(cache_dir, files, path, words):
 
     from selfsup.data import DataError
     from selfsup.run.build import prepare
-    from selfsup.run.train import CONF_DIR
+    from selfsup.run.cli import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose(
@@ -160,7 +161,7 @@ def test_data_mistakes(cache_dir, files, path, words):
             ],
         )
     with pytest.raises(DataError) as err:
-        prepare(cfg)
+        prepare(RunSettings.of(cfg))
     assert "\n" not in str(err.value)
     for w in words:
         assert w in str(err.value), (w, str(err.value))

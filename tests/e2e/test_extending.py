@@ -45,8 +45,8 @@ def test_an_objective_from_outside_the_package_trains_and_declares_its_architect
 
     from selfsup.errors import UserError
     from selfsup.run.build import check_settings
+    from selfsup.run.cli import CONF_DIR
     from selfsup.run.schema import register
-    from selfsup.run.train import CONF_DIR
 
     register()
     sys.path.insert(0, str(EXAMPLE))

@@ -14,8 +14,9 @@ from omegaconf import open_dict
 from selfsup.data import text_file_documents
 from selfsup.data.vocab import special_tokens
 from selfsup.run.build import build, with_init
+from selfsup.run.cli import CONF_DIR
 from selfsup.run.schema import register
-from selfsup.run.train import CONF_DIR
+from selfsup.run.settings import RunSettings
 
 transformers = pytest.importorskip("transformers")
 
@@ -91,7 +92,7 @@ def test_a_run_from_a_checkpoint_starts_at_the_checkpoints_own_loss(
         cfg = compose("train", overrides=[*overrides, "debug=tiny", "eval=none", f"data.cache_dir={cache_dir}"])
     with open_dict(cfg):
         cfg = with_init(cfg)
-    run = build(cfg)
+    run = build(RunSettings.of(cfg))
     hf = getattr(transformers, "GPT2LMHeadModel" if kind == "gpt2" else "T5ForConditionalGeneration")
     hf = hf.from_pretrained(folder).eval()
     from selfsup.data.pretrained_tokenizer import load_pretrained

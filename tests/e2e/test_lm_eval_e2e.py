@@ -304,7 +304,7 @@ def test_without_lm_eval_installed_the_line_says_how_to_install_it(families, tmp
 def test_the_labs_local_tasks_are_written_as_lm_eval_reads_them(tmp_path, capsys):
     from lm_eval.tasks import TaskManager, get_task_dict
 
-    from selfsup.evaluation.pairs import builtin_pairs
+    from selfsup.evaluation.pair_sets import builtin_pairs
     from selfsup.interop.lmeval import main as lmeval_main
 
     lmeval_main(["tasks", str(tmp_path / "t")])

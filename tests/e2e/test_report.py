@@ -363,7 +363,7 @@ def test_the_header_says_which_code_ran_and_what_every_run_shares(html_report, m
 def test_curves_are_one_line_per_swept_value_with_the_seed_band(mask_sweep):
     """2 mask rates x 2 seeds: two lines, each the mean of its seeds between their min and max."""
     from selfsup.report import load_runs, swept_keys
-    from selfsup.report.plots import curve_series
+    from selfsup.report.plot_data import curve_series
 
     runs = load_runs([str(mask_sweep)])
     series = curve_series(runs, "val/loss", "train/tokens_seen", swept_keys(runs))
@@ -475,7 +475,8 @@ def test_each_plot_has_its_baselines_at_their_values_in_a_legend_beside_the_data
     import matplotlib.pyplot as plt
 
     from selfsup.report import load_runs, swept_keys
-    from selfsup.report.plots import fixed_unigram_loss, knob_figure
+    from selfsup.report.figures import knob_figure
+    from selfsup.report.plot_data import fixed_unigram_loss
 
     runs = load_runs([str(mask_sweep)])
     keys = swept_keys(runs)
@@ -518,7 +519,7 @@ def test_each_plot_has_its_baselines_at_their_values_in_a_legend_beside_the_data
 def test_a_plot_of_one_point_per_series_is_not_drawn(mask_sweep):
     """Evaluated once per run: probe accuracy against tokens seen would be one dot per setting."""
     from selfsup.report import load_runs, swept_keys
-    from selfsup.report.plots import curves_figure
+    from selfsup.report.figures import curves_figure
 
     runs = load_runs([str(mask_sweep)])
     fig, left_out = curves_figure(runs, "eval/probe/accuracy", "train/tokens_seen", "y", "x", "t", swept_keys(runs))
@@ -546,7 +547,8 @@ def _study(trials: list[dict]):
 def test_the_study_history_has_error_bars_and_the_random_init_band_and_does_without_them(tmp_path):
     import matplotlib.pyplot as plt
 
-    from selfsup.report.plots import plot_study, study_history_figure
+    from selfsup.report.figures import study_history_figure
+    from selfsup.report.plots import plot_study
 
     fig = study_history_figure(_study([{"value_se": 0.02, "random_init": 0.48, "random_init_sd": 0.01}] * 3))
     artists = _baseline_artists(fig)
@@ -624,7 +626,8 @@ def test_one_colour_per_setting_in_every_figure_and_each_run_drawn_with_the_verd
     from matplotlib.colors import to_hex
 
     from selfsup.report import load_runs, swept_keys
-    from selfsup.report.plots import curves_figure, knob_figure, setting_colors
+    from selfsup.report.figures import curves_figure, knob_figure
+    from selfsup.report.plot_data import setting_colors
 
     runs = load_runs([str(mask_sweep)])
     keys = swept_keys(runs)

@@ -140,7 +140,7 @@ def test_torchrun_ranks_share_one_run_dir_and_one_wandb_run(cache_dir, tmp_path)
             "--nproc_per_node",
             "2",
             "-m",
-            "selfsup.run.train",
+            "selfsup.run.cli",
             "trainer=ddp_cpu",
             *TINY,
             f"data.cache_dir={cache_dir}",

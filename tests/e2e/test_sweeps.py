@@ -21,8 +21,8 @@ def compose(*overrides):
     from hydra import initialize_config_dir
 
     import hydra_plugins.selfsup_sweeper.optuna_sweeper  # noqa: F401  (Hydra imports its plugins when it runs)
+    from selfsup.run.cli import CONF_DIR
     from selfsup.run.schema import register
-    from selfsup.run.train import CONF_DIR
 
     register()
     with initialize_config_dir(str(CONF_DIR), version_base=None):  # its sweeps/ group: the repository's sweeps/
@@ -152,7 +152,7 @@ def test_help_lists_the_labs_groups_in_seconds_whatever_the_working_directory_ho
     for group in ("objective:", "architecture:", "data:", "trainer:", "sweeps:", "eval:"):
         assert group in groups
     assert ".venv" not in out.stdout and "conf/" not in out.stdout
-    from selfsup.run.train import CONF_DIR
+    from selfsup.run.cli import CONF_DIR
 
     experiments = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))  # read from the folder
     assert f"experiment:   {', '.join(experiments)}\n" in groups and "compare_quick" in experiments

@@ -12,11 +12,12 @@ from hydra import compose, initialize_config_dir
 
 from selfsup.data.builtin import builtin_documents
 from selfsup.evaluation import EvalError, Evaluation, Finetune, Task
+from selfsup.evaluation.builtin import builtin_examples, probe_sentences, sentences
 from selfsup.evaluation.probe import features, linear_probe, scores
-from selfsup.evaluation.tasks import builtin_examples, probe_sentences, sentences
 from selfsup.run.build import build, prepare
+from selfsup.run.cli import CONF_DIR
 from selfsup.run.schema import register
-from selfsup.run.train import CONF_DIR
+from selfsup.run.settings import RunSettings
 
 TINY = ["debug=tiny", "eval.pairs=null"]
 
@@ -49,7 +50,7 @@ def test_fixed_exam_masks_are_the_same_whatever_the_run_trained_with(cache_dir, 
     exams = []
     for overrides in runs:
         cfg = config(cache_dir, f"objective={family}", "eval.tasks=null", *overrides)
-        run = build(cfg)
+        run = build(RunSettings.of(cfg))
         module = run.module
         assert module.evaluation.tasks == {}  # eval.tasks=null: no probe
         exam = module.evaluation.exam
@@ -68,7 +69,7 @@ def test_fixed_exam_masks_are_the_same_whatever_the_run_trained_with(cache_dir, 
 
 def test_fixed_exam_is_mlm_at_each_panel_rate_and_its_loss_is_the_mean_of_token_weighted_losses(cache_dir):
     cfg = config(cache_dir, "objective.mask_rate=0.4", "eval.tasks=null")
-    run = build(cfg)
+    run = build(RunSettings.of(cfg))
     model, module = run.model, run.module
     exam = module.evaluation.exam
     assert (
@@ -117,7 +118,7 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
     from selfsup.evaluation.scoring import unigram_logprobs
 
     cfg = config(cache_dir, f"objective={family}", "eval.tasks=null", "eval.fixed.max_tokens=null")
-    run = build(cfg)
+    run = build(RunSettings.of(cfg))
     model, exam = run.model, run.module.evaluation.exam
     model.eval()
     found = exam.metrics(model)
@@ -192,7 +193,7 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
 
 def test_decoder_exam_is_next_token_loss(cache_dir):
     cfg = config(cache_dir, "objective=prefix_lm", "eval.tasks=null")
-    run = build(cfg)
+    run = build(RunSettings.of(cfg))
     model, module = run.model, run.module
     exam = module.evaluation.exam
     assert exam.objective.name == "clm" and exam.architecture == "decoder" and list(exam.members) == ["clm"]
@@ -326,7 +327,7 @@ def test_bad_tasks_are_refused_in_one_line_before_training(cache_dir, tmp_path, 
     settings = ", ".join(f"{k}: {json.dumps(v)}" for k, v in task.items())
     cfg = config(cache_dir, "~eval.tasks.probe", f"+eval.tasks.t={{{settings}}}")
     with pytest.raises(EvalError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
-        prepare(cfg)
+        prepare(RunSettings.of(cfg))
     assert "\n" not in str(err.value)
 
 
@@ -343,7 +344,7 @@ def test_a_probe_task_that_holds_pretraining_documents_is_refused(cache_dir, tmp
         f"+eval.tasks.t={{source: text_files, paths: [{tmp_path / 'corpus.jsonl'}]}}",
     )
     with pytest.raises(EvalError, match="documents of the pretraining data"):
-        prepare(cfg)
+        prepare(RunSettings.of(cfg))
 
 
 def test_evaluation_settings_are_checked():
@@ -373,7 +374,7 @@ def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
     import lightning as L
 
     cfg = config(cache_dir, "trainer.max_steps=5", "eval=none")
-    run = build(cfg)
+    run = build(RunSettings.of(cfg))
     dm, module = run.data, run.module
     trainer = L.Trainer(
         max_steps=5,
@@ -396,7 +397,7 @@ def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):
         "optim.warmup_steps=1",
         "optim.lr=1e-3",
     )
-    run = build(cfg)
+    run = build(RunSettings.of(cfg))
     dm, module = run.data, run.module
     trainer = L.Trainer(
         max_steps=50,
@@ -422,7 +423,7 @@ def test_the_finetune_protocol_trains_a_copy(cache_dir):
         "eval.tasks.probe.max_train_examples=64",
         "eval.tasks.probe.max_test_examples=32",
     )
-    run = build(cfg)
+    run = build(RunSettings.of(cfg))
     model, module = run.model, run.module
     before = {k: v.clone() for k, v in model.state_dict().items()}
     metrics = module.evaluation(model)
@@ -469,7 +470,7 @@ def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
     folder = Path(cache_dir) / "probe-random-init"
 
     def evaluate(*overrides):
-        run = build(config(cache_dir, *small, *overrides))
+        run = build(RunSettings.of(config(cache_dir, *small, *overrides)))
         return run.module.evaluation, run.module.evaluation(run.model)
 
     before = set(folder.glob("*.json")) if folder.is_dir() else set()
@@ -504,7 +505,7 @@ def test_a_stop_signal_ends_the_evaluation_at_a_boundary_and_keeps_nothing_of_it
     from selfsup.reliability import stop
 
     small = ["eval.tasks.probe.max_train_examples=100", "eval.tasks.probe.max_test_examples=50"]
-    run = build(config(cache_dir, *small, "architecture.d_model=24"))
+    run = build(RunSettings.of(config(cache_dir, *small, "architecture.d_model=24")))
     evaluation = run.module.evaluation
     try:
         stop.note(signal.SIGTERM)  # before the first part: not even the random-init baselines are computed
@@ -527,7 +528,7 @@ def test_the_evaluation_says_each_part_as_it_goes_with_the_time_the_last_one_too
     from selfsup.evaluation.baselines import report_progress
 
     small = ["eval.tasks.probe.max_train_examples=100", "eval.tasks.probe.max_test_examples=50"]
-    run = build(config(cache_dir, *small, "architecture.d_model=24", "eval.probe.random_init_seeds=2"))
+    run = build(RunSettings.of(config(cache_dir, *small, "architecture.d_model=24", "eval.probe.random_init_seeds=2")))
     said: list[str] = []
     report_progress(said.append)
     try:

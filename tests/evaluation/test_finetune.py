@@ -10,16 +10,18 @@ import torch
 from helpers import write_records
 from hydra import compose, initialize_config_dir
 
+from selfsup.common.names import OUTCOMES
 from selfsup.data.builtin import builtin_documents, stdlib_docstrings
 from selfsup.evaluation import EvalError, Task
+from selfsup.evaluation.builtin import next_sentence_examples, sentences
 from selfsup.evaluation.probe import classified, encode
 from selfsup.evaluation.stats import difference, margin
-from selfsup.evaluation.tasks import next_sentence_examples, sentences
 from selfsup.models.transformer import build_model
-from selfsup.results.verdict import OUTCOMES, verdict_text
+from selfsup.results.verdict import verdict_text
 from selfsup.run.build import build, prepare
+from selfsup.run.cli import CONF_DIR
 from selfsup.run.schema import register
-from selfsup.run.train import CONF_DIR
+from selfsup.run.settings import RunSettings
 
 TINY = ["debug=tiny", "eval.pairs=null", "eval.heldout=null", "eval.fixed=null"]
 
@@ -32,7 +34,7 @@ def config(cache_dir, *overrides):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    corpus, _, _ = prepare(config(tmp_path_factory.mktemp("cache")))
+    corpus, _, _ = prepare(RunSettings.of(config(tmp_path_factory.mktemp("cache"))))
     return corpus
 
 
@@ -316,7 +318,7 @@ def test_fine_tuning_a_pair_task_leaves_the_runs_model_and_rng_untouched(tmp_pat
         "eval.finetune.max_length=48",
         "eval.probe.random_init_seeds=2",
     )
-    run = build(cfg)
+    run = build(RunSettings.of(cfg))
     model, module = run.model, run.module
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()

@@ -25,8 +25,9 @@ from selfsup.evaluation.fixed import (
 )
 from selfsup.models import build_model
 from selfsup.run.build import prepare
+from selfsup.run.cli import CONF_DIR
 from selfsup.run.schema import FixedExamConfig, register
-from selfsup.run.train import CONF_DIR
+from selfsup.run.settings import RunSettings
 
 V = Vocab(300, n_sentinels=40)
 VAL = np.random.default_rng(0).integers(V.first_ordinary, 300, 6000).astype(np.uint16)
@@ -242,11 +243,11 @@ def test_the_panel_is_set_from_the_config(cache_dir):
         )
         with pytest.raises(Exception, match="mask_rate"):  # a typo'd key: refused by the schema
             compose("train", overrides=["debug=tiny", "eval.fixed.mask_rate=[0.2]"])
-    corpus, _, evaluation = prepare(cfg)
+    corpus, _, evaluation = prepare(RunSettings.of(cfg))
     evaluation.setup("encoder", corpus.vocab, corpus.tokenizer, 32, corpus.val_tokens, 32)
     assert list(evaluation.exam.members) == ["rate_20", "rate_30"]
     with pytest.raises(EvalError, match=r"eval.fixed.span_lengths=\[0.5\]"):
-        prepare(bad)
+        prepare(RunSettings.of(bad))
 
 
 def test_the_closing_lines_list_the_panel_then_the_kinds():

@@ -144,7 +144,7 @@ def test_greedy_decoding_stops_at_the_models_length(family):
 # ---------------------------------------------------------------------------------------- the built-in jobs' data
 def test_the_builtin_continuation_job_is_held_out_sentences_cut_in_half():
     from selfsup.data.builtin import builtin_documents
-    from selfsup.evaluation.tasks import continuation_examples, probe_sentences
+    from selfsup.evaluation.builtin import continuation_examples, probe_sentences
 
     examples = continuation_examples(0.2)
     held = set(probe_sentences())

@@ -14,13 +14,14 @@ from hydra import compose, initialize_config_dir
 
 from selfsup.data.builtin import builtin_documents
 from selfsup.evaluation import EvalError, GenerationJob
+from selfsup.evaluation.builtin import docstring_name_examples, name_words, probe_sentences
 from selfsup.evaluation.generation import NOT_A_WRITER, prepare
 from selfsup.evaluation.stats import margin
-from selfsup.evaluation.tasks import docstring_name_examples, name_words, probe_sentences
-from selfsup.results.verdict import load_outcomes
+from selfsup.results.groups import load_outcomes
 from selfsup.run.build import build
+from selfsup.run.cli import CONF_DIR
 from selfsup.run.schema import register
-from selfsup.run.train import CONF_DIR
+from selfsup.run.settings import RunSettings
 
 TINY = ["debug=tiny", "eval.pairs=null", "eval.heldout=null", "eval.fixed=null", "~eval.tasks.probe"]
 JOB = "+eval.generation.c={job: continuation, max_train_examples: 48, max_test_examples: 24, max_new_tokens: 6}"
@@ -158,7 +159,7 @@ def test_a_writer_is_fine_tuned_and_scored_beside_random_init(tmp_path, objectiv
         "eval.finetune.max_length=32",
         "eval.probe.random_init_seeds=2",
     )
-    run = build(cfg)
+    run = build(RunSettings.of(cfg))
     model, evaluation = run.model, run.module.evaluation
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
@@ -188,7 +189,7 @@ def test_a_writer_is_fine_tuned_and_scored_beside_random_init(tmp_path, objectiv
 
 def test_the_verdict_checks_a_jobs_outcomes_against_its_summary(tmp_path):
     cfg = config(tmp_path / "cache", "objective=clm", JOB, "eval.finetune.steps=2", "eval.finetune.seeds=1")
-    run = build(cfg)
+    run = build(RunSettings.of(cfg))
     metrics = run.module.evaluation(run.model)
     outcomes = run.module.evaluation.outcomes()
     np.savez(tmp_path / "outcomes.npz", **outcomes)
@@ -199,12 +200,12 @@ def test_the_verdict_checks_a_jobs_outcomes_against_its_summary(tmp_path):
 
 
 def test_an_encoder_is_not_scored_and_a_bad_job_setting_is_one_line(tmp_path):
-    run = build(config(tmp_path / "cache", "objective=mlm", JOB))
+    run = build(RunSettings.of(config(tmp_path / "cache", "objective=mlm", JOB)))
     metrics = run.module.evaluation(run.model)
     assert run.module.evaluation.not_written == {"c": NOT_A_WRITER} and not any(k.startswith("eval/c") for k in metrics)
     cfg = config(tmp_path / "cache", "objective=clm", JOB, "+eval.tasks.c={source: builtin}")
     with pytest.raises(EvalError, match=r"^eval.generation.c and eval.tasks.c share a name"):
-        build(cfg)
+        build(RunSettings.of(cfg))
     evaluation = run.module.evaluation
     with pytest.raises(EvalError, match=r"FSDP shards cannot be: use eval.generation=null with trainer=fsdp$"):
         evaluation.check(sharded=True)

@@ -16,9 +16,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from selfsup.data.builtin import builtin_documents
 from selfsup.data.vocab import Vocab
 from selfsup.evaluation import EvalError, MinimalPairs, PairSource
-from selfsup.evaluation import pairs as P
+from selfsup.evaluation import pair_sets as P
 from selfsup.evaluation import scoring as S
 from selfsup.models import build_model
+from selfsup.run.settings import RunSettings
 
 V = Vocab(size=120, n_sentinels=4)
 
@@ -387,4 +388,4 @@ def test_a_set_whose_every_pair_is_too_long_is_refused_by_prepare(cache_dir, tmp
         f"+eval.pairs.sets.mine={{paths: [{tmp_path / 'long.jsonl'}]}}",
     )
     with pytest.raises(EvalError, match="^eval.pairs: every pair has a sentence longer than the model's 30 positions"):
-        prepare(cfg)
+        prepare(RunSettings.of(cfg))

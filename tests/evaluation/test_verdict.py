@@ -6,8 +6,9 @@ import zlib
 import numpy as np
 import pytest
 
+from selfsup.common.names import OUTCOMES
 from selfsup.evaluation.stats import difference, exam_difference, margin
-from selfsup.results.verdict import NO_LEAD, OUTCOMES, held_equal, verdict_lines, verdict_text
+from selfsup.results.verdict import NO_LEAD, held_equal, verdict_lines, verdict_text
 
 N = 1000
 

@@ -26,13 +26,13 @@ from torch.utils.data import Dataset
 from selfsup.data.builtin import BUILTIN_MAX_CHARS, builtin_documents
 from selfsup.data.cache import DocumentKeys, ShardedTokens, build_or_load, cache_key
 from selfsup.data.config import DataConfig
+from selfsup.data.hf_dataset import iter_hf_documents
 from selfsup.data.prepare import build
 from selfsup.data.pretrained_tokenizer import lab_layout, load_pretrained
 from selfsup.data.sources import (
     DataError,
     drop_empty,
     file_stats,
-    iter_hf_documents,
     iter_text_file_documents,
     local_stats,
 )

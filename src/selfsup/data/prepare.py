@@ -23,7 +23,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from selfsup.data.cache import FORMAT_VERSION, TokenCache, build_or_load, cache_key, chunk_checksums, end_checksum
-from selfsup.data.sources import DataError, document_key, quiet_datasets, split_keys
+from selfsup.data.hf_dataset import quiet_datasets
+from selfsup.data.sources import DataError, document_key, split_keys
 from selfsup.data.tokenizer import check_vocab_size, load_tokenizer_json, train_tokenizer
 from selfsup.data.vocab import Vocab
 

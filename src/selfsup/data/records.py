@@ -9,7 +9,8 @@ import csv
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from selfsup.data.sources import DataError, jsonl_objects, load_hf, one_line, parquet_file, text_lines, warn_once
+from selfsup.data.hf_dataset import load_hf
+from selfsup.data.sources import DataError, jsonl_objects, one_line, parquet_file, text_lines, warn_once
 
 LABELLED_SUFFIXES = (".jsonl", ".csv", ".parquet")
 

@@ -51,10 +51,12 @@ the LightningModule calls it at the end of a validation.
 
 from selfsup.evaluation.fixed import EXAMS, FixedExam
 from selfsup.evaluation.heldout import HeldoutText
-from selfsup.evaluation.pairs import PAIR_TYPES, MinimalPairs, PairSource
+from selfsup.evaluation.jobs import GenerationJob
+from selfsup.evaluation.pair_sets import PAIR_TYPES, PairSource
+from selfsup.evaluation.pairs import MinimalPairs
 from selfsup.evaluation.probe import PROTOCOLS, Finetune
 from selfsup.evaluation.suite import EXAMPLE_COLUMNS, Evaluation
-from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, GenerationJob, Task
+from selfsup.evaluation.tasks import BUILTIN_TASKS, EvalError, Examples, Task
 
 __all__ = [
     "EXAMPLE_COLUMNS",

@@ -28,8 +28,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from selfsup.data.hf_dataset import load_hf, quiet_datasets
 from selfsup.data.records import check_count
-from selfsup.data.sources import DataError, iter_text_file_documents, load_hf, quiet_datasets
+from selfsup.data.sources import DataError, iter_text_file_documents
 from selfsup.evaluation.pairs import FAMILY_ROWS
 from selfsup.evaluation.scoring import score_rows
 from selfsup.evaluation.stats import exam_ratio, ratio_scores

@@ -6,54 +6,35 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import json
 import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from selfsup.data.records import check_count
-from selfsup.evaluation.baselines import (
-    EvaluationStopped,
-    boundary,
-    cached,
-    evaluation_done,
-    evaluation_started,
-    untrained_key,
-)
+from selfsup.evaluation.baselines import EvaluationStopped, boundary, evaluation_done, evaluation_started
 from selfsup.evaluation.fixed import PANEL_SETTINGS, FixedExam, check_panel
-from selfsup.evaluation.generation import NOT_A_WRITER, SCORES, WRITERS, Prepared, finetune_writer, prepare, score
+from selfsup.evaluation.generation import Prepared
 from selfsup.evaluation.heldout import HeldoutText
-from selfsup.evaluation.pairs import MinimalPairs, mean_sd, scorer_name
-from selfsup.evaluation.probe import (
-    PROTOCOLS,
-    READING,
-    Finetune,
-    encode,
-    features,
-    finetune,
-    linear_probe,
-    majority,
-    scores,
-)
+from selfsup.evaluation.job_scores import JobScores
+from selfsup.evaluation.jobs import GenerationJob
+from selfsup.evaluation.pairs import MinimalPairs, scorer_name
+from selfsup.evaluation.probe import PROTOCOLS, Finetune
 from selfsup.evaluation.scoring import unigram_logprobs
-from selfsup.evaluation.stats import margin, ratio_scores, standard_error
-from selfsup.evaluation.tasks import EvalError, Examples, GenerationJob, Task, parts
-from selfsup.loss import stream_seed
+from selfsup.evaluation.stats import ratio_scores
+from selfsup.evaluation.task_scores import Encoded, TaskScores
+from selfsup.evaluation.tasks import EvalError, Task
 
 FIXED, HELDOUT = "eval/fixed", "eval/heldout"
 
 EXAMPLE_COLUMNS = ["step", "example", "input", "target", "prediction", "accuracy"]
-WRITTEN_COLUMNS = ["step", "example", "source", "target", "prediction", "exact_match", "token_f1"]
-WRITTEN_SHOWN = 8  # test examples of each generation job in its W&B Table
 
 
-class Evaluation:
+class Evaluation(TaskScores, JobScores):
     """The fixed exam, the minimal pairs and the probes of one run. `check(...)` before training (reads the
     tasks and pair sets, refuses bad ones in one line); `setup(...)` once the model exists; `__call__(model)`
     -> {metric: value}. fixed: {max_tokens: N, mask_rates, span_rates, span_lengths} (the exam's members share
@@ -153,35 +134,8 @@ class Evaluation:
             raise EvalError(
                 f"eval.every_n_validations={self.every_n_validations} must be 0 (after training only) or more"
             )
-        if sharded and self.jobs:
-            raise EvalError(
-                "eval.generation fine-tunes a copy of the model, which FSDP shards cannot be: use eval.generation=null "
-                "with trainer=fsdp"
-            )
-        for name, job in self.jobs.items():
-            if name in self.tasks:
-                raise EvalError(
-                    f"eval.generation.{name} and eval.tasks.{name} share a name: their scores (eval/{name}/...) "
-                    f"would mix; rename one"
-                )
-            train, test = job.load()
-            inside = [t for pair in train + test for t in pair if training_documents and t in training_documents]
-            if inside:
-                raise EvalError(
-                    f"generation job {name}: {len(inside)} of its texts are documents of the pretraining data (e.g. "
-                    f"{inside[0][:40]!r}): a job must be held out from pretraining; use other examples or other "
-                    f"data.paths"
-                )
-        for name, task in self.tasks.items():
-            train, test = task.load()
-            if training_documents:
-                overlap = [p for t in train.texts + test.texts for p in parts(t) if p in training_documents]
-                if overlap:
-                    raise EvalError(
-                        f"task {name}: {len(overlap)} of its examples are documents of the pretraining "
-                        f"data (e.g. {overlap[0][:40]!r}): a probe must be held out from pretraining; "
-                        f"use other examples or other data.paths"
-                    )
+        self.check_jobs(training_documents, sharded)
+        self.check_tasks(training_documents)
 
     # ------------------------------------------------------------------------------ once the model exists
     def setup(
@@ -228,38 +182,8 @@ class Evaluation:
             self.pairs.setup(
                 architecture, vocab, tokenizer, model_length, train_tokens, objective, span, make_model, cache_dir
             )
-        self.start_id = vocab.bos_id
-        for name, task in self.tasks.items():
-            train, test = task.load()
-            protocol = self.protocol_of(task)
-            length = min(self.finetune.max_length if protocol == "finetune" else self.max_length, model_length)
-            self.encoded[name] = Encoded(
-                encode(tokenizer, train.texts, length, vocab.pad_id, vocab.eos_id, architecture),
-                torch.tensor(train.labels),
-                encode(tokenizer, test.texts, length, vocab.pad_id, vocab.eos_id, architecture),
-                torch.tensor(test.labels),
-                len(task.classes),
-                train,
-                test,
-                protocol,
-            )
-            self.fingerprints[name] = hashlib.sha256(
-                json.dumps([train.texts, train.labels, test.texts, test.labels]).encode()
-            ).hexdigest()
-        self.ids = (vocab.eos_id, vocab.bos_id, vocab.pad_id)
-        for name, job in self.jobs.items():
-            if architecture not in WRITERS:
-                self.not_written[name] = NOT_A_WRITER
-                continue
-            train, test = job.load()
-            length = min(self.finetune.max_length, model_length)
-            self.written[name] = prepare(architecture, tokenizer, train, test, *self.ids, length, job.max_new_tokens)
-            self.fingerprints[name] = hashlib.sha256(json.dumps([train, test, length, job.max_new_tokens]).encode())
-            self.fingerprints[name] = self.fingerprints[name].hexdigest()
-
-    def protocol_of(self, task: Task) -> str:
-        """A task's protocol: its own, else eval.probe.protocol."""
-        return task.protocol or self.protocol
+        self.setup_tasks(architecture, vocab, tokenizer, model_length)
+        self.setup_jobs(architecture, vocab, tokenizer, model_length)
 
     def pair_scorers(self) -> dict[str, str]:
         """{metric prefix: the scorer's name} of each set of minimal pairs and scorer, e.g. {'eval/pairs': 'summed
@@ -390,185 +314,6 @@ class Evaluation:
         finally:
             into[part] = into.get(part, 0.0) + time.perf_counter() - started
 
-    def predict(self, model: torch.nn.Module, name: str, seed: int = 0) -> torch.Tensor:
-        """The predicted class of each test example of task `name`: by the linear probe on frozen features, or
-        after fine-tuning a copy of `model` from fine-tuning seed `seed` (the run's model is not changed)."""
-        task = self.encoded[name]
-        if task.protocol == "finetune":
-            return finetune(
-                self.copy(model),
-                (*task.train_inputs, task.train_labels),
-                task.test_inputs,
-                task.n_classes,
-                self.finetune,
-                stream_seed("finetune", self.seed, seed),
-                self.start_id,
-            )
-        return linear_probe(
-            features(model, *task.train_inputs),
-            task.train_labels,
-            features(model, *task.test_inputs),
-            task.n_classes,
-            self.l2,
-        )
-
-    def probe_metrics(self, model: torch.nn.Module, name: str) -> dict[str, float]:
-        """eval/<name>/accuracy, .../macro_f1 (fine-tuned: the means over eval.finetune.seeds fine-tuning seeds, and
-        accuracy_sd, their accuracies' sd) and, beside the random-init baselines, the margin of the accuracy over
-        them with its paired bootstrap 95% interval (test examples, random-init seeds and fine-tuning seeds
-        resampled)."""
-        task = self.encoded[name]
-        seeds = self.finetune.seeds if task.protocol == "finetune" else 1
-        outcomes, runs = [], []
-        for k in range(seeds):
-            if k:
-                boundary(f"task {name}'s fine-tuning seed {k + 1} of {seeds}")
-            predicted = self.predict(model, name, k).cpu()
-            runs.append(scores(predicted, task.test_labels, task.n_classes))
-            outcomes.append((predicted == task.test_labels).double().numpy())
-        out = {f"eval/{name}/{key}": float(np.mean([r[key] for r in runs])) for key in runs[0]}
-        outcome = np.stack(outcomes) if seeds > 1 else outcomes[0]
-        self.last[name] = outcome
-        out[f"eval/{name}/accuracy_se"] = standard_error(np.atleast_2d(outcome).mean(0))
-        if seeds > 1:
-            out[f"eval/{name}/accuracy_sd"] = mean_sd([r["accuracy"] for r in runs])[1]
-        if name in self.random_init:
-            m = margin(outcome, self.random_init[name])
-            out.update(
-                {f"eval/{name}/margin": m.value, f"eval/{name}/margin_low": m.low, f"eval/{name}/margin_high": m.high}
-            )
-        return out
-
-    def random_init_and_majority(self, model: torch.nn.Module) -> dict[str, float]:
-        """The baselines of every task: the same probe or fine-tuning of models of the same shape, freshly
-        initialised from eval.probe.random_init_seeds seeds of their own (the same for every run of that shape; read
-        from <cache_dir>/probe-random-init/ when an earlier run computed them; each fine-tuned from fine-tuning seed
-        k): accuracy and macro_f1 as the mean over seeds, the accuracy's sd, the per-seed outcomes kept in
-        self.random_init; and the majority class."""
-        out = {}
-        runs: dict[str, list] = {name: [] for name in self.encoded}
-        for k in range(self.random_init_seeds):
-            boundary(f"the tasks' random-init seed {k + 1} of {self.random_init_seeds}")
-            torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
-            fresh = self.fresh_model(model)
-            for name, task in self.encoded.items():
-                path = None
-                if self.cache_dir is not None:
-                    how = [task.protocol, self.seed, READING]
-                    how += self.finetune.settings() if task.protocol == "finetune" else [self.l2, self.max_length]
-                    key = untrained_key(
-                        fresh, probe=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name]
-                    )
-                    path = self.cache_dir / "probe-random-init" / f"{key}.json"
-
-                def read(p: Path, n=len(task.test_labels)):
-                    labels = json.loads(p.read_text())
-                    return torch.tensor(labels) if len(labels) == n else None
-
-                predicted = cached(
-                    path,
-                    lambda name=name, k=k: self.predict(fresh, name, k).cpu(),
-                    read,
-                    lambda value, f: f.write(json.dumps(value.tolist()).encode()),
-                )
-                runs[name].append(
-                    (
-                        scores(predicted, task.test_labels, task.n_classes),
-                        (predicted == task.test_labels).double().numpy(),
-                    )
-                )
-        for name, task in self.encoded.items():
-            self.random_init[name] = np.stack([o for _, o in runs[name]])
-            mean, sd = mean_sd([s["accuracy"] for s, _ in runs[name]])
-            out.update(
-                {
-                    f"eval/{name}/random_init_accuracy": mean,
-                    f"eval/{name}/random_init_accuracy_sd": sd,
-                    f"eval/{name}/random_init_macro_f1": mean_sd([s["macro_f1"] for s, _ in runs[name]])[0],
-                }
-            )
-            out[f"eval/{name}/majority_accuracy"] = majority(task.train, task.test, task.n_classes)["accuracy"]
-        return out
-
-    def write(self, model: torch.nn.Module, name: str, seed: int) -> tuple[dict[str, torch.Tensor], list[str]]:
-        """A copy of `model` fine-tuned on generation job `name` from fine-tuning seed `seed`, scored on its test
-        examples (generation.score; the run's model is not changed)."""
-        job, writer = self.written[name], self.copy(model)
-        finetune_writer(writer, job.train, self.finetune, stream_seed("finetune-writer", self.seed, seed))
-        return score(writer, job, self.tokenizer, *self.ids)
-
-    def job_metrics(self, model: torch.nn.Module, name: str) -> dict[str, float]:
-        """eval/<name>/<score> for each of generation.SCORES: the mean over eval.finetune.seeds fine-tuned copies and
-        the test examples, its _se (over the examples), and beside the random-init baselines its margin with the
-        paired bootstrap 95% interval (test examples, random-init seeds and fine-tuning seeds resampled); the loss's
-        margin is random-init's loss minus the run's."""
-        runs = []
-        for k in range(self.finetune.seeds):
-            if k:
-                boundary(f"generation job {name}'s fine-tuning seed {k + 1} of {self.finetune.seeds}")
-            found, predictions = self.write(model, name, k)
-            runs.append(found)
-            if not k:
-                job = self.written[name]
-                self.written_examples[name] = [
-                    [i, job.source_texts[i], job.references[i], predictions[i]]
-                    + [round(float(found[s][i]), 4) for s in ("exact_match", "token_f1")]
-                    for i in range(min(WRITTEN_SHOWN, len(predictions)))
-                ]
-        out = {}
-        for s in SCORES:
-            values = torch.stack([r[s] for r in runs]).numpy()  # [fine-tuning seeds, n]
-            outcome = -values if s == "loss" else values  # outcomes: the higher the better
-            self.last[f"{name}/{s}"] = outcome
-            out[f"eval/{name}/{s}"] = float(values.mean())
-            out[f"eval/{name}/{s}_se"] = standard_error(values.mean(0))
-            if f"{name}/{s}" in self.random_init:
-                m = margin(outcome, self.random_init[f"{name}/{s}"])
-                out.update({f"eval/{name}/{s}/margin{end}": v for end, v in zip(("", "_low", "_high"), astuple(m))})
-        return out
-
-    def writers_random_init(self, model: torch.nn.Module) -> dict[str, float]:
-        """The generation jobs' baselines: models of the run's shape freshly initialised from the probe's
-        random-init seeds (eval.probe.random_init_seeds), each fine-tuned from fine-tuning seed k and scored the same
-        way (read from <cache_dir>/generation-random-init/ when an earlier run computed them): random_init_<score>
-        and its sd over seeds; the per-seed outcomes kept in self.random_init."""
-        runs: dict[str, list] = {name: [] for name in self.written}
-        for k in range(self.random_init_seeds):
-            boundary(f"the generation jobs' random-init seed {k + 1} of {self.random_init_seeds}")
-            torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
-            fresh = self.fresh_model(model)
-            for name in self.written:
-                path = None
-                if self.cache_dir is not None:
-                    how = ["generation", self.seed, k, self.finetune.settings()]
-                    key = untrained_key(
-                        fresh, generation=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name]
-                    )
-                    path = self.cache_dir / "generation-random-init" / f"{key}.json"
-
-                def read(p: Path, n=len(self.written[name].sources)):
-                    found = json.loads(p.read_text())
-                    ok = set(found) == set(SCORES) and all(len(v) == n for v in found.values())
-                    return {s: torch.tensor(v, dtype=torch.float64) for s, v in found.items()} if ok else None
-
-                runs[name].append(
-                    cached(
-                        path,
-                        lambda name=name, k=k: self.write(fresh, name, k)[0],
-                        read,
-                        lambda value, f: f.write(json.dumps({s: v.tolist() for s, v in value.items()}).encode()),
-                    )
-                )
-        out = {}
-        for name, found in runs.items():
-            for s in SCORES:
-                values = np.stack([r[s].numpy() for r in found])  # [seeds, n]
-                self.random_init[f"{name}/{s}"] = -values if s == "loss" else values
-                mean, sd = mean_sd(values.mean(1).tolist())
-                out[f"eval/{name}/random_init_{s}"] = mean
-                out[f"eval/{name}/random_init_{s}_sd"] = sd
-        return out
-
     def fresh_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """A new model of `model`'s shape, on its device, initialised from the global RNG: unsharded and not
         compiled (make_model from setup; else a re-initialised deep copy)."""
@@ -583,20 +328,6 @@ class Evaluation:
         fresh = self.fresh_model(model)
         fresh.load_state_dict(model.state_dict())
         return fresh
-
-
-@dataclass
-class Encoded:
-    """A task's examples as its protocol reads them: token ids and masks, class ids, and the examples."""
-
-    train_inputs: tuple[torch.Tensor, torch.Tensor]
-    train_labels: torch.Tensor
-    test_inputs: tuple[torch.Tensor, torch.Tensor]
-    test_labels: torch.Tensor
-    n_classes: int
-    train: Examples
-    test: Examples
-    protocol: str
 
 
 def exam_interval(windows: dict[str, np.ndarray]) -> dict[str, float]:

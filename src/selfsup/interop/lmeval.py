@@ -430,8 +430,8 @@ def write_tasks(folder: str | Path, n: int = 500) -> list[Path]:
     """Two lm-eval tasks over the lab's held-out text (never in the built-in corpus), as task YAMLs over JSON files
     in `folder` (lm_eval.include_path=[folder], or lm-eval's own --include_path): selfsup_pairs (BLiMP's layout, n
     minimal pairs: acc) and selfsup_last_word (LAMBADA's, n sentences: perplexity, acc). Returns the files written."""
-    from selfsup.evaluation.pairs import builtin_pairs
-    from selfsup.evaluation.tasks import PLAIN, probe_sentences
+    from selfsup.evaluation.builtin import PLAIN, probe_sentences
+    from selfsup.evaluation.pair_sets import builtin_pairs
 
     folder = Path(folder).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,7 @@ class Mixture(Objective):
         architecture: str | None = None,
         *,
         denoisers=UL2_DENOISERS,
-        mode_tokens: bool = True,
+        mode_tokens: bool = MixtureConfig.mode_tokens,
         name: str | None = None,
     ):
         super().__init__(vocab, seq_len, architecture, name)

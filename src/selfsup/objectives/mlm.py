@@ -44,10 +44,10 @@ class MaskedLM(Objective):
         seq_len: int,
         architecture: str | None = None,
         *,
-        mask_rate: float = 0.15,
-        mask_token_prob: float = 0.8,
-        random_token_prob: float = 0.1,
-        whole_word: bool = False,
+        mask_rate: float = MaskedLMConfig.mask_rate,
+        mask_token_prob: float = MaskedLMConfig.mask_token_prob,
+        random_token_prob: float = MaskedLMConfig.random_token_prob,
+        whole_word: bool = MaskedLMConfig.whole_word,
         name: str | None = None,
     ):
         super().__init__(vocab, seq_len, architecture, name)

@@ -14,8 +14,10 @@ PNG files beside it; `--wandb` publishes the same panels as a W&B Report.
 Every metric value is read from what the run logged: its W&B run files (offline runs, read with
 `wandb leet inspect`), the W&B API (online runs), else its CSV log.
 
-Modules, along the data flow: `summary` (the end-of-run table), `model` (Run, ReportError), `runs` (finding and
-reading runs), `plots`, `render` (HTML, Markdown), `publish` (the W&B Report), `cli` (selfsup-report).
+Modules, along the data flow: `model` (Run, ReportError), `runs` (finding and reading runs), `studies` (Optuna
+studies), `plot_data` (what the plots show), `figures` (drawing them), `plots` (which plots, their captions),
+`tables` (the tables' rows), `notes` (the report's words), `render` (HTML, Markdown), `publish` (the W&B Report),
+`cli` (selfsup-report); the end-of-run table is selfsup.results.summary.
 """
 
 from selfsup.report.cli import main, parse_args, run_report
@@ -28,15 +30,10 @@ from selfsup.report.model import (
     ReportError,
     Run,
 )
+from selfsup.report.notes import COMPARISON_NOTE, VALUES_NOTE
 from selfsup.report.plots import make_plots, plot_loss_vs_tokens
 from selfsup.report.publish import build_wandb_report, publish_wandb
-from selfsup.report.render import (
-    COMPARISON_NOTE,
-    VALUES_NOTE,
-    render_html,
-    render_markdown,
-    table_rows,
-)
+from selfsup.report.render import render_html, render_markdown
 from selfsup.report.runs import (
     api_history,
     csv_history,
@@ -47,6 +44,7 @@ from selfsup.report.runs import (
     load_runs,
     swept_keys,
 )
+from selfsup.report.tables import table_rows
 from selfsup.results.summary import COLUMNS, read_summaries, summary_table
 
 __all__ = [

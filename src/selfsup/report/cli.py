@@ -7,10 +7,12 @@ import sys
 from pathlib import Path
 
 from selfsup.report.model import ReportError
+from selfsup.report.notes import _counts
 from selfsup.report.plots import make_plots, plot_study
 from selfsup.report.publish import publish_wandb
-from selfsup.report.render import _counts, render_html, render_markdown
-from selfsup.report.runs import fixed_settings, load_runs, load_studies, study_lines, swept_keys
+from selfsup.report.render import render_html, render_markdown
+from selfsup.report.runs import fixed_settings, load_runs, swept_keys
+from selfsup.report.studies import load_studies, study_lines
 
 
 def parse_args(argv: list[str] | None):

@@ -39,8 +39,9 @@ from pathlib import Path
 from selfsup.errors import UserError
 from selfsup.evaluation.fixed import KINDS
 from selfsup.evaluation.generation import NOT_A_WRITER, WRITERS
+from selfsup.results.groups import Group, groups_of, run_margin
 from selfsup.results.summary import DEFINITIONS, evaluated_rows, job_names, read_summaries, summary_table, task_names
-from selfsup.results.verdict import Group, groups_of, run_margin, verdict_lines
+from selfsup.results.verdict import verdict_lines
 
 FILES = ("README.md", "docs/results.md", "docs/evaluation.md")  # each file gets the blocks it holds
 MARK = "selfsup.report.docs"

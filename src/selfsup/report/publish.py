@@ -6,8 +6,8 @@ import shlex
 
 from selfsup.common.wandb_utils import api_key_configured
 from selfsup.report.model import MASK_RATE, SPAN_LENGTH, ReportError, Run, _number
-from selfsup.report.plots import _colors
-from selfsup.report.render import COMPARISON_NOTE, VALUES_NOTE, _counts, _title, code_line
+from selfsup.report.notes import COMPARISON_NOTE, VALUES_NOTE, _counts, _title, code_line
+from selfsup.report.plot_data import _colors
 
 
 def build_wandb_report(runs: list[Run], keys: list[str], entity: str, project: str):

@@ -23,7 +23,8 @@ from selfsup.evaluation.fixed import split_lines
 from selfsup.evaluation.heldout import heldout_line
 from selfsup.evaluation.pairs import pair_lines
 from selfsup.evaluation.stats import Interval
-from selfsup.results.verdict import SITTINGS, count, exam_of, run_margin, verdict_lines
+from selfsup.results.groups import SITTINGS, exam_of, run_margin
+from selfsup.results.verdict import count, verdict_lines
 
 COLUMNS = [
     ("job", "job"),

@@ -34,53 +34,31 @@ names each run it left out and why (preempted, interrupted, failed, pruned, no s
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from selfsup.common.names import OUTCOMES, shown
-from selfsup.evaluation.generation import SCORES
-from selfsup.evaluation.stats import Interval, difference, exam_difference, exam_ratio
+from selfsup.evaluation.stats import Interval, difference, exam_difference
+from selfsup.results.groups import (
+    SITTINGS,
+    Group,
+    Sitting,
+    exam_mean,
+    exam_of,
+    exam_spread,
+    groups_of,
+    load_outcomes,
+    pooled,
+    pooled_exam,
+    same_exam,
+    score_keys,
+    setting_label,
+)
 
 VERDICT = "verdict.json"  # a sweep's, in its sweep dir
 EQUAL_WITHIN = 0.01  # FLOPs and tokens differ by up to a step when trainer.max_flops / max_tokens stops a run
 NO_LEAD = "no difference at this scale"
-
-
-@dataclass
-class Group:
-    """The runs of one setting (its seeds)."""
-
-    label: str
-    rows: list[dict]
-
-    def margins(self, key: str) -> list[Interval]:
-        return [m for m in (run_margin(row, key) for row in self.rows) if m is not None]
-
-    def spread(self, key: str) -> float | None:
-        """The range of the group's margins over its seeds; None with one seed."""
-        values = [m.value for m in self.margins(key)]
-        return max(values) - min(values) if len(values) > 1 else None
-
-
-def run_margin(row: dict, key: str) -> Interval | None:
-    evaluated = row.get("eval") or {}
-    if f"{key}/margin" not in evaluated:
-        return None
-    return Interval(evaluated[f"{key}/margin"], evaluated[f"{key}/margin_low"], evaluated[f"{key}/margin_high"])
-
-
-def score_keys(row: dict) -> list[str]:
-    """The scores of a run that have margins: each minimal-pairs scorer and set, then each probe task."""
-    evaluated = row.get("eval") or {}
-    keys = list(row.get("pairs_scorers") or {})
-    keys += [k.removesuffix("/margin") for k in evaluated if k.endswith("/margin") and not k.startswith("eval/pairs")]
-    return [k for k in keys if f"{k}/margin" in evaluated]
 
 
 def score_label(key: str) -> str:
@@ -92,21 +70,6 @@ def score_label(key: str) -> str:
 def is_job_loss(key: str) -> bool:
     """Whether `key` is a generation job's loss (eval/<job>/loss), whose margin is random-init's minus the run's."""
     return key.count("/") == 2 and key.endswith("/loss") and not key.startswith("eval/pairs/")
-
-
-def setting_label(row: dict) -> str:
-    """What a row's run was, seed aside: its objective and swept values."""
-    swept = {k: v for k, v in (row.get("swept") or {}).items() if k != "seed"}
-    parts = [f"{k.split('.')[-1]}={shown(v)}" for k, v in swept.items()]
-    return " ".join([row.get("objective") or "?", *parts])
-
-
-def groups_of(rows: list[dict]) -> list[Group]:
-    found: dict[str, list[dict]] = {}
-    for row in rows:
-        if row.get("status") == "finished" and row.get("eval"):
-            found.setdefault(setting_label(row), []).append(row)
-    return [Group(label, members) for label, members in found.items()]
 
 
 # ------------------------------------------------------------------------------------------ what was held equal
@@ -154,89 +117,6 @@ def held_equal(rows: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ comparisons
-def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
-    """A run's per-example outcomes (selfsup.evaluation.Evaluation.outcomes) from its run dir, checked against its
-    summary: None where it kept none, else what is wrong with them in a few words (read by compare)."""
-    path = Path(row.get("outcomes_path") or Path(row.get("run_dir") or "") / OUTCOMES)  # selfsup-eval's: their own
-    if not (row.get("run_dir") or row.get("outcomes_path")) or not path.is_file():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            found = {k: data[k] for k in data.files}
-    except Exception as err:  # noqa: BLE001 - a truncated zip (BadZipFile), a damaged array: said, not raised
-        return f"outcomes.npz unreadable ({type(err).__name__})"
-    evaluated = row.get("eval") or {}
-    for key in [k for k in found if "|" not in k]:
-        trained, untrained = found[key], found.get(f"{key}|random_init")
-        if (
-            trained.ndim not in (1, 2)
-            or untrained is None
-            or untrained.ndim != 2
-            or untrained.shape[1] != trained.shape[-1]
-        ):
-            return "outcomes.npz holds arrays of the wrong shape"
-        if not (np.issubdtype(trained.dtype, np.number) and np.issubdtype(untrained.dtype, np.number)):
-            return "outcomes.npz holds values that are not numbers"
-        if not (np.isfinite(trained).all() and np.isfinite(untrained).all()):
-            return "outcomes.npz holds values that are not finite"
-        for array, expected in expected_means(key, trained, untrained, evaluated):
-            if expected is not None and abs(float(array.mean()) - expected) > 1e-6 * max(1.0, abs(expected)):
-                return "outcomes do not match summary.json"
-    return _check_exam(found, evaluated) or found
-
-
-def expected_means(key: str, trained, untrained, evaluated: dict) -> list:
-    """(outcomes, the mean the summary records of them) of score `key`: a task's accuracy and random-init accuracy;
-    a generation job's score (eval/<job>/<score>) and random_init_<score>, a loss negated (its outcomes are the
-    higher the better)."""
-    if key.count("/") != 2 or key.rpartition("/")[2] not in SCORES or key.startswith("eval/pairs/"):
-        return [(trained, evaluated.get(f"{key}/accuracy")), (untrained, evaluated.get(f"{key}/random_init_accuracy"))]
-    sign = -1.0 if key.endswith("/loss") else 1.0
-    job, score = key.rsplit("/", 1)
-    found = [evaluated.get(key), evaluated.get(f"{job}/random_init_{score}")]
-    return [(a, None if v is None else sign * v) for a, v in zip((trained, untrained), found)]
-
-
-def _check_exam(found: dict, evaluated: dict) -> str | None:
-    """What is wrong with the per-unit arrays of outcomes.npz of each sitting (None: nothing, or none kept)."""
-    for sitting in SITTINGS:
-        at = sitting.prefix + "|"
-        if at + "nll" not in found:
-            continue
-        arrays = [found.get(at + k) for k in ("nll", "count", "member")]
-        arrays = [a for a in arrays if a is not None] + ([found[at + "unigram"]] if at + "unigram" in found else [])
-        if len(arrays) < 3 or any(a.ndim != 1 or a.shape != arrays[0].shape for a in arrays):
-            return f"outcomes.npz holds {sitting.title} arrays of the wrong shape"
-        if not all(np.issubdtype(a.dtype, np.number) and np.isfinite(a).all() for a in arrays):
-            return f"outcomes.npz holds {sitting.title} values that are not finite numbers"
-        expected = evaluated.get(sitting.key)
-        found_value = exam_ratio(*arrays[:3]) * sitting.scale if arrays[1].any() else None
-        if (
-            expected is not None
-            and found_value is not None
-            and abs(found_value - expected) > 1e-6 * max(1.0, abs(expected))
-        ):
-            return f"{sitting.title} outcomes do not match summary.json"
-    return None
-
-
-def pooled(group: Group, key: str, outcomes: dict) -> tuple[np.ndarray, np.ndarray, str] | str | None:
-    """The group's outcomes on `key`: trained [n] or [fine-tuning seeds, n] (the mean over its pretraining
-    seeds), random-init [seeds, n] (shared by
-    the runs of a shape), and the examples' hash; None where a run kept none or its runs saw other examples; what
-    is wrong with a run's outcomes (load_outcomes)."""
-    kept = [outcomes.get(id(row)) for row in group.rows]
-    wrong = [o for o in kept if isinstance(o, str)]
-    if wrong:
-        return wrong[0]
-    if any(o is None or key not in o or f"{key}|random_init" not in o for o in kept):
-        return None
-    examples = {str(o[f"{key}|examples"]) for o in kept}
-    if len(examples) != 1 or len({o[key].shape for o in kept}) != 1:
-        return None
-    return np.mean([o[key] for o in kept], axis=0), kept[0][f"{key}|random_init"], examples.pop()
-
-
 ONE_SEED = "the seed spread is not measured, so no lead is called (add seed=0,1,2)"
 
 
@@ -292,69 +172,6 @@ def ruling(a: Group, b: Group, d: Interval, spread_a, spread_b, verb: str) -> tu
 
 
 # ------------------------------------------------------------------------------------------ the fixed exam, the text
-@dataclass(frozen=True)
-class Sitting:
-    """A score that is a ratio over shared units (the fixed exam's windows, the held-out text's documents), lower
-    is better, compared within a family: its metric and the words the verdict says of it."""
-
-    prefix: str  # eval/fixed: its outcomes are <prefix>|nll, |count, |member, |unigram, |examples
-    metric: str  # <prefix>/<metric>, _low, _high in summary.json
-    title: str
-    unit: str
-    scale: float  # the metric per unit of the arrays' ratio (nats): 1, or 1 / ln 2 for bits
-    units: str  # what the per-unit arrays are, in a reason
-
-    @property
-    def key(self) -> str:
-        return f"{self.prefix}/{self.metric}"
-
-
-SITTINGS = (
-    Sitting("eval/fixed", "loss", "fixed exam", "loss in nats", 1.0, "per-window sums"),
-    Sitting("eval/heldout", "bits_per_byte", "held-out text", "bits per byte", 1 / math.log(2), "per-document sums"),
-)
-
-
-def exam_of(row: dict, sitting: Sitting = SITTINGS[0]) -> Interval | None:
-    """A run's score on a sitting (the fixed exam's loss, the held-out text's bits per byte) with its interval;
-    None without both."""
-    evaluated = row.get("eval") or {}
-    value, low, high = (evaluated.get(sitting.key + end) for end in ("", "_low", "_high"))
-    return None if None in (value, low, high) else Interval(value, low, high, signed=False)
-
-
-def exam_spread(group: Group, sitting: Sitting) -> float | None:
-    values = [exam_of(row, sitting).value for row in group.rows]
-    return max(values) - min(values) if len(values) > 1 else None
-
-
-def exam_mean(group: Group, sitting: Sitting) -> float:
-    return statistics.fmean(exam_of(row, sitting).value for row in group.rows)
-
-
-def pooled_exam(group: Group, sitting: Sitting, outcomes: dict) -> tuple | str | None:
-    """The group's per-unit sums, the mean over its seeds (nll), with the units' counts and members and the
-    sitting's hash; None where a run kept none or its runs sat others; what is wrong (load_outcomes)."""
-    kept = [outcomes.get(id(row)) for row in group.rows]
-    wrong = [o for o in kept if isinstance(o, str)]
-    if wrong:
-        return wrong[0]
-    at = sitting.prefix + "|"
-    if any(o is None or at + "nll" not in o for o in kept):
-        return None
-    first = kept[0]
-    same = all(
-        str(o[at + "examples"]) == str(first[at + "examples"])
-        and np.array_equal(o[at + "count"], first[at + "count"])
-        and np.array_equal(o[at + "member"], first[at + "member"])
-        for o in kept
-    )
-    if not same:
-        return None
-    nll = np.mean([o[at + "nll"] for o in kept], axis=0)
-    return nll, first[at + "count"], first[at + "member"], str(first[at + "examples"])
-
-
 def compare_exam(a: Group, b: Group, sitting: Sitting, outcomes: dict) -> tuple[str, str | None]:
     """(a's score minus b's and what it says: the rules of `ruling`, lower is better)."""
     x, y = pooled_exam(a, sitting, outcomes), pooled_exam(b, sitting, outcomes)
@@ -371,10 +188,6 @@ def compare_exam(a: Group, b: Group, sitting: Sitting, outcomes: dict) -> tuple[
         return f"{a.label} - {b.label} {gap:+.3f}, not bounded ({why}): no lead called", None
     d = exam_difference(x[0], y[0], x[1], x[2]).scaled(sitting.scale)
     return ruling(a, b, d, exam_spread(a, sitting), exam_spread(b, sitting), "is lower than")
-
-
-def same_exam(x: tuple, y: tuple) -> bool:
-    return x[3] == y[3] and np.array_equal(x[1], y[1]) and np.array_equal(x[2], y[2])
 
 
 def describe_exam(group: Group, sitting: Sitting) -> str:

@@ -1,9 +1,10 @@
 """From a composed config to the objects of a run, each group's `_target_` built with Hydra's `instantiate`:
 
-    corpus, objective, evaluation = prepare(cfg)      data read, tokenized, cut into windows; every data check
-    run = build(cfg)                                  + the model, the optimizer, the LightningModule
+    settings = settle(cfg, overrides)                 the door: the checks, then the typed settings (RunSettings)
+    corpus, objective, evaluation = prepare(settings) data read, tokenized, cut into windows; every data check
+    run = build(settings)                             + the model, the optimizer, the LightningModule
 
-objective (conf/objective/)        an `Objective` subclass: instantiate(cfg.objective, vocab=, seq_len=, architecture=)
+objective (conf/objective/)        an `Objective` subclass: instantiate(objective, vocab=, seq_len=, architecture=)
 architecture (conf/architecture/)  a config with `build(vocab_size, max_len)`: the built-in TransformerConfig
 optim (conf/optim/)                selfsup.optim.AdamWCosine or a class with its methods
 eval (conf/eval/)                  selfsup.evaluation.Evaluation (its tasks: selfsup.evaluation.Task, its generation
@@ -12,9 +13,11 @@ eval (conf/eval/)                  selfsup.evaluation.Evaluation (its tasks: sel
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -30,10 +33,11 @@ from selfsup.data.vocab import Vocab
 from selfsup.errors import UserError
 from selfsup.evaluation import EvalError, Evaluation, GenerationJob, PairSource, Task
 from selfsup.objectives import Objective
-from selfsup.run.checks import check_devices, check_values
+from selfsup.run.checks import check_devices, check_overrides, check_values
+from selfsup.run.settings import RunSettings
 
 
-def make(node: DictConfig, group: str, **runtime):
+def make(node: Mapping, group: str, **runtime):
     """instantiate(node, **runtime) with one-line errors: a target that cannot be imported, a setting its
     class does not take, or the class's own refusal of a value."""
     target = node.get("_target_")
@@ -58,12 +62,12 @@ def make(node: DictConfig, group: str, **runtime):
         raise
 
 
-def target_class(node: DictConfig, group: str) -> type:
+def target_class(node: Mapping, group: str) -> type:
     try:
-        return get_class(node._target_)
+        return get_class(node["_target_"])
     except Exception as err:  # noqa: BLE001 - ImportError, AttributeError, ValueError
         raise UserError(
-            f"{group}._target_={node._target_} cannot be imported ({type(err).__name__}): check the "
+            f"{group}._target_={node['_target_']} cannot be imported ({type(err).__name__}): check the "
             f"name, and that its package is installed or on PYTHONPATH"
         ) from None
 
@@ -73,18 +77,18 @@ def accepts(cls: type, key: str) -> bool:
     return key in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
-def objective_class(cfg: DictConfig) -> type[Objective]:
-    return target_class(cfg.objective, "objective")
+def objective_class(objective: Mapping) -> type[Objective]:
+    return target_class(objective, "objective")
 
 
-def objective_name(cfg: DictConfig) -> str:
+def objective_name(objective: Mapping) -> str:
     """The objective's label: its config's name, else its class's."""
-    return cfg.objective.get("name") or objective_class(cfg).name
+    return objective.get("name") or objective_class(objective).name
 
 
 def check_settings(cfg: DictConfig) -> None:
     """The cheap checks of the settings, before any data is read."""
-    cls = objective_class(cfg)
+    cls = objective_class(cfg.objective)
     problem = cls.incompatibility(cfg.architecture.name) if hasattr(cls, "incompatibility") else None
     if problem:
         raise UserError(problem)
@@ -98,7 +102,7 @@ def check_settings(cfg: DictConfig) -> None:
             f"optimized_metric={metric} is not a metric a run reports: use val/loss, val/perplexity, "
             f"val/accuracy or an eval/<task>/<metric> such as eval/probe/accuracy"
         )
-    if metric.startswith("eval/") and not evaluates(cfg):
+    if metric.startswith("eval/") and not evaluates(cfg.eval):
         raise UserError(
             f"optimized_metric={metric} needs the evaluation, but eval=none: drop eval=none or optimize val/loss"
         )
@@ -121,26 +125,37 @@ def check_settings(cfg: DictConfig) -> None:
         )
 
 
-def make_objective(cfg: DictConfig, vocab: Vocab) -> Objective:
-    return make(cfg.objective, "objective", vocab=vocab, seq_len=cfg.data.seq_len, architecture=cfg.architecture.name)
+def settle(cfg: DictConfig, overrides: list[str] | None = None) -> RunSettings:
+    """The door: the command's overrides (where given) checked against the composed config, then the settings and
+    the objective (before any data is read); then the typed settings. `cfg` carries init.from's settings already
+    (with_init)."""
+    if overrides is not None:
+        check_overrides(overrides, cfg)
+    check_settings(cfg)
+    check_objective(cfg)
+    return RunSettings.of(cfg)
+
+
+def make_objective(objective: Mapping, data_seq_len: int, family: str, vocab: Vocab) -> Objective:
+    """The objective group's `Objective` over the run's vocabulary."""
+    return make(objective, "objective", vocab=vocab, seq_len=data_seq_len, architecture=family)
 
 
 def check_objective(cfg: DictConfig) -> None:
     """The objective's settings, before any data is read: built once over a stand-in vocabulary (and the
     positions of an init.from checkpoint against the length it asks for)."""
     size = max(cfg.data.vocab_size, 1_000_000)
-    objective = make_objective(
-        cfg, Vocab(size=size, n_sentinels=cfg.data.n_sentinels, word_start=torch.ones(size, dtype=torch.bool))
-    )
+    vocab = Vocab(size=size, n_sentinels=cfg.data.n_sentinels, word_start=torch.ones(size, dtype=torch.bool))
+    objective = make_objective(cfg.objective, cfg.data.seq_len, cfg.architecture.name, vocab)
     if init_source(cfg):
         from selfsup.interop.hf_import import check_positions
 
-        check_positions(init_source(cfg), model_length(cfg, objective))
+        check_positions(init_source(cfg), model_length(cfg.data.seq_len, objective))
 
 
-def model_length(cfg: DictConfig, objective: Objective) -> int:
+def model_length(data_seq_len: int, objective: Objective) -> int:
     """The model's positions: the objective's sequences and data.seq_len ones (the fixed exam's, the probe's)."""
-    return max(objective.model_length, cfg.data.seq_len)
+    return max(objective.model_length, data_seq_len)
 
 
 def init_source(cfg: DictConfig) -> str | None:
@@ -190,23 +205,23 @@ def with_init(cfg: DictConfig) -> DictConfig:
             f"init.from={source}: its tokenizer has {tokens} tokens, its embedding {rows} rows: the tokenizer is not "
             f"the model's; save both from the same checkpoint into one folder"
         )
-    cls = objective_class(cfg)
+    cls = objective_class(cfg.objective)
     problem = cls.incompatibility(settings["name"]) if hasattr(cls, "incompatibility") else None
     if problem:
         raise UserError(f"init.from={source} is architecture={settings['name']}: {problem}")
     return OmegaConf.merge(cfg, {"architecture": settings, "data": {"tokenizer": source}})
 
 
-def evaluates(cfg: DictConfig) -> bool:
+def evaluates(eval: Mapping) -> bool:
     """Whether the `eval` settings evaluate anything (eval=none: no exam, pairs, tasks or generation jobs)."""
-    return bool(cfg.eval.fixed or cfg.eval.get("pairs") or cfg.eval.tasks or cfg.eval.get("generation"))
+    return bool(eval.get("fixed") or eval.get("pairs") or eval.get("tasks") or eval.get("generation"))
 
 
-def make_evaluation(cfg: DictConfig) -> Evaluation | None:
+def make_evaluation(eval: Mapping) -> Evaluation | None:
     """The `eval` group's Evaluation, or None when it evaluates nothing (evaluates)."""
-    if not evaluates(cfg):
+    if not evaluates(eval):
         return None
-    conf = OmegaConf.to_container(cfg.eval, resolve=True)
+    conf = copy.deepcopy(OmegaConf.to_container(eval, resolve=True) if isinstance(eval, DictConfig) else dict(eval))
     with_targets(
         ((conf.get("pairs") or {}).get("sets") or {}),
         "eval.pairs.sets",
@@ -224,7 +239,7 @@ def make_evaluation(cfg: DictConfig) -> Evaluation | None:
         "generation job setting",
         "{source: text_files, paths: [pairs.jsonl], source_field: document, target_field: summary}",
     )
-    return make(OmegaConf.create(conf), "eval")
+    return make(conf, "eval")
 
 
 def with_targets(nodes: dict, where: str, cls: type, what: str, example: str) -> None:
@@ -242,31 +257,31 @@ def with_targets(nodes: dict, where: str, cls: type, what: str, example: str) ->
                 raise EvalError(f"{where}.{name}.{unknown[0]} is not a {what}: use {', '.join(known)}")
 
 
-def make_corpus(cfg: DictConfig, quiet: bool = False) -> Corpus:
-    return Corpus(**OmegaConf.to_container(cfg.data, resolve=True), seed=cfg.seed, quiet=quiet)
+def make_corpus(settings: RunSettings, quiet: bool = False) -> Corpus:
+    return Corpus(**asdict(settings.data), seed=settings.seed, quiet=quiet)
 
 
 def tokenizer_hash(corpus: Corpus) -> str:
     return hashlib.sha256(corpus.tokenizer.to_str().encode()).hexdigest()
 
 
-def prepare(cfg: DictConfig, quiet: bool = False) -> tuple[Corpus, Objective, Evaluation | None]:
+def prepare(settings: RunSettings, quiet: bool = False) -> tuple[Corpus, Objective, Evaluation | None]:
     """The data (token cache built or reused, cut into the objective's windows), the objective and the
     evaluation, whose tasks are read and checked against the pretraining documents. Without Lightning:
     bad data is refused before it is imported. A single run calls it twice: RunDirGuard, to refuse bad data
     before Hydra writes anything (it builds the cache), then the run, which reads the cache back (~0.2 s) quietly
     (the guard's notices are not repeated)."""
-    corpus = make_corpus(cfg, quiet)
-    objective = make_objective(cfg, corpus.prepare())
-    corpus.set_window(objective.raw_length, cfg.trainer.accumulate)
-    evaluation = make_evaluation(cfg)
+    corpus = make_corpus(settings, quiet)
+    objective = make_objective(settings.objective, settings.data.seq_len, settings.family, corpus.prepare())
+    corpus.set_window(objective.raw_length, settings.trainer.accumulate)
+    evaluation = make_evaluation(settings.eval)
     if evaluation is not None:
         # the built-in tasks' and pairs' sentences come from the standard library's docstrings: read from the data
         # cache (a JSON file per interpreter) instead of gathered in a fresh interpreter (~0.4 s)
-        stdlib_docstrings(cfg.data.get("cache_dir"))
-        evaluation.check(corpus.training_keys, sharded=cfg.trainer.strategy == "fsdp")
+        stdlib_docstrings(settings.data.cache_dir)
+        evaluation.check(corpus.training_keys, sharded=settings.trainer.strategy == "fsdp")
         if evaluation.pairs is not None:  # some pair fits the model's positions
-            evaluation.pairs.fitting(corpus.tokenizer, model_length(cfg, objective))
+            evaluation.pairs.fitting(corpus.tokenizer, model_length(settings.data.seq_len, objective))
     return corpus, objective, evaluation
 
 
@@ -281,35 +296,35 @@ class Run:
     module: "SelfSupModule"  # noqa: F821
 
 
-def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
-    """Everything a run trains; prepared: prepare(cfg) if already done."""
+def build(settings: RunSettings, prepared: tuple | None = None) -> Run:
+    """Everything a run trains; prepared: prepare(settings) if already done."""
     # Imported here, not at the top: they bring Lightning (~5 s), and `selfsup-train` checks settings before that
     from selfsup.data.datamodule import SelfSupDataModule
     from selfsup.training.module import SelfSupModule
 
-    corpus, objective, evaluation = prepared or prepare(cfg)
+    corpus, objective, evaluation = prepared or prepare(settings)
     vocab = corpus.vocab
-    shape = make(cfg.architecture, "architecture")
-    max_len = model_length(cfg, objective)
+    shape = make(settings.architecture, "architecture")
+    max_len = model_length(settings.data.seq_len, objective)
     try:
         model = shape.build(vocab.size, max_len)
     except ValueError as err:
         raise UserError(f"architecture: {err}") from None
-    if init_source(cfg) and not cfg.ckpt_path:  # (a checkpoint of the run holds its weights)
+    if settings.init_from and not settings.ckpt_path:  # (a checkpoint of the run holds its weights)
         from selfsup.interop.hf_import import start_from
 
-        start_from(init_source(cfg), model, corpus.tokenizer, vocab.bos_id)
-    if cfg.trainer.compile:
+        start_from(settings.init_from, model, corpus.tokenizer, vocab.bos_id)
+    if settings.trainer.compile:
         # Dynamo keeps compiled graphs per code object across models: the jobs of a multirun in one process
         # (e.g. a d_model sweep) would add theirs to one cache until its recompile limit, then run eagerly
         torch.compiler.reset()
         model.compile()  # in place: checkpoints keep plain parameter names
     if evaluation is not None:
         evaluation.setup(
-            cfg.architecture.name,
+            settings.family,
             vocab,
             corpus.tokenizer,
-            cfg.data.seq_len,
+            settings.data.seq_len,
             corpus.val_tokens,
             max_len,
             make_model=lambda: shape.build(vocab.size, max_len),
@@ -318,14 +333,14 @@ def build(cfg: DictConfig, prepared: tuple | None = None) -> Run:
             span=getattr(objective, "mean_span_length", None),
             cache_dir=corpus.cache_dir,
         )
-    t = cfg.trainer
+    t = settings.trainer
     module = SelfSupModule(
         model,
         objective,
-        make(cfg.optim, "optim"),
+        make(settings.optim, "optim"),
         max_steps=t.max_steps,
         accumulate=t.accumulate,
-        seed=cfg.seed,
+        seed=settings.seed,
         max_tokens=t.max_tokens,
         max_flops=t.max_flops,
         evaluation=evaluation,

@@ -14,7 +14,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from selfsup.common.names import override_key, shown
 from selfsup.common.upstream import drop_anonymous, forget_wandb_run, kill_wandb_service, wandb_run
@@ -22,40 +22,41 @@ from selfsup.common.wandb_utils import api_key_configured, wandb_mode
 from selfsup.reliability.redact import redact, register_secrets
 from selfsup.run.run_dir import sweep_group, sweep_of
 from selfsup.run.schema import architecture_preset
+from selfsup.run.settings import RunSettings
 
 log = logging.getLogger("selfsup")
 
 
 # ---------------------------------------------------------------------------- selfsup-train's loggers
-def run_identity(cfg: DictConfig, run_dir: Path) -> tuple[str, str | None, list[str]]:
+def run_identity(settings: RunSettings, run_dir: Path) -> tuple[str, str | None, list[str]]:
     """W&B name, group and tags: the objective, the architecture and the values this sweep varies; the group
     of a sweep is `<sweep or experiment name>-<date>-<time>` (of an Optuna study: passed by its sweeper).
     Kept in the run dir (wandb-identity.json): a resumed run keeps them."""
     kept = run_dir / "wandb-identity.json"
-    if cfg.resume and kept.is_file():
+    if settings.resume and kept.is_file():
         name, group, tags = json.loads(kept.read_text())
         return name, group, tags
     hc = HydraConfig.get()
     swept_keys = set(filter(None, os.environ.get("SELFSUP_SWEPT", "").split(",")))
     swept = [o for o in hc.overrides.task if override_key(o) in swept_keys]
     values = [(o.split("=", 1)[0], shown(o.split("=", 1)[1])) for o in swept]
-    objective = cfg.objective.get("name") or "objective"
-    name = cfg.logger.name or "-".join(
+    objective = settings.objective.get("name") or "objective"
+    name = settings.logger.name or "-".join(
         [
             objective,
-            architecture_preset(cfg.architecture),
+            architecture_preset(settings.architecture),
             *(f"{k.split('.')[-1]}={v}" for k, v in values if k not in ("objective", "architecture")),
         ]
     )
-    group = cfg.logger.group
+    group = settings.logger.group
     if group is None and hc.mode.name == "MULTIRUN":
         group = sweep_group(Path(hc.sweep.dir), hc.runtime.choices)
     elif group is None and sweep_of(run_dir) is not None:  # a job a stopped sweep did not run, run on its own
         sweep = sweep_of(run_dir)
         group = sweep_group(sweep, OmegaConf.load(sweep / "multirun.yaml").hydra.runtime.choices)
     tags = (
-        list(cfg.logger.tags)
-        + [f"objective={objective}", f"architecture={architecture_preset(cfg.architecture)}"]
+        list(settings.logger.tags)
+        + [f"objective={objective}", f"architecture={architecture_preset(settings.architecture)}"]
         + [f"{k}={v}" for k, v in values]
     )
     identity = (redact(name), group, [t[:64] for t in dict.fromkeys(redact(tags))])
@@ -63,17 +64,18 @@ def run_identity(cfg: DictConfig, run_dir: Path) -> tuple[str, str | None, list[
     return identity
 
 
-def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
-    register_secrets(OmegaConf.to_container(cfg, resolve=True))  # their values leave every name, tag and record
+def make_loggers(settings: RunSettings, run_dir: Path) -> list:
+    register_secrets(settings.resolved)  # their values leave every name, tag and record
+    logger = settings.logger
     loggers, csv = [], None
-    if cfg.logger.csv:
+    if logger.csv:
         # a resumed run writes its own CSV beside the first (Lightning would overwrite metrics.csv)
-        version = "" if not cfg.resume else f"resume-{len(list((run_dir / 'csv').glob('resume-*'))) + 1}"
+        version = "" if not settings.resume else f"resume-{len(list((run_dir / 'csv').glob('resume-*'))) + 1}"
         csv = CSVLogger(save_dir=str(run_dir), name="csv", version=version)
-    if cfg.logger.wandb:
+    if logger.wandb:
         if os.environ.get("WANDB_MODE") == "":  # `WANDB_MODE=` means unset (W&B's settings refuse "")
             del os.environ["WANDB_MODE"]
-        mode = wandb_mode(cfg.logger.mode)
+        mode = wandb_mode(logger.mode)
         if mode == "online" and not api_key_configured():
             log.warning(
                 "W&B online was asked for but no API key is configured (WANDB_API_KEY or `wandb login`): "
@@ -82,7 +84,7 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
             mode = "offline"
         if mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
-            name, group, tags = run_identity(cfg, run_dir)
+            name, group, tags = run_identity(settings, run_dir)
             id_file = run_dir / "wandb-run-id"  # a resumed run continues the same W&B run
             if not id_file.exists():
                 import secrets
@@ -92,15 +94,15 @@ def make_loggers(cfg: DictConfig, run_dir: Path) -> list:
             loggers.append(
                 SafeWandbLogger(  # W&B failing mid-run: one warning, training goes on
                     csv_dir=str(Path(csv.log_dir)) if csv else None,
-                    timeout=cfg.logger.timeout,
+                    timeout=logger.timeout,
                     save_dir=str(run_dir),
-                    project=cfg.logger.project,
-                    entity=cfg.logger.entity,
+                    project=logger.project,
+                    entity=logger.entity,
                     name=name,
                     group=group,
                     tags=tags,
                     mode=mode,
-                    config=redact(OmegaConf.to_container(cfg, resolve=True)),
+                    config=redact(settings.resolved),
                     job_type="train",
                     id=id_file.read_text().strip(),
                     resume="allow",

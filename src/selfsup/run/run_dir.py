@@ -31,7 +31,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from selfsup.common.names import SUMMARY, RunSummary, override_key
 from selfsup.errors import UserError
-from selfsup.run.checks import check_overrides
 from selfsup.training.distributed import launched_rank, shared_job_id
 
 log = logging.getLogger("selfsup")
@@ -43,8 +42,6 @@ class RunDirGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         if launched_rank() != 0:
             return
-        from selfsup.run.build import check_settings
-
         overrides, run_dir = list(config.hydra.overrides.task), Path(config.hydra.run.dir)
         created = [p for p in [run_dir, *run_dir.parents] if not p.exists()]  # what claiming it makes
         try:
@@ -69,22 +66,20 @@ class RunDirGuard(Callback):
                 # the job's settings (with a checkpoint's, for init.from)
                 cfg = with_init(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]))
             # settings and data, checked before Hydra writes anything: a refused command leaves nothing
-            from selfsup.run.build import check_objective, prepare  # (torch: after the claim, which is fast)
+            from selfsup.run.build import prepare, settle  # (torch: after the claim, which is fast)
 
-            check_overrides(overrides, cfg)
-            check_settings(cfg)
-            check_objective(cfg)
-            corpus = prepare(cfg)[0]  # the data's cache built (the run reads it back), or bad data refused
+            settings = settle(cfg, overrides)
+            corpus = prepare(settings)[0]  # the data's cache built (the run reads it back), or bad data refused
             # the checkpoint it starts from was trained on these settings and this data
-            checkpoint = resume_checkpoint(run_dir, overrides) if config.resume else cfg.get("ckpt_path")
+            checkpoint = resume_checkpoint(run_dir, overrides) if config.resume else settings.ckpt_path
             if checkpoint and Path(checkpoint).is_file():
                 from selfsup.reliability.checkpoints import check_resume_compatible
                 from selfsup.run.build import tokenizer_hash
 
-                fingerprinted = OmegaConf.masked_copy(cfg, ["objective", "architecture", "data", "seed"])
+                fingerprinted = {k: settings.resolved[k] for k in ("objective", "architecture", "data", "seed")}
                 check_resume_compatible(
                     checkpoint,
-                    OmegaConf.to_container(fingerprinted, resolve=True),
+                    fingerprinted,
                     corpus.vocab.size,
                     tokenizer_hash(corpus),
                     resume=str(run_dir) if config.resume else None,

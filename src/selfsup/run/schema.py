@@ -195,7 +195,7 @@ def architecture_preset(architecture) -> str:
     and RMSNorm (architecture=t5, or a T5 checkpoint's init.from), else architecture.name (the family, which the
     evaluation, report and plots group by)."""
     t5 = architecture.get("positions") == "relative" and architecture.get("norm") == "rmsnorm"
-    return "t5" if architecture.name == "encoder_decoder" and t5 else architecture.name
+    return "t5" if architecture["name"] == "encoder_decoder" and t5 else architecture["name"]
 
 
 def run_dir(resume: Optional[str], fresh: str) -> str:

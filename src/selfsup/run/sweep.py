@@ -181,16 +181,13 @@ def check_jobs(jobs: list[list[str]], label: str = "job") -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from selfsup.run.build import check_objective, check_settings, with_init
-    from selfsup.run.checks import check_overrides, config_error_line
+    from selfsup.run.build import settle, with_init
+    from selfsup.run.checks import config_error_line
 
     for number, overrides in enumerate(jobs):
         try:
             cfg = compose(config_name="train", overrides=overrides)
-            check_overrides(overrides, cfg)
-            cfg = with_init(cfg)
-            check_settings(cfg)
-            check_objective(cfg)
+            settle(with_init(cfg), overrides)
         except (HydraException, OmegaConfBaseException) as err:
             problem = config_error_line(err)
         except UserError as err:

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from selfsup.run.lifecycle import fit
 from selfsup.run.schema import register
-from selfsup.run.train import fit
+from selfsup.run.settings import RunSettings
 
 if __name__ == "__main__":
     register()
     config, run_dir = sys.argv[1], Path(sys.argv[2])
-    fit(OmegaConf.load(config), run_dir, rank_zero=False)
+    fit(RunSettings.of(OmegaConf.load(config)), run_dir, rank_zero=False)

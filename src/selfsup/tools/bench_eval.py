@@ -27,7 +27,7 @@ def train(run_dir: Path, corpus: Path, cache: Path, objective: str, *extra: str)
     command = [
         sys.executable,
         "-m",
-        "selfsup.run.train",
+        "selfsup.run.cli",
         f"objective={objective}",
         "data=text_files",
         f"data.paths=[{corpus}]",

@@ -37,6 +37,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -44,6 +45,9 @@ from omegaconf import DictConfig, OmegaConf
 from selfsup.common.names import ERROR, EVALUATED, EVALUATED_OUTCOMES, SUMMARY, RunSummary, override_key, write_json
 from selfsup.errors import UserError
 from selfsup.results.summary import evaluated_rows, read_evaluated
+
+if TYPE_CHECKING:
+    from selfsup.run.schema import LoggerConfig
 
 USAGE = (
     "usage: selfsup-eval RUN_OR_SWEEP_DIR [eval overrides, e.g. eval.finetune.steps=600 '+eval.tasks.NAME={...}'] "
@@ -76,8 +80,8 @@ def eval_config(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from selfsup.run.cli import CONF_DIR
     from selfsup.run.schema import register
-    from selfsup.run.train import CONF_DIR
 
     other = [o for o in overrides if override_key(o) != "eval" and not override_key(o).startswith("eval.")]
     if other:
@@ -111,7 +115,7 @@ def lm_eval_config(overrides: list[str]):
     from hydra.utils import instantiate
     from omegaconf.errors import OmegaConfBaseException
 
-    from selfsup.run.train import CONF_DIR
+    from selfsup.run.cli import CONF_DIR
 
     try:
         with initialize_config_dir(str(CONF_DIR), version_base=None):
@@ -144,10 +148,11 @@ class LMPlanned:
         from selfsup.interop.export import exporter
         from selfsup.interop.pretrained import load
         from selfsup.run.run_dir import merged_config
+        from selfsup.run.settings import RunSettings
 
         self.run_dir, self.lm = run_dir, lm
         self.summary, self.checkpoint = finished_run(run_dir)
-        self.cfg = merged_config(run_dir, [])
+        self.settings = RunSettings.of(merged_config(run_dir, []))
         self.pretrained = load(self.checkpoint)
         self.architecture = self.pretrained.architecture
         self.unsupported = lm.unsupported(self.architecture)
@@ -155,7 +160,7 @@ class LMPlanned:
             exporter(self.pretrained.model, self.architecture)  # settings no transformers class computes: one line
 
     def run(self) -> tuple[dict, dict, dict]:
-        cache = self.cfg.data.get("cache_dir")
+        cache = self.settings.data.cache_dir
         return self.lm.evaluate(
             self.pretrained, Path(cache) if cache else None, say=lambda line: print(f"  {line}", flush=True)
         )
@@ -167,13 +172,14 @@ class Planned:
     def __init__(self, run_dir: Path, evaluation_config: DictConfig):
         from selfsup.run.build import prepare
         from selfsup.run.run_dir import merged_config
+        from selfsup.run.settings import RunSettings
 
         self.run_dir = run_dir
         self.summary, self.checkpoint = finished_run(run_dir)
         cfg = merged_config(run_dir, [])
         OmegaConf.update(cfg, "eval", evaluation_config, merge=False)
-        self.cfg = cfg
-        self.corpus, self.objective, self.evaluation = prepare(cfg, quiet=True)
+        self.settings = RunSettings.of(cfg)
+        self.corpus, self.objective, self.evaluation = prepare(self.settings, quiet=True)
         if self.evaluation is None:
             raise UserError("the eval settings evaluate nothing: name a task (+eval.tasks.NAME={...}) or a part")
 
@@ -182,15 +188,15 @@ class Planned:
         from selfsup.interop.pretrained import load
         from selfsup.run.build import make, model_length
 
-        cfg, corpus = self.cfg, self.corpus
+        settings, corpus = self.settings, self.corpus
         model = load(self.checkpoint).model
-        shape = make(cfg.architecture, "architecture")
-        max_len = model_length(cfg, self.objective)
+        shape = make(settings.architecture, "architecture")
+        max_len = model_length(settings.data.seq_len, self.objective)
         self.evaluation.setup(
-            cfg.architecture.name,
+            settings.family,
             corpus.vocab,
             corpus.tokenizer,
-            cfg.data.seq_len,
+            settings.data.seq_len,
             corpus.val_tokens,
             max_len,
             make_model=lambda: shape.build(corpus.vocab.size, max_len),
@@ -285,16 +291,16 @@ def evaluated_lines(rows: list[dict], width: int = 100) -> list[str]:
     return lines + verdict_lines(rows, width=width)
 
 
-def log_to_wandb(run_dir: Path, cfg: DictConfig, metrics: dict) -> str:
+def log_to_wandb(run_dir: Path, logger: LoggerConfig, metrics: dict) -> str:
     """The metrics into the summary of the run's own W&B run, resumed by its id (<run_dir>/wandb-run-id, in the
     run's W&B mode; offline without an API key), with a W&B Table of the lm-eval metrics (eval/lm_eval/results).
     Returns what was done, for the console line ("" where the run logs no W&B run); W&B failing is said, not raised."""
     from selfsup.common.wandb_utils import api_key_configured, wandb_mode
 
     id_file = run_dir / "wandb-run-id"
-    if not cfg.logger.get("wandb") or not id_file.is_file():
+    if not logger.wandb or not id_file.is_file():
         return ""
-    mode = wandb_mode(cfg.logger.get("mode") or "offline")
+    mode = wandb_mode(logger.mode or "offline")
     if mode == "disabled":
         return ""
     if mode == "online" and not api_key_configured():
@@ -307,8 +313,8 @@ def log_to_wandb(run_dir: Path, cfg: DictConfig, metrics: dict) -> str:
             id=id_file.read_text().strip(),
             resume="allow",
             dir=str(run_dir),
-            project=cfg.logger.get("project"),
-            entity=cfg.logger.get("entity"),
+            project=logger.project,
+            entity=logger.entity,
             mode=mode,
         )
         run.summary.update(metrics)
@@ -354,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
         report_progress(lambda line: print(f"  {line}", flush=True))
         for plan in planned:
             started = time.perf_counter()
-            print(f"{plan.run_dir}: {plan.summary.get('objective')} on {plan.cfg.architecture.name}", flush=True)
+            print(f"{plan.run_dir}: {plan.summary.get('objective')} on {plan.settings.family}", flush=True)
             metrics, outcomes = plan.run()
             record = {
                 "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -386,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
                 seconds=round(time.perf_counter() - started, 1),
             )
             write_results(plan.run_dir, metrics, outcomes, record)
-            logged = log_to_wandb(plan.run_dir, plan.cfg, metrics)
+            logged = log_to_wandb(plan.run_dir, plan.settings.logger, metrics)
             print(f"  lm-eval in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}{logged}", flush=True)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

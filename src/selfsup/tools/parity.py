@@ -67,8 +67,9 @@ def parity(
 
     from selfsup.data.datamodule import SelfSupDataModule
     from selfsup.run.build import make, prepare
+    from selfsup.run.cli import CONF_DIR
     from selfsup.run.schema import register
-    from selfsup.run.train import CONF_DIR
+    from selfsup.run.settings import RunSettings
     from selfsup.training.module import cross_entropy_sums
 
     register()
@@ -77,7 +78,7 @@ def parity(
         chosen = [f"objective={PARITY[architecture]}", f"architecture={architecture}", "eval=none", *overrides]
         with initialize_config_dir(str(CONF_DIR), version_base=None):
             cfg = compose("train", overrides=chosen)
-        corpus, objective, _ = prepare(cfg, quiet=True)
+        corpus, objective, _ = prepare(RunSettings.of(cfg), quiet=True)
         data = SelfSupDataModule(corpus)
         train_windows = [w for _, w in zip(range(steps), data.train_dataloader())]
         val_windows = [w for _, w in zip(range(val_batches), data.val_dataloader())]

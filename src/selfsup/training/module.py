@@ -23,7 +23,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from torchmetrics import SumMetric
 
 from selfsup.common.upstream import align_log_step
-from selfsup.evaluation.suite import EXAMPLE_COLUMNS, WRITTEN_COLUMNS
+from selfsup.evaluation.job_scores import WRITTEN_COLUMNS
+from selfsup.evaluation.suite import EXAMPLE_COLUMNS
 from selfsup.loss import linear_cross_entropy, stream_seed
 from selfsup.objectives import Objective, ObjectiveBatch
 from selfsup.optim import AdamWCosine

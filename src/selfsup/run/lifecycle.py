@@ -1,20 +1,10 @@
-"""selfsup-train: the story of a run, in order.
-
-compose   Hydra composes conf/ and the command line (main, hydra_main); selfsup.run.run_dir
-          checks and claims the run dir, and a resume's settings, before Hydra writes into it
-check     the settings (selfsup.run.build.check_settings) and the objective, before any data is read
-build     data, objective, evaluation, model, optimizer, LightningModule (selfsup.run.build)
-fit       Lightning's Trainer (make_trainer) with the lab's callbacks (make_callbacks) and loggers
-          (train_and_evaluate, inside fit, which records how the run ended whatever happens)
-summarise summary.json (selfsup.common.names.RunSummary), the table, the W&B run files (hydra_main)
-
-selfsup-train objective=clm trainer.max_steps=100
-selfsup-train -m objective=mlm,clm,span_corruption
-"""
+"""A run's life, in order: fit builds it (selfsup.run.build), trains it with Lightning's Trainer (make_trainer)
+with the lab's callbacks (make_callbacks) and loggers, evaluates it, and records how it ended whatever happens
+(train_and_evaluate, inside fit): summary.json, outcomes.npz, the verdict, the W&B run and model artifact.
+Everything here takes the run's RunSettings (selfsup.run.settings), settled by selfsup.run.cli or a DDP worker."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -22,50 +12,35 @@ import signal
 import sys
 import threading
 import time
-import traceback
 import warnings
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from selfsup.common.names import (
-    ERROR,
     OUTCOMES,
-    SUMMARY,
     TOKENIZER,
-    TRACEBACK,
-    VAL_ACCURACY,
-    VAL_LOSS,
-    VAL_PERPLEXITY,
     RunSummary,
 )
 from selfsup.common.version import code_version
 from selfsup.errors import UserError, error_line
 from selfsup.reliability import stop
 from selfsup.reliability.checkpoints import check_resume_compatible, resume_state
-from selfsup.results.verdict import VERDICT, verdict_text
+from selfsup.results.verdict import verdict_text
 from selfsup.run.build import (
     build,
-    check_objective,
-    check_settings,
-    init_source,
     make,
     objective_name,
     prepare,
     tokenizer_hash,
-    with_init,
 )
-from selfsup.run.checks import config_error_line
-from selfsup.run.run_dir import join_sweep, requeue_checkpoint, resumed_config, sweep_of
-from selfsup.run.schema import architecture_preset, config_dir, register
-from selfsup.training.distributed import launched_rank, leave_distributed
+from selfsup.run.run_dir import sweep_of
+from selfsup.run.schema import architecture_preset, config_dir
+from selfsup.run.settings import RunSettings
+from selfsup.training.distributed import leave_distributed
 
 log = logging.getLogger("selfsup")
-
-
-CONF_DIR = config_dir()
 
 
 # ---------------------------------------------------------------------------- fit
@@ -96,16 +71,22 @@ def plugins(run_dir: Path) -> list:
 
 
 def fit(
-    cfg: DictConfig, run_dir: Path, rank_zero: bool = True, loggers_first: bool = False, progress: dict | None = None
+    settings: RunSettings,
+    run_dir: Path,
+    rank_zero: bool = True,
+    loggers_first: bool = False,
+    progress: dict | None = None,
+    check=None,
 ) -> dict:
     """Build and train one run. Rank 0 owns loggers and the run summary; other DDP ranks
     (selfsup.run.worker) train alongside without either. progress["training"] is set once training starts:
-    a resume refused before that leaves its run dir (summary.json, W&B run) as it was."""
+    a resume refused before that leaves its run dir (summary.json, W&B run) as it was. check: a sweep job's checks
+    (settle), run once its W&B run has started, so that a job they refuse is a failed W&B run."""
     progress = {} if progress is None else progress
     began = time.perf_counter()
     # a single run reads its data (RunDirGuard built its cache) before it starts a W&B run (a sweep job after:
     # a failed job is a failed W&B run), and before Lightning is imported: bad data is refused in seconds
-    ready = None if loggers_first else prepare(cfg, quiet=True)
+    ready = None if loggers_first else prepare(settings, quiet=True)
     # Lightning, and the modules that import it, are imported here, not at the top: Lightning takes ~5-14 s, and
     # selfsup-train refuses bad settings and data before that
     import lightning as L
@@ -113,15 +94,15 @@ def fit(
 
     from selfsup.run.loggers import finish_wandb, make_loggers
 
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    L.seed_everything(settings.seed, workers=True, verbose=False)
     quiet_lightning()
     env_before = set(os.environ)
     summary = {
-        "objective": objective_name(cfg),
-        "architecture": cfg.architecture.name,
-        "architecture_preset": architecture_preset(cfg.architecture),
-        "swept": swept_values(cfg),
-        **({"init_from": init_source(cfg)} if init_source(cfg) else {}),
+        "objective": objective_name(settings.objective),
+        "architecture": settings.family,
+        "architecture_preset": architecture_preset(settings.architecture),
+        "swept": swept_values(settings),
+        **({"init_from": settings.init_from} if settings.init_from else {}),
         "run_dir": str(run_dir),
         "code": code_version(),
         "status": "failed",
@@ -129,10 +110,10 @@ def fit(
     }
     # in a sweep the loggers come first, so that a job failing at build time is a failed W&B run;
     # a single run checks its settings and data first (a typo makes no W&B run)
-    loggers = make_loggers(cfg, run_dir) if rank_zero and loggers_first else []
+    loggers = make_loggers(settings, run_dir) if rank_zero and loggers_first else []
     before_sigterm = stop_on_sigterm(SIGTERMException)
     try:
-        train_and_evaluate(cfg, run_dir, ready, loggers, summary, progress, rank_zero, loggers_first)
+        train_and_evaluate(settings, run_dir, ready, loggers, summary, progress, rank_zero, loggers_first, check)
     except (KeyboardInterrupt, SystemExit) as err:
         # Lightning turns Ctrl-C into sys.exit(1), and a second SIGTERM (the first one preempts) into its
         # SIGTERMException, a SystemExit with status 0: either is an interrupted run, exit 130 / 143
@@ -152,7 +133,7 @@ def fit(
             wall_seconds=round(time.perf_counter() - began, 1),
             wandb_dir=finish_wandb(loggers, 0 if summary["status"] in ("finished", "preempted") else 1),
         )
-        if rank_zero and (not cfg.resume or progress.get("training")):
+        if rank_zero and (not settings.resume or progress.get("training")):
             RunSummary(summary).write(run_dir)
         if rank_zero:
             leave_distributed(env_before)
@@ -160,7 +141,7 @@ def fit(
 
 
 def train_and_evaluate(
-    cfg: DictConfig,
+    settings: RunSettings,
     run_dir: Path,
     ready,
     loggers: list,
@@ -168,6 +149,7 @@ def train_and_evaluate(
     progress: dict,
     rank_zero: bool,
     loggers_first: bool,
+    check,
 ) -> None:
     """fit's work, in order: W&B's run started, the run built, the Trainer fitted (and a resumed run that had
     stopped in its final validation validated), the evaluation's outcomes, the verdict and the model artifact
@@ -175,26 +157,24 @@ def train_and_evaluate(
     from selfsup.run.loggers import make_loggers, start_wandb, wandb_summary
 
     loggers[:] = start_wandb(loggers, run_dir)
-    if loggers_first:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
-        check_settings(cfg)
-        check_objective(cfg)
-    run = build(cfg, ready)
+    if check is not None:  # a sweep job: checked now that its W&B run exists (a single run: in hydra_main)
+        check()
+    run = build(settings, ready)
     dm, module = run.data, run.module
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    keep_resume_record(cfg, plain, run, run_dir, rank_zero)
+    keep_resume_record(settings, run, run_dir, rank_zero)
     if rank_zero and not loggers_first:
-        loggers[:] = start_wandb(make_loggers(cfg, run_dir), run_dir)
+        loggers[:] = start_wandb(make_loggers(settings, run_dir), run_dir)
     summary["parameters"] = run.model.num_parameters()
-    callbacks = make_callbacks(cfg, run_dir)
+    callbacks = make_callbacks(settings, run_dir)
 
     def preempted():  # the signal that preempted the run, if one did (callbacks.preemption may be dropped)
         return getattr(callbacks.get("preemption"), "preempted", None)
 
-    trainer = make_trainer(cfg, run_dir, loggers, list(callbacks.values()), rank_zero)
-    log_shape(cfg, run, trainer, loggers, summary)
+    trainer = make_trainer(settings, run_dir, loggers, list(callbacks.values()), rank_zero)
+    log_shape(settings, run, trainer, loggers, summary)
     progress["training"] = True
-    validate_at_start(cfg, trainer, module, dm, summary)
-    trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
+    validate_at_start(settings, trainer, module, dm, summary)
+    trainer.fit(module, datamodule=dm, ckpt_path=settings.ckpt_path)
     if "val/loss" not in trainer.callback_metrics and trainer.global_step and not preempted():
         # resumed from a checkpoint of its last step (killed in the final validation): nothing trained,
         # so nothing validated; the final validation and evaluation run now
@@ -217,21 +197,21 @@ def train_and_evaluate(
             text = verdict_text([*rows, {**summary, "status": status, "run_dir": str(run_dir)}])
             if text:
                 wandb_summary(loggers, {"sweep_verdict": text})
-    if rank_zero and cfg.logger.get("log_model"):
+    if rank_zero and settings.logger.log_model:
         log_model(
-            loggers, run_dir, plain, summary, export=bool(cfg.logger.get("log_export")) and not preempted()
+            loggers, run_dir, settings.resolved, summary, export=settings.logger.log_export and not preempted()
         )  # the final model
     if preempted():
         summary["preempted_by"] = preempted()
         mark_preempting(loggers)
 
 
-def log_shape(cfg: DictConfig, run, trainer, loggers: list, summary: dict) -> None:
+def log_shape(settings: RunSettings, run, trainer, loggers: list, summary: dict) -> None:
     """The run's size and batch, into the summary and each logger's hyperparameters (beside the config)."""
     summary.update(
         world_size=trainer.world_size,
-        batch_size_per_device=cfg.data.batch_size,
-        global_batch_size=cfg.data.batch_size * cfg.trainer.accumulate * trainer.world_size,
+        batch_size_per_device=settings.data.batch_size,
+        global_batch_size=settings.data.batch_size * settings.trainer.accumulate * trainer.world_size,
     )
     shape = ("parameters", "code", "world_size", "batch_size_per_device", "global_batch_size")
     sizes = {"vocab_size": run.data.corpus.vocab.size, "raw_length": run.objective.raw_length}
@@ -239,11 +219,11 @@ def log_shape(cfg: DictConfig, run, trainer, loggers: list, summary: dict) -> No
         lg.log_hyperparams({**{k: summary[k] for k in shape}, **sizes})
 
 
-def validate_at_start(cfg: DictConfig, trainer, module, dm, summary: dict) -> None:
+def validate_at_start(settings: RunSettings, trainer, module, dm, summary: dict) -> None:
     """trainer.validate_at_start (null: a run from init.from): val/... and the evaluation's eval/... at step 0, the
     model as it starts (a resume does not); summary.json's start_val_loss and start_eval."""
-    wanted = cfg.trainer.get("validate_at_start")
-    if (bool(init_source(cfg)) if wanted is None else wanted) and not cfg.ckpt_path:
+    wanted = settings.trainer.validate_at_start
+    if (bool(settings.init_from) if wanted is None else wanted) and not settings.ckpt_path:
         trainer.validate(module, datamodule=dm, verbose=False)
         summary["start_val_loss"] = float(trainer.callback_metrics["val/loss"])
         if getattr(module, "last_eval", None) is not None:
@@ -251,17 +231,17 @@ def validate_at_start(cfg: DictConfig, trainer, module, dm, summary: dict) -> No
             del module.last_eval  # the run's eval/... are its last evaluation's (trained_values)
 
 
-def keep_resume_record(cfg: DictConfig, plain: dict, run, run_dir: Path, rank_zero: bool) -> None:
+def keep_resume_record(settings: RunSettings, run, run_dir: Path, rank_zero: bool) -> None:
     """What a checkpoint keeps to be resumed and loaded on its own (its settings' record and the tokenizer, also
     written to the run dir); a ckpt_path of another objective, architecture, data or tokenizer is refused."""
     corpus = run.data.corpus
     digest = tokenizer_hash(corpus)
-    run.module.resume_record = resume_state(plain, corpus.vocab.size, digest, run.model.max_len)
+    run.module.resume_record = resume_state(settings.resolved, corpus.vocab.size, digest, run.model.max_len)
     run.module.resume_record["tokenizer"] = corpus.tokenizer.to_str()  # selfsup.load reads it
     if rank_zero:
         corpus.tokenizer.save(str(run_dir / TOKENIZER))
-    if cfg.ckpt_path:
-        check_resume_compatible(cfg.ckpt_path, plain, corpus.vocab.size, digest)
+    if settings.ckpt_path:
+        check_resume_compatible(settings.ckpt_path, settings.resolved, corpus.vocab.size, digest)
 
 
 def mark_preempting(loggers: list) -> None:
@@ -271,11 +251,11 @@ def mark_preempting(loggers: list) -> None:
             lg.experiment.mark_preempting()
 
 
-def make_callbacks(cfg: DictConfig, run_dir: Path) -> dict:
+def make_callbacks(settings: RunSettings, run_dir: Path) -> dict:
     """The run's Trainer callbacks by name, in the order the Trainer calls them: the callbacks group's (conf/callbacks/,
     each with the run's own arguments here), then an Optuna trial's pruning and the console."""
-    t = cfg.trainer
-    lower = f"optim.lr={min(cfg.optim.get('lr', 1e-2) / 10, 1e-3):g}"
+    t = settings.trainer
+    lower = f"optim.lr={min(settings.optim.get('lr', 1e-2) / 10, 1e-3):g}"
     runtime = {
         "best": {"dirpath": run_dir / "checkpoints"},
         "last": {
@@ -289,17 +269,19 @@ def make_callbacks(cfg: DictConfig, run_dir: Path) -> dict:
         "preemption": {"dirpath": run_dir / "checkpoints", "resume_hint": f"selfsup-train resume={run_dir}"},
         "throughput": {"window_size": min(20, max(2, t.log_every_n_steps))},
     }
-    if "callbacks" not in cfg:  # the record of a run from before the callbacks group (a resume): these were its own
-        cfg = OmegaConf.merge(cfg, {"callbacks": OmegaConf.load(CONF_DIR / "callbacks" / "default.yaml")})
+    nodes = settings.callbacks
+    if nodes is None:  # the record of a run from before the callbacks group (a resume): these were its own
+        recorded = {**settings.resolved, "callbacks": OmegaConf.load(config_dir() / "callbacks" / "default.yaml")}
+        nodes = OmegaConf.to_container(OmegaConf.create(recorded), resolve=True)["callbacks"]
     callbacks = {
         name: make(node, f"callbacks.{name}", **runtime.get(name, {}))
-        for name, node in (cfg.callbacks or {}).items()
+        for name, node in (nodes or {}).items()
         if node is not None
     }
-    if cfg.get("trial"):  # a trial of the selfsup_optuna sweeper: reported at validations, maybe pruned
+    if settings.trial:  # a trial of the selfsup_optuna sweeper: reported at validations, maybe pruned
         from selfsup.training.tune import TrialPruning
 
-        callbacks["pruning"] = TrialPruning(cfg.trial, cfg.optimized_metric)
+        callbacks["pruning"] = TrialPruning(settings.trial, settings.optimized_metric)
     if t.progress_bar:
         from selfsup.training.console import ConsoleProgress, every_n_steps
 
@@ -309,28 +291,28 @@ def make_callbacks(cfg: DictConfig, run_dir: Path) -> dict:
     return callbacks
 
 
-def strategy(cfg: DictConfig, run_dir: Path, rank_zero: bool):
+def strategy(settings: RunSettings, run_dir: Path, rank_zero: bool):
     """The trainer's strategy (selfsup.training.distributed.strategy_for); for ddp and fsdp rank zero first writes
     the job's resolved config, which the ranks > 0 train from."""
     from selfsup.training.distributed import resolved_config_path, strategy_for
 
-    if rank_zero and cfg.trainer.strategy in ("ddp", "fsdp"):
+    if rank_zero and settings.trainer.strategy in ("ddp", "fsdp"):
         resolved_config_path(run_dir).parent.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, resolved_config_path(run_dir), resolve=True)
-    return strategy_for(cfg.trainer.strategy, run_dir)
+        OmegaConf.save(OmegaConf.create(settings.resolved), resolved_config_path(run_dir))
+    return strategy_for(settings.trainer.strategy, run_dir)
 
 
-def make_trainer(cfg: DictConfig, run_dir: Path, loggers: list, callbacks: list, rank_zero: bool):
+def make_trainer(settings: RunSettings, run_dir: Path, loggers: list, callbacks: list, rank_zero: bool):
     """Lightning's Trainer from the trainer group: no sanity validation, no model summary, the lab's own
     distributed sampler, checkpoint IO and strategies."""
     import lightning as L
 
-    t = cfg.trainer
+    t = settings.trainer
     return L.Trainer(
         accelerator=t.accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
-        strategy=strategy(cfg, run_dir, rank_zero),
+        strategy=strategy(settings, run_dir, rank_zero),
         use_distributed_sampler=False,
         precision=t.precision,
         max_steps=t.max_steps,
@@ -470,142 +452,12 @@ def command_overrides() -> list[str]:
     return [o for o in HydraConfig.get().overrides.task if not o.startswith(drop)]
 
 
-def swept_values(cfg: DictConfig) -> dict:
+def swept_values(settings: RunSettings) -> dict:
     """{key: value} of the settings this sweep varies (selfsup.run.sweep sets SELFSUP_SWEPT), seed included;
     config groups (objective=..., architecture=...) have their own columns."""
     out = {}
     for key in filter(None, os.environ.get("SELFSUP_SWEPT", "").split(",")):
-        value = OmegaConf.select(cfg, key, default=None)
-        if not isinstance(value, DictConfig):
-            out[key] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+        value = settings.get(key)
+        if not isinstance(value, dict):
+            out[key] = value
     return out
-
-
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
-def hydra_main(cfg: DictConfig) -> float | None:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    multirun = HydraConfig.get().mode.name == "MULTIRUN"
-    earlier_run = (run_dir / SUMMARY).exists()  # its files are never touched by a refused run
-    # under torchrun or srun every rank runs this app in the same run dir (selfsup.run.schema.run_dir);
-    # rank 0 owns the loggers, the summary and the error files, as with selfsup's own launch
-    rank = launched_rank()
-    progress = {}
-    sweep = None if multirun else join_sweep(run_dir)
-    if rank == 0:
-        keep_secrets_out_of_records(cfg, run_dir, multirun)
-    try:
-        requeued = requeue_checkpoint(cfg, run_dir)
-        if requeued:  # a SLURM job requeued by Lightning after SIGUSR1: same command, same run dir
-            cfg.resume, cfg.ckpt_path = str(run_dir), str(requeued)
-        elif cfg.resume:
-            hc = HydraConfig.get()
-            cfg = resumed_config(
-                run_dir, list(hc.overrides.task), record=Path(hc.runtime.output_dir) / hc.output_subdir / "config.yaml"
-            )
-        cfg = with_init(cfg)
-        if not multirun:  # (in a sweep, after its W&B run has started: a failed job is a failed W&B run)
-            stop.clear()
-            check_settings(cfg)
-            check_objective(cfg)
-        summary = fit(cfg, run_dir, rank_zero=rank == 0, loggers_first=multirun, progress=progress)
-    except SystemExit:
-        if multirun and stop.received:  # an interrupted job: the sweep's callback stops the sweep at its end
-            return float("nan")
-        raise
-    except Exception as err:
-        user_error = isinstance(err, UserError)
-        message = f"error: {error_line(err)}" if user_error else f"error: {type(err).__name__}: {err}"
-        if rank == 0 and (not earlier_run or progress.get("training")):  # a refused resume changes nothing
-            with contextlib.suppress(OSError):  # a full disk: the message still reaches the console
-                (run_dir / ERROR).write_text(message + "\n")
-        if multirun:
-            # a failing job does not end the sweep: it is recorded (error.txt, summary.json, a failed
-            # W&B run). The basic sweeper gets NaN and goes on; Optuna's sweeper needs the exception
-            # to record a failed trial (it cannot tell NaN); it stops the study once failed trials
-            # exceed hydra.sweeper.max_failure_rate (default 0: the first failure).
-            if not user_error:
-                with contextlib.suppress(OSError):
-                    (run_dir / TRACEBACK).write_text(traceback.format_exc())
-            log.error(message)
-            if "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
-                raise
-            return float("nan")
-        if user_error:
-            print(message, file=sys.stderr)
-            raise SystemExit(2) from None
-        raise
-    if not multirun and rank == 0:
-        from selfsup.results.summary import run_lines
-
-        print("\n".join(run_lines(summary)))
-        if sweep is not None:  # a job of a sweep run on its own (resumed, or not run by a stopped sweep)
-            from selfsup.results.summary import read_summaries, shown_path
-            from selfsup.results.verdict import save_verdict
-
-            save_verdict(sweep, read_summaries(sweep))
-            print(
-                f"the sweep's verdict, with this run: {shown_path(sweep / VERDICT)} (selfsup-report {shown_path(sweep)})"
-            )
-    return optimized_value(cfg, summary)
-
-
-def keep_secrets_out_of_records(cfg: DictConfig, run_dir: Path, multirun: bool) -> None:
-    """A secret given on the command line (`+logger.api_key=…`, a password in a URL) is redacted in the records
-    Hydra wrote of the command (docs/failures.md): secrets belong in the environment (WANDB_API_KEY, HF_TOKEN)."""
-    from selfsup.reliability.redact import redact_files, register_secrets
-
-    register_secrets(OmegaConf.to_container(cfg, resolve=False))
-    hc = HydraConfig.get()
-    records = run_dir / str(hc.output_subdir) if hc.output_subdir else None
-    files = [records / name for name in ("config.yaml", "overrides.yaml", "hydra.yaml")] if records else []
-    redact_files(files + ([Path(hc.sweep.dir) / "multirun.yaml"] if multirun else []))
-
-
-def optimized_value(cfg: DictConfig, summary: dict) -> float | None:
-    """The value of cfg.optimized_metric in a run summary (what a sweep's job returns to its sweeper)."""
-    values = {
-        VAL_LOSS: summary.get("val_loss"),
-        VAL_PERPLEXITY: summary.get("val_perplexity"),
-        VAL_ACCURACY: summary.get("val_accuracy"),
-        **(summary.get("eval") or {}),
-    }
-    return values.get(cfg.optimized_metric)
-
-
-def main() -> None:
-    register()
-    logging.raiseExceptions = False  # a log file that cannot be written (a full disk): no traceback per line
-    if not CONF_DIR.is_dir():
-        sys.exit(
-            f"error: config folder {CONF_DIR} not found: reinstall selfsup (pip install .), or set "
-            f"SELFSUP_CONF to the conf/ folder"
-        )
-    # Hydra prints a config error over several lines (and exits 1) unless HYDRA_FULL_ERROR is set,
-    # in which case it raises: catch it here and give one line, as for every other bad input
-    wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
-    os.environ["HYDRA_FULL_ERROR"] = "1"
-    try:
-        hydra_main()
-    except BrokenPipeError:  # `selfsup-train --help | head`: the reader left; nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(0) from None
-    except Exception as err:
-        from hydra.errors import HydraException
-        from omegaconf.errors import OmegaConfBaseException
-
-        if wants_trace:
-            raise
-        if isinstance(err, UserError):  # re-raised by a job for Optuna's sweeper
-            print(f"error: {error_line(err)}", file=sys.stderr)
-            raise SystemExit(2) from None
-        frames = traceback.extract_tb(err.__traceback__)
-        hydra_cli = isinstance(err, ValueError) and f"{os.sep}hydra{os.sep}" in frames[-1].filename  # e.g. -m --cfg
-        in_job = any(frame.name == hydra_main.__name__ for frame in frames)  # raised once a job had started
-        if in_job or not (hydra_cli or isinstance(err, (HydraException, OmegaConfBaseException))):
-            raise  # a bug, not a config mistake: the whole traceback
-        print(f"error: {config_error_line(err)}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,145 @@
+"""The generation jobs' part of the run's evaluation (JobScores, a mixin of Evaluation): writers, baselines."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import astuple
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from selfsup.data.records import EvalError
+from selfsup.evaluation.baselines import boundary, cached, untrained_key
+from selfsup.evaluation.generation import NOT_A_WRITER, SCORES, WRITERS, finetune_writer, prepare, score
+from selfsup.evaluation.pairs import mean_sd
+from selfsup.evaluation.stats import margin, standard_error
+from selfsup.loss import stream_seed
+
+WRITTEN_COLUMNS = ["step", "example", "source", "target", "prediction", "exact_match", "token_f1"]
+WRITTEN_SHOWN = 8  # test examples of each generation job in its W&B Table
+
+
+class JobScores:
+    """Evaluation's generation jobs (eval.generation): each read and checked before training, prepared as the
+    run's family writes it once the model exists, and scored by fine-tuned copies beside their random-init
+    baselines. Reads the settings and state that Evaluation's __init__ and setup set (jobs, tasks, finetune, seed,
+    random_init_seeds, tokenizer, cache_dir, tokenizer_hash, written, not_written, written_examples, fingerprints,
+    last, random_init) and its fresh_model and copy."""
+
+    def check_jobs(self, training_documents=None, sharded: bool = False) -> None:
+        """Every job read, and refused (EvalError) under FSDP, beside a task of its name, or when a text is a
+        pretraining document."""
+        if sharded and self.jobs:
+            raise EvalError(
+                "eval.generation fine-tunes a copy of the model, which FSDP shards cannot be: use eval.generation=null "
+                "with trainer=fsdp"
+            )
+        for name, job in self.jobs.items():
+            if name in self.tasks:
+                raise EvalError(
+                    f"eval.generation.{name} and eval.tasks.{name} share a name: their scores (eval/{name}/...) "
+                    f"would mix; rename one"
+                )
+            train, test = job.load()
+            inside = [t for pair in train + test for t in pair if training_documents and t in training_documents]
+            if inside:
+                raise EvalError(
+                    f"generation job {name}: {len(inside)} of its texts are documents of the pretraining data (e.g. "
+                    f"{inside[0][:40]!r}): a job must be held out from pretraining; use other examples or other "
+                    f"data.paths"
+                )
+
+    def setup_jobs(self, architecture: str, vocab, tokenizer, model_length: int) -> None:
+        """Each job's examples as the run's family writes them (or why it cannot: not_written), and a hash of them
+        (fingerprints)."""
+        self.ids = (vocab.eos_id, vocab.bos_id, vocab.pad_id)
+        for name, job in self.jobs.items():
+            if architecture not in WRITERS:
+                self.not_written[name] = NOT_A_WRITER
+                continue
+            train, test = job.load()
+            length = min(self.finetune.max_length, model_length)
+            self.written[name] = prepare(architecture, tokenizer, train, test, *self.ids, length, job.max_new_tokens)
+            self.fingerprints[name] = hashlib.sha256(json.dumps([train, test, length, job.max_new_tokens]).encode())
+            self.fingerprints[name] = self.fingerprints[name].hexdigest()
+
+    def write(self, model: torch.nn.Module, name: str, seed: int) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """A copy of `model` fine-tuned on generation job `name` from fine-tuning seed `seed`, scored on its test
+        examples (generation.score; the run's model is not changed)."""
+        job, writer = self.written[name], self.copy(model)
+        finetune_writer(writer, job.train, self.finetune, stream_seed("finetune-writer", self.seed, seed))
+        return score(writer, job, self.tokenizer, *self.ids)
+
+    def job_metrics(self, model: torch.nn.Module, name: str) -> dict[str, float]:
+        """eval/<name>/<score> for each of generation.SCORES: the mean over eval.finetune.seeds fine-tuned copies and
+        the test examples, its _se (over the examples), and beside the random-init baselines its margin with the
+        paired bootstrap 95% interval (test examples, random-init seeds and fine-tuning seeds resampled); the loss's
+        margin is random-init's loss minus the run's."""
+        runs = []
+        for k in range(self.finetune.seeds):
+            if k:
+                boundary(f"generation job {name}'s fine-tuning seed {k + 1} of {self.finetune.seeds}")
+            found, predictions = self.write(model, name, k)
+            runs.append(found)
+            if not k:
+                job = self.written[name]
+                self.written_examples[name] = [
+                    [i, job.source_texts[i], job.references[i], predictions[i]]
+                    + [round(float(found[s][i]), 4) for s in ("exact_match", "token_f1")]
+                    for i in range(min(WRITTEN_SHOWN, len(predictions)))
+                ]
+        out = {}
+        for s in SCORES:
+            values = torch.stack([r[s] for r in runs]).numpy()  # [fine-tuning seeds, n]
+            outcome = -values if s == "loss" else values  # outcomes: the higher the better
+            self.last[f"{name}/{s}"] = outcome
+            out[f"eval/{name}/{s}"] = float(values.mean())
+            out[f"eval/{name}/{s}_se"] = standard_error(values.mean(0))
+            if f"{name}/{s}" in self.random_init:
+                m = margin(outcome, self.random_init[f"{name}/{s}"])
+                out.update({f"eval/{name}/{s}/margin{end}": v for end, v in zip(("", "_low", "_high"), astuple(m))})
+        return out
+
+    def writers_random_init(self, model: torch.nn.Module) -> dict[str, float]:
+        """The generation jobs' baselines: models of the run's shape freshly initialised from the probe's
+        random-init seeds (eval.probe.random_init_seeds), each fine-tuned from fine-tuning seed k and scored the same
+        way (read from <cache_dir>/generation-random-init/ when an earlier run computed them): random_init_<score>
+        and its sd over seeds; the per-seed outcomes kept in self.random_init."""
+        runs: dict[str, list] = {name: [] for name in self.written}
+        for k in range(self.random_init_seeds):
+            boundary(f"the generation jobs' random-init seed {k + 1} of {self.random_init_seeds}")
+            torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
+            fresh = self.fresh_model(model)
+            for name in self.written:
+                path = None
+                if self.cache_dir is not None:
+                    how = ["generation", self.seed, k, self.finetune.settings()]
+                    key = untrained_key(
+                        fresh, generation=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name]
+                    )
+                    path = self.cache_dir / "generation-random-init" / f"{key}.json"
+
+                def read(p: Path, n=len(self.written[name].sources)):
+                    found = json.loads(p.read_text())
+                    ok = set(found) == set(SCORES) and all(len(v) == n for v in found.values())
+                    return {s: torch.tensor(v, dtype=torch.float64) for s, v in found.items()} if ok else None
+
+                runs[name].append(
+                    cached(
+                        path,
+                        lambda name=name, k=k: self.write(fresh, name, k)[0],
+                        read,
+                        lambda value, f: f.write(json.dumps({s: v.tolist() for s, v in value.items()}).encode()),
+                    )
+                )
+        out = {}
+        for name, found in runs.items():
+            for s in SCORES:
+                values = np.stack([r[s].numpy() for r in found])  # [seeds, n]
+                self.random_init[f"{name}/{s}"] = -values if s == "loss" else values
+                mean, sd = mean_sd(values.mean(1).tolist())
+                out[f"eval/{name}/random_init_{s}"] = mean
+                out[f"eval/{name}/random_init_{s}_sd"] = sd
+        return out

@@ -1,0 +1,69 @@
+"""Reading a task's or generation job's examples into train and test splits, each a Reservoir sample."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from selfsup.data.records import EvalError, hf_rows
+from selfsup.data.sources import document_bucket
+
+SOURCES = ("builtin", "text_files", "hf_dataset")
+
+
+def split_files(source, rows, key) -> tuple[list, list]:
+    """(train, test) of a task's or job's files (its paths, test_paths, test_fraction, max_*_examples, setting):
+    rows(paths) yields the examples; without test_paths, an example is a test one when the hash bucket of key(row)
+    is below test_fraction. Each split a Reservoir sample."""
+    train, test = Reservoir(source.max_train_examples), Reservoir(source.max_test_examples)
+    if source.test_paths:
+        train.extend(rows(source.paths))
+        test.extend(rows(source.test_paths))
+    else:
+        if not 0 < source.test_fraction < 1:
+            raise EvalError(f"{source.setting('test_fraction')}={source.test_fraction} must be between 0 and 1")
+        threshold = source.test_fraction * 10_000
+        for row in rows(source.paths):
+            (test if document_bucket(key(row)) < threshold else train).add(row)
+    return train.rows(), test.rows()
+
+
+def hf_splits(source, fields: list[str], keys: list[str], example) -> tuple[list, list]:
+    """(train, test) of a task's or job's `datasets` splits (its hf_name, hf_config, data_files, train_split,
+    test_split, max_*_examples, setting): example(values of `fields`, where) makes an example of a row (None: left
+    out). Each split a Reservoir sample."""
+    out = []
+    for split, limit in (
+        (source.train_split, source.max_train_examples),
+        (source.test_split, source.max_test_examples),
+    ):
+        rows = hf_rows(source.hf_name, source.hf_config, split, source.data_files, fields, keys, source.setting)
+        kept = Reservoir(limit)
+        made = (example(row, f"{source.hf_name} split {split} row {i}") for i, row in enumerate(rows, start=1))
+        kept.extend(e for e in made if e is not None)
+        out.append(kept.rows())
+    return out[0], out[1]
+
+
+class Reservoir:
+    """A uniform random sample of at most `size` of the rows added (all of them when None or fewer), in the
+    order added: reservoir sampling with a fixed seed, holding only the sample."""
+
+    def __init__(self, size: int | None, seed: int = 0):
+        self.size, self.rng, self.seen, self.kept = size, random.Random(seed), 0, []
+
+    def add(self, row) -> None:
+        if self.size is None or self.seen < self.size:
+            self.kept.append((self.seen, row))
+        else:
+            j = self.rng.randrange(self.seen + 1)
+            if j < self.size:
+                self.kept[j] = (self.seen, row)
+        self.seen += 1
+
+    def extend(self, rows: Iterable) -> None:
+        for row in rows:
+            self.add(row)
+
+    def rows(self) -> list:
+        return [row for _, row in sorted(self.kept, key=lambda kept: kept[0])]
