@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from selfsup.data.vocab import Vocab
 from selfsup.evaluation import EvalError, Evaluation
+from selfsup.evaluation.config import FixedExamConfig
 from selfsup.evaluation.fixed import (
     EXAM_BATCH,
     KINDS,
@@ -26,7 +27,7 @@ from selfsup.evaluation.fixed import (
 from selfsup.models import build_model
 from selfsup.run.build import prepare
 from selfsup.run.cli import CONF_DIR
-from selfsup.run.schema import FixedExamConfig, register
+from selfsup.run.schema import register
 from selfsup.run.settings import RunSettings
 
 V = Vocab(300, n_sentinels=40)

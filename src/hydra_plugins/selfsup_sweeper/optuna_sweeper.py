@@ -57,7 +57,7 @@ from hydra_plugins.selfsup_sweeper.study import (
     seed_record,
     study_group,
 )
-from selfsup.common.names import RunSummary, override_key
+from selfsup.common.names import WANDB_RUN_ID, RunSummary, override_key
 
 log = logging.getLogger("selfsup")
 
@@ -381,8 +381,8 @@ class SelfSupOptunaSweeper(Sweeper):
         summaries = [RunSummary.read(d).values for d in run_dirs]
         trial.set_user_attr("run_dir", str(run_dirs[0]) if run_dirs[0] else None)
         trial.set_user_attr("run_dirs", [str(d) if d else None for d in run_dirs])
-        if run_dirs[0] and (run_dirs[0] / "wandb-run-id").is_file():
-            trial.set_user_attr("wandb_run_id", (run_dirs[0] / "wandb-run-id").read_text().strip())
+        if run_dirs[0] and (run_dirs[0] / WANDB_RUN_ID).is_file():
+            trial.set_user_attr("wandb_run_id", (run_dirs[0] / WANDB_RUN_ID).read_text().strip())
         statuses = [s.get("status", "failed") for s in summaries]
         values = [r.return_value if r.status.name == "COMPLETED" else None for r in returns]
         values = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]

@@ -11,6 +11,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# the model families: an architecture's name, and what an objective trains and an evaluation scores
+ENCODER, DECODER, ENCODER_DECODER = "encoder", "decoder", "encoder_decoder"
+FAMILIES = (ENCODER, DECODER, ENCODER_DECODER)
+
 # metrics, as logged (W&B, csv/metrics.csv) and kept in summary.json's "eval"
 VAL_LOSS, VAL_PERPLEXITY, VAL_ACCURACY = "val/loss", "val/perplexity", "val/accuracy"
 FIXED_LOSS = "eval/fixed/loss"
@@ -26,6 +30,21 @@ OUTCOMES = "outcomes.npz"  # the evaluation's per-example outcomes (selfsup.resu
 EVALUATED = "evaluated.json"  # selfsup-eval's scores of the run (selfsup.tools.evaluate), beside summary.json
 EVALUATED_OUTCOMES = "evaluated_outcomes.npz"  # their per-example outcomes
 TOKENIZER = "tokenizer.json"
+
+# the run dir's folders and the records beside its results (paths relative to the run dir)
+HYDRA_DIR = ".hydra"  # Hydra's records of the command (a resume's: .hydra/resume-<time>/)
+RECORDED_CONFIG = f"{HYDRA_DIR}/config.yaml"  # the job's composed config
+HYDRA_RECORD = f"{HYDRA_DIR}/hydra.yaml"  # Hydra's own settings and the config groups chosen
+RESOLVED_CONFIG = f"{HYDRA_DIR}/resolved.yaml"  # what the ranks > 0 of a ddp or fsdp job train from
+CHECKPOINTS = "checkpoints"  # best-stepNNNNNN.ckpt and last.ckpt
+LAST_CKPT = "last.ckpt"  # the checkpoint a resume continues from
+LAST_CHECKPOINT = f"{CHECKPOINTS}/{LAST_CKPT}"
+CSV_DIR = "csv"  # metrics.csv (a resume's: csv/resume-N/metrics.csv)
+METRICS_CSV = f"{CSV_DIR}/metrics.csv"
+WANDB_DIR = "wandb"  # the W&B run files
+WANDB_RUN_ID = "wandb-run-id"  # the W&B run a resume continues
+WANDB_IDENTITY = "wandb-identity.json"  # its name, group and tags
+MULTIRUN = "multirun.yaml"  # a sweep dir's record of the sweep
 
 log = logging.getLogger("selfsup")
 

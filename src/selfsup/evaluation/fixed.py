@@ -38,6 +38,7 @@ from dataclasses import fields, replace
 import numpy as np
 import torch
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.evaluation.baselines import check_stop
 from selfsup.evaluation.tasks import EvalError
 from selfsup.loss import stream_seed, token_nll
@@ -46,9 +47,9 @@ from selfsup.objectives.span import span_counts
 
 MLM = {"mask_token_prob": 0.8, "random_token_prob": 0.1}
 EXAMS = {
-    "encoder": ("mlm", {"mask_rate": 0.15, **MLM}),  # the canonical member of each family
-    "encoder_decoder": ("span_corruption", {"mask_rate": 0.15, "mean_span_length": 3.0}),
-    "decoder": ("clm", {}),
+    ENCODER: ("mlm", {"mask_rate": 0.15, **MLM}),  # the canonical member of each family
+    ENCODER_DECODER: ("span_corruption", {"mask_rate": 0.15, "mean_span_length": 3.0}),
+    DECODER: ("clm", {}),
 }
 # the default panel (FixedExamConfig's): encoder: MLM at each mask rate; encoder_decoder: span corruption at each
 # noise density with the canonical mean span 3, and at each mean span with the canonical noise density 0.15
@@ -62,9 +63,9 @@ EXAM_BATCH = 32  # fixed, so that the masks do not depend on data.batch_size
 #   encoder_decoder: the first token of a span (only the encoder's context predicts it), a later token of a
 #                    span, a sentinel or the closing eos (the targets' structure)
 KINDS = {
-    "encoder": ("masked", "random", "unchanged"),
-    "encoder_decoder": ("first", "later", "sentinel"),
-    "decoder": ("next",),
+    ENCODER: ("masked", "random", "unchanged"),
+    ENCODER_DECODER: ("first", "later", "sentinel"),
+    DECODER: ("next",),
 }
 NO_UNIGRAM = {"sentinel"}  # never in the text: a unigram of the text says nothing of them
 # kinds reported (eval/fixed/<kind>/loss) but left out of the exam's loss: the targets' structure. A member's
@@ -79,18 +80,18 @@ def _number(x: float) -> str:
 
 def member_name(architecture: str, params: dict) -> str:
     """rate_15 (MLM at 15%), rate_15_span_3 (span corruption at 0.15, mean span 3), clm."""
-    if architecture == "decoder":
+    if architecture == DECODER:
         return "clm"
     name = f"rate_{_number(100 * params['mask_rate'])}"
-    return name + (f"_span_{_number(params['mean_span_length'])}" if architecture == "encoder_decoder" else "")
+    return name + (f"_span_{_number(params['mean_span_length'])}" if architecture == ENCODER_DECODER else "")
 
 
 def panel(architecture: str, mask_rates=MASK_RATES, span_rates=SPAN_RATES, span_lengths=SPAN_LENGTHS) -> dict:
     """{member name: (objective name, its settings)} of a family's panel, in the settings' order, each once."""
     name, canonical = EXAMS[architecture]
-    if architecture == "encoder":
+    if architecture == ENCODER:
         settings = [{"mask_rate": r, **MLM} for r in mask_rates]
-    elif architecture == "encoder_decoder":
+    elif architecture == ENCODER_DECODER:
         settings = [{**canonical, "mask_rate": r} for r in span_rates] + [
             {**canonical, "mean_span_length": float(s)} for s in span_lengths
         ]
@@ -162,7 +163,7 @@ def same_sentinels(
     that number is fixed by the window's length, rate and mean span), so members with more spans would score
     sentinels that runs with long spans or low rates never saw: every run of the panel's range sees all of
     these."""
-    if architecture != "encoder_decoder":
+    if architecture != ENCODER_DECODER:
         return {name: objective for name, (objective, _) in built.items()}
     spans = {
         name: span_counts(o.raw_length, p["mask_rate"], p["mean_span_length"])[1] for name, (o, p) in built.items()
@@ -203,7 +204,7 @@ class FixedExam:
         self.unigram = unigram  # log-probabilities [vocab] of the training split's tokens, or None
         members = panel(architecture, mask_rates, span_rates, span_lengths)
         budget = len(val_tokens) if max_tokens is None else min(len(val_tokens), max_tokens // len(members))
-        named = {"setting": "eval.fixed"} if architecture == "encoder_decoder" else {}  # in its errors
+        named = {"setting": "eval.fixed"} if architecture == ENCODER_DECODER else {}  # in its errors
         built = same_sentinels(
             {
                 name: (_member_objective(name, objective, params, vocab, seq_len, architecture, named), params)
@@ -258,10 +259,10 @@ class FixedExam:
         """The kind of each scored target of a batch (in the order of batch.targets[batch.scored]), as an
         index into KINDS[family]."""
         scored, targets, vocab = batch.scored, batch.targets, self.objective.vocab
-        if self.architecture == "encoder":  # what the encoder read at the target's position
+        if self.architecture == ENCODER:  # what the encoder read at the target's position
             read = batch.encoder_inputs[scored]
             return torch.where(read == vocab.mask_id, 0, torch.where(read == targets[scored], 2, 1))
-        if self.architecture == "encoder_decoder":
+        if self.architecture == ENCODER_DECODER:
             sentinel = (targets >= vocab.sentinel_start) & (targets < vocab.first_ordinary)
             last = torch.arange(targets.shape[1], device=targets.device) == scored.sum(1, keepdim=True) - 1
             after = torch.cat([torch.zeros_like(sentinel[:, :1]), sentinel[:, :-1]], dim=1)

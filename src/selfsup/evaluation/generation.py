@@ -28,12 +28,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from selfsup.common.names import DECODER, ENCODER_DECODER
 from selfsup.evaluation.baselines import check_stop
 from selfsup.evaluation.probe import Finetune, optimizer, step
 from selfsup.evaluation.tasks import EvalError
 
 NOT_A_WRITER = "an encoder does not write text"
-WRITERS = ("decoder", "encoder_decoder")
+WRITERS = (DECODER, ENCODER_DECODER)
 IGNORE = -100
 
 
@@ -92,7 +93,7 @@ def write(
 ) -> Written:
     """The examples (token ids, specials not included) as `arch` writes them (see the module's docstring)."""
     check_writer(arch)
-    if arch == "decoder":
+    if arch == DECODER:
         streams = [[*s, eos_id, *t, eos_id] for s, t in zip(sources, targets)]
         labels = [[IGNORE] * len(s) + [*t, eos_id] for s, t in zip(sources, targets)]  # label j: token j + 1
         return Written(_padded([x[:-1] for x in streams], pad_id), _padded(labels, IGNORE))
@@ -108,7 +109,7 @@ def write(
 
 def logits(model: torch.nn.Module, written: Written) -> torch.Tensor:
     """[B, L, vocab] the next-token logits at each position of `written.inputs`."""
-    if model.arch == "decoder":
+    if model.arch == DECODER:
         return model.head(model(decoder_inputs=written.inputs))
     return model.head(
         model(encoder_inputs=written.encoder_inputs, encoder_mask=written.encoder_mask, decoder_inputs=written.inputs)
@@ -171,7 +172,7 @@ def greedy(
     check_writer(model.arch)
     device = next(model.parameters()).device
     written: list[list[int]] = [[] for _ in sources]
-    if model.arch == "decoder":
+    if model.arch == DECODER:
         groups: dict[int, list[int]] = {}
         for i, source in enumerate(sources):
             groups.setdefault(len(source), []).append(i)
@@ -192,7 +193,7 @@ def _continue(model, prompt, eos_id, steps, encoder=None, mask=None) -> list[lis
     ids, done = prompt, torch.zeros(len(prompt), dtype=torch.bool, device=prompt.device)
     out: list[list[int]] = [[] for _ in range(len(prompt))]
     for _ in range(max(0, min(steps, model.max_len - prompt.shape[1] + 1))):
-        if model.arch == "decoder":
+        if model.arch == DECODER:
             hidden = model(decoder_inputs=ids)
         else:
             hidden = model(encoder_inputs=encoder, encoder_mask=mask, decoder_inputs=ids)
@@ -245,7 +246,7 @@ def prepare(
     def fitted(pairs):
         sources = [e.ids for e in tokenizer.encode_batch([s for s, _ in pairs], add_special_tokens=False)]
         targets = [e.ids for e in tokenizer.encode_batch([t for _, t in pairs], add_special_tokens=False)]
-        if arch == "decoder":
+        if arch == DECODER:
             targets = [t[: max(1, max_length // 2 - 1)] for t in targets]
             sources = [s[: max(1, max_length - len(t) - 2)] for s, t in zip(sources, targets)]
         else:

@@ -14,6 +14,7 @@ from selfsup.data.records import EvalError
 from selfsup.evaluation.baselines import boundary, cached, untrained_key
 from selfsup.evaluation.generation import NOT_A_WRITER, SCORES, WRITERS, finetune_writer, prepare, score
 from selfsup.evaluation.pairs import mean_sd
+from selfsup.evaluation.splits import held_out
 from selfsup.evaluation.stats import margin, standard_error
 from selfsup.loss import stream_seed
 
@@ -43,13 +44,13 @@ class JobScores:
                     f"would mix; rename one"
                 )
             train, test = job.load()
-            inside = [t for pair in train + test for t in pair if training_documents and t in training_documents]
-            if inside:
-                raise EvalError(
-                    f"generation job {name}: {len(inside)} of its texts are documents of the pretraining data (e.g. "
-                    f"{inside[0][:40]!r}): a job must be held out from pretraining; use other examples or other "
-                    f"data.paths"
-                )
+            held_out(
+                f"generation job {name}",
+                "texts",
+                "a job",
+                (t for pair in train + test for t in pair),
+                training_documents,
+            )
 
     def setup_jobs(self, architecture: str, vocab, tokenizer, model_length: int) -> None:
         """Each job's examples as the run's family writes them (or why it cannot: not_written), and a hash of them

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.records import EvalError, check_count
 from selfsup.evaluation.baselines import boundary, cached, untrained_key
 from selfsup.evaluation.pair_sets import MAX_WORDS, PAIR_TYPES, PairSet, PairSource, builtin_pairs
@@ -56,16 +57,16 @@ from selfsup.evaluation.stats import Interval, margin, standard_error
 from selfsup.loss import stream_seed
 
 SCORERS = {
-    "decoder": "summed log-prob",
-    "encoder": "pseudo-log-likelihood",
-    "encoder_decoder": "decoder log-prob, blank encoder input",
+    DECODER: "summed log-prob",
+    ENCODER: "pseudo-log-likelihood",
+    ENCODER_DECODER: "decoder log-prob, blank encoder input",
 }
 
 
 def scorer_name(architecture: str, objective: str | None = None) -> str:
     """What a printed score means, e.g. 'summed log-prob, prefix_lm scored as a causal decoder'."""
     name = SCORERS[architecture]
-    if architecture == "decoder" and objective in ("prefix_lm", "ul2"):
+    if architecture == DECODER and objective in ("prefix_lm", "ul2"):
         name += f", {objective} scored as a causal decoder"
     return name
 
@@ -214,7 +215,7 @@ class MinimalPairs:
                 file=sys.stderr,
             )
         self.scorers = {"eval/pairs": (scorer_name(architecture, objective), FAMILY_ROWS[architecture])}
-        if architecture == "encoder_decoder" and self.denoise:
+        if architecture == ENCODER_DECODER and self.denoise:
             k = max(1, int(round(span if span is not None else 3.0)))
             self.scorers["eval/pairs/denoise"] = (denoise_name(k), lambda s, v, k=k: denoise_rows(s, v, k))
         self.references = {}
@@ -354,4 +355,4 @@ class MinimalPairs:
         return cached(path, lambda: self.scores(fresh, prefix), read, lambda scores, f: np.save(f, scores))
 
 
-FAMILY_ROWS = {"decoder": decoder_rows, "encoder": encoder_rows, "encoder_decoder": blank_rows}
+FAMILY_ROWS = {DECODER: decoder_rows, ENCODER: encoder_rows, ENCODER_DECODER: blank_rows}

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.records import check_count
 from selfsup.evaluation.baselines import check_stop
 from selfsup.evaluation.tasks import EvalError, Examples, Text, parts
@@ -38,7 +39,7 @@ READING = "A eos B eos; encoder: eos A eos B eos; longest_first"  # how examples
 POOLINGS = ("auto", "hf", "mean")
 # pooling=auto, per family: a decoder reads better from the mean of its states than from its last token's (the
 # probe's task fine-tuned: +0.086 [+0.051, +0.122]); the encoder and the encoder-decoder as well from either
-AUTO_POOLING = {"encoder": "hf", "decoder": "mean", "encoder_decoder": "hf"}
+AUTO_POOLING = {ENCODER: "hf", DECODER: "mean", ENCODER_DECODER: "hf"}
 
 
 def reader(tokenizer, family: str, eos_id: int, max_length: int):
@@ -49,7 +50,7 @@ def reader(tokenizer, family: str, eos_id: int, max_length: int):
 
     copy = Tokenizer.from_str(tokenizer.to_str())
     eos = copy.id_to_token(eos_id)
-    lead = f"{eos} " if family == "encoder" else ""
+    lead = f"{eos} " if family == ENCODER else ""
     copy.post_processor = TemplateProcessing(
         single=f"{lead}$A {eos}", pair=f"{lead}$A {eos} $B:1 {eos}:1", special_tokens=[(eos, eos_id)]
     )
@@ -77,7 +78,7 @@ def encode(
 
 def hidden_states(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[B, L, d_model] states of the stack that reads the whole text; padding on the right."""
-    if model.arch == "decoder":  # causal: the states of the text never see the padding after it
+    if model.arch == DECODER:  # causal: the states of the text never see the padding after it
         return model(decoder_inputs=ids)
     return model(encoder_inputs=ids, encoder_mask=mask)
 
@@ -117,9 +118,9 @@ def classified(
     if pooling == "mean":
         return pooled(model, ids, mask)
     rows, last = torch.arange(len(ids), device=ids.device), mask.sum(1) - 1
-    if model.arch == "encoder":
+    if model.arch == ENCODER:
         return model(encoder_inputs=ids, encoder_mask=mask)[:, 0]
-    if model.arch == "decoder":
+    if model.arch == DECODER:
         return model(decoder_inputs=ids)[rows, last]
     shifted = torch.cat([torch.full_like(ids[:, :1], start_id), ids[:, :-1]], dim=1)
     return model(encoder_inputs=ids, encoder_mask=mask, decoder_inputs=shifted)[rows, last]

@@ -67,3 +67,14 @@ class Reservoir:
 
     def rows(self) -> list:
         return [row for _, row in sorted(self.kept, key=lambda kept: kept[0])]
+
+
+def held_out(what: str, items: str, role: str, texts: Iterable[str], training_documents) -> None:
+    """Refuse (EvalError) a task's or job's texts that are documents of the pretraining data: `role` must be held
+    out from pretraining."""
+    inside = [t for t in texts if t in training_documents] if training_documents else []
+    if inside:
+        raise EvalError(
+            f"{what}: {len(inside)} of its {items} are documents of the pretraining data (e.g. {inside[0][:40]!r}): "
+            f"{role} must be held out from pretraining; use other examples or other data.paths"
+        )

@@ -17,6 +17,7 @@ import torch
 
 from selfsup.data.records import check_count
 from selfsup.evaluation.baselines import EvaluationStopped, boundary, evaluation_done, evaluation_started
+from selfsup.evaluation.config import ProbeConfig
 from selfsup.evaluation.fixed import PANEL_SETTINGS, FixedExam, check_panel
 from selfsup.evaluation.generation import Prepared
 from selfsup.evaluation.heldout import HeldoutText
@@ -59,12 +60,12 @@ class Evaluation(TaskScores, JobScores):
         self.pairs = pairs
         self.heldout = heldout
         self.every_n_validations = every_n_validations
-        self.protocol = probe.get("protocol", "linear")  # a task's protocol unless it names its own
+        self.protocol = probe.get("protocol", ProbeConfig.protocol)  # a task's protocol unless it names its own
         self.finetune = finetune if finetune is not None else Finetune()
-        self.max_length = probe.get("max_length", 64)
+        self.max_length = probe.get("max_length", ProbeConfig.max_length)
         self.l2 = probe.get("l2")
-        self.seed = probe.get("seed", 0)
-        self.random_init_seeds = probe.get("random_init_seeds", 3)
+        self.seed = probe.get("seed", ProbeConfig.seed)
+        self.random_init_seeds = probe.get("random_init_seeds", ProbeConfig.random_init_seeds)
         self.tasks = dict(tasks or {})
         for name, task in self.tasks.items():
             task.name = name

@@ -13,8 +13,9 @@ import torch
 from selfsup.evaluation.baselines import boundary, cached, untrained_key
 from selfsup.evaluation.pairs import mean_sd
 from selfsup.evaluation.probe import READING, encode, features, finetune, linear_probe, majority, scores
+from selfsup.evaluation.splits import held_out
 from selfsup.evaluation.stats import margin, standard_error
-from selfsup.evaluation.tasks import EvalError, Examples, Task, parts
+from selfsup.evaluation.tasks import Examples, Task, parts
 from selfsup.loss import stream_seed
 
 
@@ -43,14 +44,13 @@ class TaskScores:
         """Every task read, and refused (EvalError) when an example is a pretraining document."""
         for name, task in self.tasks.items():
             train, test = task.load()
-            if training_documents:
-                overlap = [p for t in train.texts + test.texts for p in parts(t) if p in training_documents]
-                if overlap:
-                    raise EvalError(
-                        f"task {name}: {len(overlap)} of its examples are documents of the pretraining "
-                        f"data (e.g. {overlap[0][:40]!r}): a probe must be held out from pretraining; "
-                        f"use other examples or other data.paths"
-                    )
+            held_out(
+                f"task {name}",
+                "examples",
+                "a probe",
+                (p for t in train.texts + test.texts for p in parts(t)),
+                training_documents,
+            )
 
     def setup_tasks(self, architecture: str, vocab, tokenizer, model_length: int) -> None:
         """Each task's examples encoded as its protocol reads them, and a hash of them (fingerprints)."""

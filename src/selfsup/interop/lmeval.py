@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from selfsup.common.names import DECODER, ENCODER_DECODER
 from selfsup.errors import UserError
 from selfsup.evaluation.baselines import cached, untrained_key
 from selfsup.evaluation.stats import margin
@@ -59,7 +60,7 @@ from selfsup.loss import stream_seed
 
 PREFIX = "eval/lm_eval"
 INSTALL = "pip install -e '.[lmeval]'"  # the extra pins lm-eval (pyproject.toml)
-BACKENDS = {"decoder": "causal", "encoder_decoder": "seq2seq"}
+BACKENDS = {DECODER: "causal", ENCODER_DECODER: "seq2seq"}
 NOT_SCORED = "lm-eval scores decoders (hf, causal) and encoder-decoders (hf, seq2seq); it has no backend for encoders"
 GENERATES = "generate_until"
 Z95 = 1.959963984540054

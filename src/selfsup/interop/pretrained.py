@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from selfsup.common.names import CHECKPOINTS, DECODER, ENCODER, ENCODER_DECODER, LAST_CHECKPOINT, TOKENIZER
 from selfsup.data.tokenizer import vocab_from_tokenizer
 from selfsup.data.vocab import Vocab
 from selfsup.errors import UserError
@@ -64,12 +65,12 @@ def check_generation_settings(
 
 def run_checkpoint(run_dir: Path) -> Path:
     """A run's best checkpoint (lowest val loss; the newest if several), else its last.ckpt."""
-    folder = run_dir / "checkpoints"
+    folder = run_dir / CHECKPOINTS
     best = sorted(folder.glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
     if best:
         return best[-1]
-    if (folder / "last.ckpt").is_file():
-        return folder / "last.ckpt"
+    if (run_dir / LAST_CHECKPOINT).is_file():
+        return run_dir / LAST_CHECKPOINT
     raise UserError(
         f"{run_dir} holds no weights (no checkpoints/*.ckpt): pass a run dir that trained past its "
         f"first checkpoint, or a .ckpt file"
@@ -96,7 +97,7 @@ class Pretrained:
         """A decoder trained with a bidirectional prefix (objective prefix_lm): generate reads the prompt as
         that prefix and writes the rest causally, as in training."""
         objective = (self.config.get("objective") or {}).get("name")
-        return self.architecture == "decoder" and objective in PREFIX_OBJECTIVES
+        return self.architecture == DECODER and objective in PREFIX_OBJECTIVES
 
     @property
     def device(self) -> torch.device:
@@ -140,11 +141,11 @@ class Pretrained:
         max_len less the prompt's tokens (it reads an end of document, the prompt, then what it wrote, all
         but the last token); an encoder-decoder, its decoder's max_len (a start token, then what it wrote).
         A text the model cannot read in its positions is refused (UserError)."""
-        if self.architecture == "decoder":
+        if self.architecture == DECODER:
             prompt_ids = self.encode(text)
             self._decoder_inputs(prompt_ids)
             return self.model.max_len - len(prompt_ids)
-        self._needs("encoder_decoder", "generation_limit (what generate and fill_spans can write)")
+        self._needs(ENCODER_DECODER, "generation_limit (what generate and fill_spans can write)")
         self._ids([*self.encode(text), self.vocab.eos_id])  # the encoder's input
         return self.model.max_len
 
@@ -155,7 +156,7 @@ class Pretrained:
         if max_new_tokens <= limit:
             return None
         asked = f"--max-new-tokens {max_new_tokens}" if flags else f"max_new_tokens={max_new_tokens}"
-        if self.architecture == "decoder":
+        if self.architecture == DECODER:
             where = f"the model has {self.model.max_len} positions and the prompt takes {self.model.max_len - limit}"
         else:
             where = f"the decoder has {self.model.max_len} positions"
@@ -188,7 +189,7 @@ class Pretrained:
     def next_token_logits(self, prompt: str) -> torch.Tensor:
         """Decoders: the logits [vocab size] of the token after prompt, those generate picks its first token
         from (a prefix-LM decoder reads the prompt as its bidirectional prefix)."""
-        self._needs("decoder", "next_token_logits")
+        self._needs(DECODER, "next_token_logits")
         ids = self._decoder_inputs(self.encode(prompt))
         return self._next_logits(ids, len(ids) if self.prefix_lm else None)
 
@@ -202,7 +203,7 @@ class Pretrained:
         A prefix-LM decoder (`prefix_lm`) reads the prompt as its bidirectional prefix and writes the rest
         causally, as it was trained. max_new_tokens beyond the model's positions (generation_limit) is capped
         there, with a warning (as Hugging Face's generate stops at max_position_embeddings)."""
-        self._needs("decoder", "generate")
+        self._needs(DECODER, "generate")
         check_generation_settings(max_new_tokens, temperature, top_k)
         prompt_ids = self.encode(prompt)
         ids = self._decoder_inputs(prompt_ids)
@@ -223,7 +224,7 @@ class Pretrained:
     @torch.no_grad()
     def fill_masks(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
         """Encoders: for each <mask> in text, the top_k tokens and their probabilities."""
-        self._needs("encoder", "fill_masks")
+        self._needs(ENCODER, "fill_masks")
         if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
             raise UserError(f"top_k={top_k} is not a number of tokens to show per <mask>: use 1 or more")
         ids = self.encode(text)
@@ -244,7 +245,7 @@ class Pretrained:
         """Encoder-decoders: the text the decoder writes for each sentinel (<extra_id_0>, ...) of text,
         greedy, as span corruption trained it to. max_new_tokens beyond the decoder's positions
         (generation_limit) is capped there, with a warning."""
-        self._needs("encoder_decoder", "fill_spans")
+        self._needs(ENCODER_DECODER, "fill_spans")
         check_generation_settings(max_new_tokens)
         ids = self.encode(text)
         sentinels = [t for t in ids if self.vocab.sentinel_start <= t < self.vocab.first_ordinary]
@@ -305,8 +306,8 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Pretrained:
         )
     if record.get("tokenizer"):
         tokenizer = Tokenizer.from_str(record["tokenizer"])
-    elif (run_dir / "tokenizer.json").is_file():
-        tokenizer = Tokenizer.from_file(str(run_dir / "tokenizer.json"))
+    elif (run_dir / TOKENIZER).is_file():
+        tokenizer = Tokenizer.from_file(str(run_dir / TOKENIZER))
     else:
         raise UserError(
             f"{checkpoint_path} holds no tokenizer and {run_dir} has no tokenizer.json: it was "

@@ -30,6 +30,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
+
 VOCAB_MULTIPLE = 64
 
 
@@ -226,7 +228,7 @@ class TransformerConfig:
     return this object); `build(vocab_size, max_len)` makes the model."""
 
     _target_: str = "selfsup.models.TransformerConfig"
-    name: str = "encoder"  # encoder | decoder | encoder_decoder
+    name: str = ENCODER  # encoder | decoder | encoder_decoder
     d_model: int = 256
     n_layers: int = 4  # blocks per stack (an encoder-decoder has n_layers + n_decoder_layers)
     n_heads: int = 4
@@ -375,7 +377,7 @@ class TransformerModel(nn.Module):
 
 
 class Encoder(TransformerModel):
-    arch = "encoder"
+    arch = ENCODER
 
     def __init__(self, config: TransformerConfig, vocab_size: int, max_len: int):
         super().__init__(config, vocab_size, max_len)
@@ -392,7 +394,7 @@ class Encoder(TransformerModel):
 
 
 class Decoder(TransformerModel):
-    arch = "decoder"
+    arch = DECODER
 
     def __init__(self, config: TransformerConfig, vocab_size: int, max_len: int):
         super().__init__(config, vocab_size, max_len)
@@ -416,7 +418,7 @@ class Decoder(TransformerModel):
 
 
 class EncoderDecoder(TransformerModel):
-    arch = "encoder_decoder"
+    arch = ENCODER_DECODER
 
     def __init__(self, config: TransformerConfig, vocab_size: int, max_len: int):
         super().__init__(config, vocab_size, max_len)
@@ -453,7 +455,7 @@ class EncoderDecoder(TransformerModel):
         )
 
 
-MODELS = {"encoder": Encoder, "decoder": Decoder, "encoder_decoder": EncoderDecoder}
+MODELS = {ENCODER: Encoder, DECODER: Decoder, ENCODER_DECODER: EncoderDecoder}
 MODEL_NAMES = tuple(MODELS)
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch
 
 
@@ -25,10 +26,10 @@ class CausalLM(Objective):
     """
 
     name = "clm"
-    architectures = ("decoder",)
+    architectures = (DECODER,)
     refusals = {
-        "encoder": "bidirectional attention lets a token see its own answer",
-        "encoder_decoder": "CLM predicts every next token from one causal stack; use architecture=decoder",
+        ENCODER: "bidirectional attention lets a token see its own answer",
+        ENCODER_DECODER: "CLM predicts every next token from one causal stack; use architecture=decoder",
     }
 
     @property

@@ -12,6 +12,7 @@ from typing import List
 
 import torch
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.vocab import Vocab
 from selfsup.objectives.base import Objective, ObjectiveBatch, ObjectiveError
 from selfsup.objectives.prefix import PrefixLM
@@ -51,10 +52,10 @@ class MixtureConfig:
 
 class Mixture(Objective):
     name = "ul2"
-    architectures = ("encoder_decoder",)
+    architectures = (ENCODER_DECODER,)
     refusals = {
-        "encoder": "UL2's span denoisers are written by a decoder; use architecture=encoder_decoder",
-        "decoder": "UL2 here mixes span denoisers that need an encoder; use architecture=encoder_decoder",
+        ENCODER: "UL2's span denoisers are written by a decoder; use architecture=encoder_decoder",
+        DECODER: "UL2 here mixes span denoisers that need an encoder; use architecture=encoder_decoder",
     }
 
     def __init__(

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.vocab import Vocab
 from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch, ObjectiveError, check_probability
 
@@ -32,10 +33,10 @@ class MaskedLM(Objective):
     """
 
     name = "mlm"
-    architectures = ("encoder",)
+    architectures = (ENCODER,)
     refusals = {
-        "decoder": "causal attention hides the right context MLM needs",
-        "encoder_decoder": "MLM predicts in place from an encoder; use architecture=encoder",
+        DECODER: "causal attention hides the right context MLM needs",
+        ENCODER_DECODER: "MLM predicts in place from an encoder; use architecture=encoder",
     }
 
     def __init__(

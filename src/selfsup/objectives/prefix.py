@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch
 
 
@@ -24,14 +25,14 @@ class PrefixLMConfig:
 
 class PrefixLM(Objective):
     name = "prefix_lm"
-    architectures = ("decoder", "encoder_decoder")
-    refusals = {"encoder": "bidirectional attention over the predicted part lets a token see its own answer"}
+    architectures = (DECODER, ENCODER_DECODER)
+    refusals = {ENCODER: "bidirectional attention over the predicted part lets a token see its own answer"}
 
     @property
     def raw_length(self) -> int:
         # a decoder reads seq_len inputs from seq_len + 1 tokens (like CLM); an encoder-decoder
         # reads the prefix (padded to seq_len) in its encoder
-        return self.seq_len + 1 if self.architecture == "decoder" else self.seq_len
+        return self.seq_len + 1 if self.architecture == DECODER else self.seq_len
 
     def split_points(self, batch: int, length: int, generator: torch.Generator, device) -> torch.Tensor:
         return torch.randint(1, length, (batch,), generator=generator, device=device)
@@ -43,7 +44,7 @@ class PrefixLM(Objective):
         real = (tokens != self.vocab.pad_id).sum(dim=1)
         split = torch.minimum(split, (real - 1).clamp(min=1))
         pos = torch.arange(L, device=tokens.device)
-        if self.architecture == "decoder":
+        if self.architecture == DECODER:
             # target j is token j+1; it is scored when token j+1 lies after the prefix
             targets = tokens[:, 1:].masked_fill(pos[None, 1:] < split[:, None], IGNORE)
             targets = targets.masked_fill(tokens[:, 1:] == self.vocab.pad_id, IGNORE)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.vocab import Vocab
 from selfsup.objectives.base import Objective, ObjectiveBatch, ObjectiveError, check_finite, check_probability
 
@@ -77,10 +78,10 @@ class SpanCorruptionConfig:
 
 class SpanCorruption(Objective):
     name = "span_corruption"
-    architectures = ("encoder_decoder",)
+    architectures = (ENCODER_DECODER,)
     refusals = {
-        "encoder": "the spans are written by a decoder; use architecture=encoder_decoder",
-        "decoder": "span corruption needs an encoder to read the corrupted input; use architecture=encoder_decoder",
+        ENCODER: "the spans are written by a decoder; use architecture=encoder_decoder",
+        DECODER: "span corruption needs an encoder to read the corrupted input; use architecture=encoder_decoder",
     }
 
     def __init__(

@@ -16,6 +16,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from selfsup.common.names import CHECKPOINTS, LAST_CKPT
 from selfsup.common.upstream import cluster_environment
 from selfsup.reliability import stop
 from selfsup.reliability.errors import NonFiniteLossError
@@ -35,7 +36,7 @@ def _last_checkpoint(trainer) -> str:
     ):
         if candidate and os.path.isfile(candidate):
             return candidate
-    folder = getattr(cb, "dirpath", None) or os.path.join(trainer.default_root_dir, "checkpoints")
+    folder = getattr(cb, "dirpath", None) or os.path.join(trainer.default_root_dir, CHECKPOINTS)
     try:
         ckpts = sorted(Path(folder).glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
     except OSError:
@@ -234,7 +235,7 @@ class PreemptionHandler(Callback):
     def __init__(
         self,
         dirpath=None,
-        filename: str = "last.ckpt",
+        filename: str = LAST_CKPT,
         signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR1),
         resume_hint: str | None = None,
     ):
@@ -305,7 +306,7 @@ class PreemptionHandler(Callback):
         folder = (
             self.dirpath
             or getattr(trainer.checkpoint_callback, "dirpath", None)
-            or os.path.join(trainer.default_root_dir, "checkpoints")
+            or os.path.join(trainer.default_root_dir, CHECKPOINTS)
         )
         path = os.path.join(str(folder), self.filename)
         trainer.save_checkpoint(path, weights_only=False)

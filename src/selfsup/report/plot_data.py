@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from selfsup.common.names import FIXED_LOSS, HELDOUT_BPB, PAIRS, PROBE, RunSummary
+from selfsup.common.names import FIXED_LOSS, HELDOUT_BPB, PAIRS, PROBE, RECORDED_CONFIG, RunSummary
 from selfsup.report.model import Run, _finite, _number
 from selfsup.results.groups import setting_label
 
@@ -238,7 +238,7 @@ def trial_baseline(trial) -> tuple[float, float | None] | None:
         from omegaconf import OmegaConf
 
         run_dir = Path(attrs["run_dir"])
-        metric = OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("optimized_metric")
+        metric = OmegaConf.load(run_dir / RECORDED_CONFIG).get("optimized_metric")
         evaluated = RunSummary.read(run_dir).values.get("eval") or {}
     except Exception:  # noqa: BLE001 - a moved or unfinished run: no baseline, the rest of the plot stands
         return None

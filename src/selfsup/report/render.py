@@ -21,7 +21,6 @@ from selfsup.report.notes import (
 )
 from selfsup.report.tables import (
     JOB_COLUMNS,
-    NUMERIC,
     PREDICTION_COLUMNS,
     TASK_COLUMNS,
     evaluated,
@@ -32,6 +31,7 @@ from selfsup.report.tables import (
     tasks,
     verdict,
 )
+from selfsup.results.columns import COST, NUMERIC
 from selfsup.results.summary import JOB_NOTE
 
 CSS = """
@@ -190,9 +190,6 @@ def _predictions_html(runs: list[Run]) -> str:
 
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
-
-
-COST = ("val signal/token", "tokens seen", "FLOPs", "targets", "tokens/s", "wall time")  # the runs table's 2nd part
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:

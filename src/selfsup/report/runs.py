@@ -11,7 +11,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from selfsup.common.names import ERROR, SUMMARY, TRACEBACK, RunSummary
+from selfsup.common.names import CSV_DIR, ERROR, METRICS_CSV, RECORDED_CONFIG, SUMMARY, TRACEBACK, WANDB_DIR, RunSummary
 from selfsup.report.model import (
     IGNORED_KEYS,
     IGNORED_PREFIXES,
@@ -29,7 +29,7 @@ def _is_run_dir(path: Path) -> bool:
 
 
 def _is_job_dir(path: Path) -> bool:
-    return _is_run_dir(path) or (path / ".hydra" / "config.yaml").is_file()
+    return _is_run_dir(path) or (path / RECORDED_CONFIG).is_file()
 
 
 def find_runs(paths: list[str]) -> list[Run]:
@@ -48,7 +48,7 @@ def find_runs(paths: list[str]) -> list[Run]:
             found.append((path.parent, path))
             continue
         jobs = sorted((p for p in path.iterdir() if p.is_dir() and _is_job_dir(p)), key=_job_key)
-        if not jobs and (path / ".hydra" / "config.yaml").is_file():
+        if not jobs and (path / RECORDED_CONFIG).is_file():
             jobs, path = [path], path.parent  # a run that wrote no summary yet
         if not jobs:
             raise ReportError(
@@ -86,7 +86,7 @@ def _flatten(tree, prefix: str = "") -> dict:
 def _read_config(job: Path) -> dict:
     import yaml
 
-    path = job / ".hydra" / "config.yaml"
+    path = job / RECORDED_CONFIG
     if not path.is_file():
         return {}
     try:
@@ -98,7 +98,7 @@ def _read_config(job: Path) -> dict:
 def _wandb_run_dirs(job: Path) -> list[Path]:
     """The W&B run folders inside the job dir, oldest first (a resumed run adds one per resume; only inside
     the job dir, so that a copied or moved sweep reads its own files)."""
-    wandb_dir = job / "wandb"
+    wandb_dir = job / WANDB_DIR
     if not wandb_dir.is_dir():
         return []
     runs = [
@@ -187,8 +187,8 @@ def fill_tokens_seen(history: list[dict], step_key: str) -> list[dict]:
 def csv_history(job: Path) -> list[dict]:
     """csv/metrics.csv (Lightning's CSVLogger) and a resumed run's csv/resume-<n>/metrics.csv, in order, as
     history rows."""
-    paths = [job / "csv" / "metrics.csv"] + sorted(
-        (job / "csv").glob("resume-*/metrics.csv"), key=lambda p: int(p.parent.name.split("-")[1])
+    paths = [job / METRICS_CSV] + sorted(
+        (job / CSV_DIR).glob("resume-*/metrics.csv"), key=lambda p: int(p.parent.name.split("-")[1])
     )
     rows = []
     for path in paths:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from selfsup.common.names import FIXED_LOSS, HELDOUT_BPB
+from selfsup.common.names import ENCODER, FIXED_LOSS, HELDOUT_BPB
 from selfsup.evaluation.generation import NOT_A_WRITER, WRITERS
 from selfsup.evaluation.stats import Interval
 from selfsup.report.model import Run, _show
+from selfsup.results.columns import REPORT_COST, REPORT_LABELS, REPORT_SCORES
 from selfsup.results.groups import run_margin
 from selfsup.results.summary import evaluated_rows, job_names, lm_eval_metrics, task_names
 from selfsup.results.verdict import verdict_text
@@ -35,27 +36,11 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
     keys = [k for k in keys if k not in ("objective", "architecture")]  # columns of their own
     own = tasks(runs)
     header = [
-        "run",
-        "objective",
-        "architecture",
+        *(REPORT_LABELS[k] for k in ("run", "objective", "architecture")),
         *keys,
-        "val loss*",
-        "val ppl",
-        "fixed loss*",
-        "held-out bpb*",
-        "pairs acc",
-        "pairs margin",
-        "probe acc",
-        "probe margin",
+        *(REPORT_LABELS[k] for k in REPORT_SCORES),
         *[f"{t} {c}" for t in own for c in ("acc", "margin")],
-        "val signal/token",
-        "tokens seen",
-        "FLOPs",
-        "targets",
-        "tokens/s",
-        "wall time",
-        "status",
-        "data",
+        *(REPORT_LABELS[k] for k in (*REPORT_COST, "status", "data")),
     ]
     rows = []
     for run in runs:
@@ -242,7 +227,7 @@ def evaluated(runs: list[Run], keys: list[str]) -> tuple[list[tuple[str, list[st
         for row in rows
     ]
     tables += [(job, JOB_COLUMNS, job_rows(items, job)) for job in job_names(k for row in rows for k in row["eval"])]
-    tables += lm_eval_tables(rows, labels, [r for r in every if r.get("architecture") == "encoder"])
+    tables += lm_eval_tables(rows, labels, [r for r in every if r.get("architecture") == ENCODER])
     return tables, (verdict_text(rows).splitlines() if rows else [])
 
 
@@ -265,7 +250,7 @@ def lm_eval_tables(
             encoders + rows, key=lambda r: list(labels).index(r["run_dir"]) if r["run_dir"] in labels else 0
         ):
             label, objective = labels.get(row["run_dir"], row["run_dir"]), row.get("objective") or "-"
-            if row.get("architecture") == "encoder":
+            if row.get("architecture") == ENCODER:
                 if row in encoders:
                     table.append([label, objective, LM_EVAL_ENCODER, *["-"] * (len(LM_EVAL_COLUMNS) - 3)])
                 continue
@@ -292,22 +277,6 @@ def lm_eval_tables(
     return tables
 
 
-NUMERIC = {
-    "val loss*",
-    "val ppl",
-    "fixed loss*",
-    "held-out bpb*",
-    "pairs acc",
-    "pairs margin",
-    "probe acc",
-    "probe margin",
-    "val signal/token",
-    "tokens seen",
-    "FLOPs",
-    "targets",
-    "tokens/s",
-    "wall time",
-}
 PREDICTION_COLUMNS = ["run", "example", "input", "target", "prediction", "accuracy"]
 
 

@@ -23,29 +23,18 @@ from selfsup.evaluation.fixed import split_lines
 from selfsup.evaluation.heldout import heldout_line
 from selfsup.evaluation.pairs import pair_lines
 from selfsup.evaluation.stats import Interval
+from selfsup.results.columns import LABELS, PROBE_MARGIN
 from selfsup.results.groups import SITTINGS, exam_of, run_margin
 from selfsup.results.verdict import count, verdict_lines
 
 COLUMNS = [
-    ("job", "job"),
-    ("objective", "objective"),
-    ("architecture", "architecture"),
-    ("parameters", "params"),
-    ("steps", "steps"),
-    ("flops_seen", "FLOPs"),
-    ("targets_seen", "targets"),
-    ("val_loss", "val loss*"),
-    (FIXED_LOSS, "fixed loss*"),
-    (HELDOUT_BPB, "held-out bpb*"),
-    (PAIRS, "pairs acc"),
-    (PAIRS_MARGIN, "pairs margin"),
-    (PROBE, "probe acc"),
-    ("eval/probe/margin", "probe margin"),
-    ("signal_per_token", "signal/token"),
-    ("tokens_per_sec", "tokens/s"),
-    ("wall_seconds", "wall time"),
-    ("status", "status"),
-]
+    (k, LABELS[k])
+    for k in (
+        "job", "objective", "architecture", "parameters", "steps", "flops_seen", "targets_seen", "val_loss",
+        FIXED_LOSS, HELDOUT_BPB, PAIRS, PAIRS_MARGIN, PROBE, PROBE_MARGIN, "signal_per_token", "tokens_per_sec",
+        "wall_seconds", "status",
+    )
+]  # fmt: skip
 # the end-of-sweep table in two, each within 160 columns for a sweep of two settings: the scores (the swept values
 # and the user's tasks beside them), then the runs' facts
 SCORES_TABLE = [
@@ -57,7 +46,7 @@ SCORES_TABLE = [
     PAIRS,
     PAIRS_MARGIN,
     PROBE,
-    "eval/probe/margin",
+    PROBE_MARGIN,
 ]
 FACTS_TABLE = [
     "job", "objective", "architecture", "parameters", "steps", "flops_seen", "targets_seen", "signal_per_token",
@@ -290,7 +279,7 @@ def summary_table(rows: list[dict]) -> str:
     """The scores of the runs (with the swept values and the user's tasks), then their facts (cost, throughput),
     two tables separated by an empty line."""
     titles = dict(COLUMNS)
-    at = SCORES_TABLE.index("eval/probe/margin") + 1
+    at = SCORES_TABLE.index(PROBE_MARGIN) + 1
     scores = [(k, titles[k]) for k in SCORES_TABLE[:2]] + swept_columns(rows)
     scores += [(k, titles[k]) for k in SCORES_TABLE[2:at]] + task_columns(rows) + job_columns(rows)
     if not any(r.get("eval") for r in rows):  # eval=none: no empty columns

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from selfsup.common.names import (
     ERROR,
+    MULTIRUN,
     SUMMARY,
     TRACEBACK,
     VAL_ACCURACY,
@@ -132,7 +133,7 @@ def keep_secrets_out_of_records(cfg: DictConfig, run_dir: Path, multirun: bool) 
     hc = HydraConfig.get()
     records = run_dir / str(hc.output_subdir) if hc.output_subdir else None
     files = [records / name for name in ("config.yaml", "overrides.yaml", "hydra.yaml")] if records else []
-    redact_files(files + ([Path(hc.sweep.dir) / "multirun.yaml"] if multirun else []))
+    redact_files(files + ([Path(hc.sweep.dir) / MULTIRUN] if multirun else []))
 
 
 def optimized_value(settings: RunSettings, summary: dict) -> float | None:

@@ -19,6 +19,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from selfsup.common.names import (
+    CHECKPOINTS,
+    LAST_CHECKPOINT,
     OUTCOMES,
     TOKENIZER,
     RunSummary,
@@ -257,16 +259,16 @@ def make_callbacks(settings: RunSettings, run_dir: Path) -> dict:
     t = settings.trainer
     lower = f"optim.lr={min(settings.optim.get('lr', 1e-2) / 10, 1e-3):g}"
     runtime = {
-        "best": {"dirpath": run_dir / "checkpoints"},
+        "best": {"dirpath": run_dir / CHECKPOINTS},
         "last": {
-            "path": run_dir / "checkpoints" / "last.ckpt",
+            "path": run_dir / LAST_CHECKPOINT,
             **({} if t.checkpoint_every_n_steps else {"every_n_steps": t.val_check_interval}),
         },
         "guard": {
             "resume_hint": f"selfsup-train resume={run_dir} {lower}",
             "restart_hint": " ".join(["selfsup-train", *command_overrides(), lower]),
         },
-        "preemption": {"dirpath": run_dir / "checkpoints", "resume_hint": f"selfsup-train resume={run_dir}"},
+        "preemption": {"dirpath": run_dir / CHECKPOINTS, "resume_hint": f"selfsup-train resume={run_dir}"},
         "throughput": {"window_size": min(20, max(2, t.log_every_n_steps))},
     }
     nodes = settings.callbacks
@@ -367,7 +369,7 @@ def log_model(loggers: list, run_dir: Path, config: dict, summary: dict, export:
     files = list(
         dict.fromkeys(
             Path(p)
-            for p in (summary.get("best_checkpoint"), summary.get("last_checkpoint"), run_dir / "tokenizer.json")
+            for p in (summary.get("best_checkpoint"), summary.get("last_checkpoint"), run_dir / TOKENIZER)
             if p and Path(p).is_file()
         )
     )

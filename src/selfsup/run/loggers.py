@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from omegaconf import OmegaConf
 
-from selfsup.common.names import override_key, shown
+from selfsup.common.names import MULTIRUN, WANDB_DIR, WANDB_IDENTITY, WANDB_RUN_ID, override_key, shown
 from selfsup.common.upstream import drop_anonymous, forget_wandb_run, kill_wandb_service, wandb_run
 from selfsup.common.wandb_utils import api_key_configured, wandb_mode
 from selfsup.reliability.redact import redact, register_secrets
@@ -32,7 +32,7 @@ def run_identity(settings: RunSettings, run_dir: Path) -> tuple[str, str | None,
     """W&B name, group and tags: the objective, the architecture and the values this sweep varies; the group
     of a sweep is `<sweep or experiment name>-<date>-<time>` (of an Optuna study: passed by its sweeper).
     Kept in the run dir (wandb-identity.json): a resumed run keeps them."""
-    kept = run_dir / "wandb-identity.json"
+    kept = run_dir / WANDB_IDENTITY
     if settings.resume and kept.is_file():
         name, group, tags = json.loads(kept.read_text())
         return name, group, tags
@@ -53,7 +53,7 @@ def run_identity(settings: RunSettings, run_dir: Path) -> tuple[str, str | None,
         group = sweep_group(Path(hc.sweep.dir), hc.runtime.choices)
     elif group is None and sweep_of(run_dir) is not None:  # a job a stopped sweep did not run, run on its own
         sweep = sweep_of(run_dir)
-        group = sweep_group(sweep, OmegaConf.load(sweep / "multirun.yaml").hydra.runtime.choices)
+        group = sweep_group(sweep, OmegaConf.load(sweep / MULTIRUN).hydra.runtime.choices)
     tags = (
         list(settings.logger.tags)
         + [f"objective={objective}", f"architecture={architecture_preset(settings.architecture)}"]
@@ -85,7 +85,7 @@ def make_loggers(settings: RunSettings, run_dir: Path) -> list:
         if mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
             name, group, tags = run_identity(settings, run_dir)
-            id_file = run_dir / "wandb-run-id"  # a resumed run continues the same W&B run
+            id_file = run_dir / WANDB_RUN_ID  # a resumed run continues the same W&B run
             if not id_file.exists():
                 import secrets
                 import string
@@ -189,7 +189,7 @@ class SafeWandbLogger(WandbLogger):
             return None
         with contextlib.suppress(Exception):
             return str(Path(run.dir).parent)
-        return str(Path(self.save_dir or ".") / "wandb")
+        return str(Path(self.save_dir or ".") / WANDB_DIR)
 
     def _guard(self, call, *args) -> None:
         if self.stopped:

@@ -29,7 +29,18 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from selfsup.common.names import SUMMARY, RunSummary, override_key
+from selfsup.common.names import (
+    CHECKPOINTS,
+    HYDRA_RECORD,
+    LAST_CHECKPOINT,
+    METRICS_CSV,
+    MULTIRUN,
+    RECORDED_CONFIG,
+    SUMMARY,
+    WANDB_RUN_ID,
+    RunSummary,
+    override_key,
+)
 from selfsup.errors import UserError
 from selfsup.training.distributed import launched_rank, shared_job_id
 
@@ -126,12 +137,12 @@ def check_new_path(run_dir: Path) -> None:
 def check_new_run_dir(run_dir: Path, other_ranks_write: bool = False) -> None:
     """A fresh run's dir is new, or holds no run (other_ranks_write: the ranks of this launch share it, and
     may have written its .hydra/ already)."""
-    if (run_dir / SUMMARY).exists() or any((run_dir / "checkpoints").glob("*.ckpt")):
+    if (run_dir / SUMMARY).exists() or any((run_dir / CHECKPOINTS).glob("*.ckpt")):
         raise UserError(
             f"{run_dir} already holds a run: nothing was overwritten; continue it with "
             f"resume={run_dir}, or pick a new hydra.run.dir"
         )
-    if (run_dir / ".hydra" / "config.yaml").is_file() and not other_ranks_write:
+    if (run_dir / RECORDED_CONFIG).is_file() and not other_ranks_write:
         raise UserError(
             f"{run_dir} holds a run that stopped before its first checkpoint: nothing was "
             f"overwritten; run it again from the start in that dir with resume={run_dir}, or pick "
@@ -177,8 +188,8 @@ def resume_overrides(overrides: list[str], run_dir: Path | None = None) -> list[
     only with the option the run used (repeating the original command); another one is refused."""
     kept = [o for o in overrides if not o.startswith(("resume=", "hydra.", "ckpt_path="))]
     choices = {}
-    if run_dir is not None and (run_dir / ".hydra" / "hydra.yaml").is_file():
-        choices = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices
+    if run_dir is not None and (run_dir / HYDRA_RECORD).is_file():
+        choices = OmegaConf.load(run_dir / HYDRA_RECORD).hydra.runtime.choices
     groups = [o for o in kept if "=" in o and "." not in override_key(o)]
     kept = [o for o in kept if o not in groups]
     groups = [o for o in groups if str(choices.get(o.split("=", 1)[0])) != o.split("=", 1)[1]]
@@ -202,7 +213,7 @@ def resume_checkpoint(run_dir: Path, overrides: list[str]) -> Path:
                 f"{run_dir / 'checkpoints' / 'last.ckpt'}"
             )
         return path
-    return run_dir / "checkpoints" / "last.ckpt"
+    return run_dir / LAST_CHECKPOINT
 
 
 def merged_config(run_dir: Path, overrides: list[str]) -> DictConfig:
@@ -211,7 +222,7 @@ def merged_config(run_dir: Path, overrides: list[str]) -> DictConfig:
 
     return with_init(
         OmegaConf.merge(
-            OmegaConf.load(run_dir / ".hydra" / "config.yaml"),
+            OmegaConf.load(run_dir / RECORDED_CONFIG),
             OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides(overrides, run_dir)]),
         )
     )
@@ -225,7 +236,7 @@ def check_resume_path(run_dir: Path) -> None:
         raise UserError(
             f"resume={run_dir} is a file, not a run dir: pass the folder that holds the run's .hydra/ and checkpoints/"
         )
-    if not (run_dir / ".hydra" / "config.yaml").is_file():
+    if not (run_dir / RECORDED_CONFIG).is_file():
         raise UserError(
             f"resume={run_dir} is not a selfsup run dir (no .hydra/config.yaml): pass the dir of "
             f"a run, e.g. outputs/<date>/<time>"
@@ -240,7 +251,7 @@ def trained_steps(run_dir: Path) -> int:
     except (ValueError, TypeError):
         pass
     try:
-        with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+        with open(run_dir / METRICS_CSV, newline="") as f:
             steps = max([steps, *(int(float(row["step"])) for row in csv.DictReader(f) if row.get("step"))])
     except (OSError, ValueError, KeyError, csv.Error):
         pass
@@ -270,7 +281,7 @@ def check_resume(run_dir: Path, overrides: list[str]) -> None:
         checkpoint = load_checkpoint_safely(last, mmap=True)
     except CheckpointCorrupt as err:
         others = sorted(
-            (p for p in (run_dir / "checkpoints").glob("*.ckpt") if p != last),
+            (p for p in (run_dir / CHECKPOINTS).glob("*.ckpt") if p != last),
             key=lambda p: p.stat().st_mtime,
             reverse=True,
         )
@@ -326,7 +337,7 @@ def resumed_config(run_dir: Path, overrides: list[str], record: Path | None = No
             f"{run_dir} has no checkpoint yet (it stopped before its first one): training it from the "
             f"start in the same dir"
         )
-        (run_dir / "wandb-run-id").unlink(missing_ok=True)
+        (run_dir / WANDB_RUN_ID).unlink(missing_ok=True)
     if record is not None and record.parent.is_dir():
         OmegaConf.save(merged, record)
     return merged
@@ -350,7 +361,7 @@ def command_swept(sweep_dir: Path) -> list[str] | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
-        hydra_cfg = OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra
+        hydra_cfg = OmegaConf.load(Path(sweep_dir) / MULTIRUN).hydra
         task = list(hydra_cfg.overrides.task)
         params = dict(hydra_cfg.sweeper.get("params") or {})
         sweeper = str(hydra_cfg.sweeper.get("_target_", ""))
@@ -368,7 +379,7 @@ def command_swept(sweep_dir: Path) -> list[str] | None:
 def sweep_of(run_dir: Path) -> Path | None:
     """The sweep dir whose job folder `run_dir` is (its parent holds Hydra's multirun.yaml), else None."""
     parent = Path(run_dir).resolve().parent
-    return parent if (parent / "multirun.yaml").is_file() else None
+    return parent if (parent / MULTIRUN).is_file() else None
 
 
 def sweep_group(sweep_dir: Path, choices) -> str:

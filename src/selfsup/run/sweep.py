@@ -13,7 +13,17 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from selfsup.common.names import ERROR, FIXED_LOSS, HELDOUT_BPB, PAIRS, PROBE, RunSummary, override_key, shown
+from selfsup.common.names import (
+    ERROR,
+    FIXED_LOSS,
+    HELDOUT_BPB,
+    HYDRA_DIR,
+    PAIRS,
+    PROBE,
+    RunSummary,
+    override_key,
+    shown,
+)
 from selfsup.common.upstream import failed_job_value
 from selfsup.errors import UserError
 from selfsup.evaluation.stats import Interval
@@ -70,7 +80,7 @@ class SweepSummary(Callback):
         if config.hydra.mode.name != "MULTIRUN" or not stop.received:
             return
         job_dir = Path(config.hydra.runtime.output_dir)
-        if job_dir.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in job_dir.iterdir()):
+        if job_dir.is_dir() and all(p.name == HYDRA_DIR or p.suffix == ".log" for p in job_dir.iterdir()):
             shutil.rmtree(job_dir, ignore_errors=True)
         self.stop_sweep(config, int(config.hydra.job.num))
 

@@ -18,9 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from selfsup.common.names import RunSummary
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER, RunSummary
 
-FAMILIES = {"mlm": "encoder", "clm": "decoder", "span_corruption": "encoder_decoder"}
+FAMILIES = {"mlm": ENCODER, "clm": DECODER, "span_corruption": ENCODER_DECODER}
 
 
 def train(run_dir: Path, corpus: Path, cache: Path, objective: str, *extra: str) -> dict:

@@ -42,7 +42,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from selfsup.common.names import ERROR, EVALUATED, EVALUATED_OUTCOMES, SUMMARY, RunSummary, override_key, write_json
+from selfsup.common.names import (
+    ERROR,
+    EVALUATED,
+    EVALUATED_OUTCOMES,
+    LAST_CHECKPOINT,
+    RECORDED_CONFIG,
+    SUMMARY,
+    WANDB_RUN_ID,
+    RunSummary,
+    override_key,
+    write_json,
+)
 from selfsup.errors import UserError
 from selfsup.results.summary import evaluated_rows, read_evaluated
 
@@ -133,9 +144,9 @@ def finished_run(run_dir: Path) -> tuple[dict, Path]:
     if summary.problem or not summary.found or summary.values.get("status") != "finished":
         why = summary.problem or (summary.values.get("status") if summary.found else "no summary.json")
         raise UserError(f"{run_dir} did not finish training ({why}): evaluate finished runs only")
-    if not (run_dir / ".hydra" / "config.yaml").is_file():
+    if not (run_dir / RECORDED_CONFIG).is_file():
         raise UserError(f"{run_dir} is not a selfsup run dir (no .hydra/config.yaml)")
-    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    checkpoint = run_dir / LAST_CHECKPOINT
     if not checkpoint.is_file():
         raise UserError(f"{run_dir} has no checkpoints/last.ckpt: the weights it ended with are gone")
     return summary.values, checkpoint
@@ -297,7 +308,7 @@ def log_to_wandb(run_dir: Path, logger: LoggerConfig, metrics: dict) -> str:
     Returns what was done, for the console line ("" where the run logs no W&B run); W&B failing is said, not raised."""
     from selfsup.common.wandb_utils import api_key_configured, wandb_mode
 
-    id_file = run_dir / "wandb-run-id"
+    id_file = run_dir / WANDB_RUN_ID
     if not logger.wandb or not id_file.is_file():
         return ""
     mode = wandb_mode(logger.mode or "offline")

@@ -16,10 +16,11 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.loss import stream_seed
 
 # each architecture with the objective it trains by default (t5: the architecture group's choice)
-PARITY = {"encoder": "mlm", "decoder": "clm", "encoder_decoder": "span_corruption", "t5": "span_corruption"}
+PARITY = {ENCODER: "mlm", DECODER: "clm", ENCODER_DECODER: "span_corruption", "t5": "span_corruption"}
 
 
 def twin(model, architecture: str, vocab) -> torch.nn.Module:

@@ -14,14 +14,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.errors import UserError
 from selfsup.interop.pretrained import check_generation_settings, load
 
 TEMPERATURE, TOP_K = 0.8, 200  # a decoder's sampling by default: nanoGPT's sample.py
 PROMPTS = {
-    "decoder": "The module",
-    "encoder": "The <mask> of the <mask> is returned.",
-    "encoder_decoder": "The <extra_id_0> of the <extra_id_1> is returned.",
+    DECODER: "The module",
+    ENCODER: "The <mask> of the <mask> is returned.",
+    ENCODER_DECODER: "The <extra_id_0> of the <extra_id_1> is returned.",
 }
 
 
@@ -76,15 +77,15 @@ def main(argv: list[str] | None = None) -> None:
         prompt = args.prompt if args.prompt is not None else PROMPTS[p.architecture]
         print(f"{p.architecture} from {p.checkpoint}")
         max_new_tokens = args.max_new_tokens
-        if p.architecture != "encoder":
+        if p.architecture != ENCODER:
             note = p.limit_note(prompt, max_new_tokens, flags=True)  # refuses a prompt the model cannot read
             if note:
                 print(f"note: {note}", file=sys.stderr)
                 max_new_tokens = p.generation_limit(prompt)
-        if p.architecture == "decoder":
+        if p.architecture == DECODER:
             top_k = TOP_K if args.top_k is None else args.top_k
             print(prompt + p.generate(prompt, max_new_tokens, temperature, top_k, args.seed))
-        elif p.architecture == "encoder":
+        elif p.architecture == ENCODER:
             print(prompt)
             for n, choices in enumerate(p.fill_masks(prompt, args.top_k or 5)):
                 print(f"<mask> {n}: " + "  ".join(f"{token!r} {prob:.3f}" for token, prob in choices))

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from selfsup.common.names import RESOLVED_CONFIG
+
 
 def launched_rank() -> int:
     """This process's global rank when a cluster launcher started every rank itself (torchrun sets
@@ -67,4 +69,4 @@ def strategy_for(name: str, run_dir: Path):
 
 def resolved_config_path(run_dir: Path) -> Path:
     """Where rank zero writes the job's resolved config for the ranks > 0 of a ddp or fsdp job."""
-    return run_dir / ".hydra" / "resolved.yaml"
+    return run_dir / RESOLVED_CONFIG
