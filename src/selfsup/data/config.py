@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import List, Optional
+from typing import Any, List, Optional
 
 # a setting that does not change which text becomes which tokens: not in the resume fingerprint, a resume may change it
 SAME_TOKENS = {"fingerprint": False}
@@ -38,6 +38,26 @@ class DataConfig:
     # the cache key of local data files: stat (paths, sizes, modification times: an edit that keeps both reuses a
     # stale cache) | full (hash every file's bytes: a full read each start)
     verify: str = field(default="stat", metadata=SAME_TOKENS)
+
+
+@dataclass(frozen=True)
+class TextSource:
+    """Where a text is read from: the one spec that pretraining data (Corpus, from data.*), held-out text
+    (eval.heldout.*), pair sets (eval.pairs.sets.*), tasks (eval.tasks.*) and generation jobs (eval.generation.*) are
+    read through. Each builds it from the settings its users name; the splits and fields it reads stay its own."""
+
+    source: str = "builtin"  # builtin | text_files | hf_dataset
+    paths: tuple = ()  # text_files: .txt / .jsonl / .csv / .parquet files or folders
+    hf_name: Optional[str] = None  # hf_dataset: a data set's name or local folder, or a builder such as json
+    hf_config: Optional[str] = None
+    data_files: Any = None  # hf_dataset: local files for a builder
+
+    @classmethod
+    def of(cls, source: str, paths, hf_name: str | None, hf_config: str | None, data_files) -> TextSource:
+        return cls(source, tuple(paths or ()), hf_name, hf_config, data_files)
+
+
+TEXT_SOURCE = tuple(f.name for f in fields(TextSource))  # the data group's settings that are its TextSource
 
 
 def fingerprinted(config: type) -> tuple[str, ...]:

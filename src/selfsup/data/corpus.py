@@ -25,7 +25,7 @@ from torch.utils.data import Dataset
 
 from selfsup.data.builtin import BUILTIN_MAX_CHARS, builtin_documents
 from selfsup.data.cache import DocumentKeys, ShardedTokens, build_or_load, cache_key
-from selfsup.data.config import DataConfig
+from selfsup.data.config import TEXT_SOURCE, DataConfig, TextSource
 from selfsup.data.hf_dataset import iter_hf_documents
 from selfsup.data.prepare import build
 from selfsup.data.pretrained_tokenizer import lab_layout, load_pretrained
@@ -78,8 +78,10 @@ class Corpus:
         while the cache is built, no notice when it is reused."""
         config = replace(config or DataConfig(), **settings)
         for f in fields(config):
-            if f.name not in ("tokenizer", "seq_len"):  # (the window length is the objective's: set_window)
+            if f.name not in ("tokenizer", "seq_len", *TEXT_SOURCE):  # (the window length is the objective's)
                 setattr(self, f.name, getattr(config, f.name))
+        paths = [config.paths] if isinstance(config.paths, (str, os.PathLike)) else config.paths
+        self.text = TextSource.of(config.source, paths, config.hf_name, config.hf_config, config.data_files)
         self.pretrained_tokenizer = str(config.tokenizer) if config.tokenizer else None
         self.num_proc = config.num_proc if config.num_proc is not None else min(os.cpu_count() or 1, 8)
         self.seed, self.quiet = seed, quiet
@@ -99,8 +101,8 @@ class Corpus:
     # ---- settings and documents ------------------------------------------------------------
 
     def _check_settings(self) -> None:
-        if self.source not in SOURCES:
-            raise DataError(f"data.source={self.source!r} is unknown: use one of {', '.join(SOURCES)}")
+        if self.text.source not in SOURCES:
+            raise DataError(f"data.source={self.text.source!r} is unknown: use one of {', '.join(SOURCES)}")
         if not 0 < self.val_fraction < 1:
             raise DataError(f"data.val_fraction={self.val_fraction} must be between 0 and 1 (e.g. 0.05)")
         if self.batch_size < 1:
@@ -123,7 +125,7 @@ class Corpus:
                 f"data.verify={self.verify!r} is unknown: use stat (file paths, sizes and modification "
                 f"times) or full (hash the files' contents)"
             )
-        if self.val_split is not None and self.source != "hf_dataset":
+        if self.val_split is not None and self.text.source != "hf_dataset":
             raise DataError(
                 f"data.val_split={self.val_split} names a split of a data set: it needs data=hf_dataset "
                 f"(other sources hold out data.val_fraction of the documents)"
@@ -133,28 +135,32 @@ class Corpus:
 
     def where(self) -> str:
         """A one-line description of where the documents come from."""
-        if self.source == "builtin":
+        if self.text.source == "builtin":
             return "builtin: pydoc topics + standard-library docstrings"
-        if self.source == "text_files":
+        if self.text.source == "text_files":
             return "text_files: " + ", ".join(map(str, self._paths()))
-        return f"hf_dataset: {self.hf_name}" + (f"/{self.hf_config}" if self.hf_config else "") + f" [{self.hf_split}]"
+        return (
+            f"hf_dataset: {self.text.hf_name}"
+            + (f"/{self.text.hf_config}" if self.text.hf_config else "")
+            + f" [{self.hf_split}]"
+        )
 
     def _paths(self) -> list:
-        return [self.paths] if isinstance(self.paths, (str, os.PathLike)) else list(self.paths or ())
+        return list(self.text.paths)
 
     def iter_documents(self, split: str | None = None):
         """The documents, one at a time (of the data set's split `split`; default: the training one)."""
-        if self.source == "builtin":
+        if self.text.source == "builtin":
             docs = iter(builtin_documents(cache_dir=self.cache_dir))
-        elif self.source == "text_files":
+        elif self.text.source == "text_files":
             docs = iter_text_file_documents(self._paths(), self.text_field)
         else:
             docs = iter_hf_documents(
-                self.hf_name,
-                self.hf_config,
+                self.text.hf_name,
+                self.text.hf_config,
                 split=split or self.hf_split,
                 text_field=self.text_field,
-                data_files=self.data_files,
+                data_files=self.text.data_files,
                 streaming=self.streaming,
                 max_documents=None if split else self.max_documents,
                 revision=self.revision,
@@ -166,7 +172,7 @@ class Corpus:
         """(every document as a list, where they came from): for small corpora and tests; training streams them."""
         docs = drop_empty(self.iter_documents())
         if not docs:
-            raise DataError(f"data.source={self.source} gave no documents with text: check its settings")
+            raise DataError(f"data.source={self.text.source} gave no documents with text: check its settings")
         return docs, self.where()
 
     def identity(self) -> dict:
@@ -186,7 +192,7 @@ class Corpus:
             "max_documents": self.max_documents,
             "shard_chars": self.shard_chars,
         }
-        if self.source == "builtin":
+        if self.text.source == "builtin":
             return {
                 "source": "builtin",
                 "python": sys.version,
@@ -194,7 +200,7 @@ class Corpus:
                 "val_fraction": self.val_fraction,
                 **settings,
             }
-        if self.source == "text_files":
+        if self.text.source == "text_files":
             return {
                 "source": "text_files",
                 "files": file_stats(self._paths(), content),
@@ -202,15 +208,15 @@ class Corpus:
                 "val_fraction": self.val_fraction,
                 **settings,
             }
-        files = self.data_files
+        files = self.text.data_files
         if isinstance(files, dict):
             stats = {str(k): local_stats(v, content) for k, v in sorted(files.items(), key=lambda kv: str(kv[0]))}
         else:
             stats = local_stats(files, content)
         return {
             "source": "hf_dataset",
-            "name": local_stats(self.hf_name, content),
-            "config": self.hf_config,
+            "name": local_stats(self.text.hf_name, content),
+            "config": self.text.hf_config,
             "split": self.hf_split,
             "val_split": self.val_split,
             "revision": self.revision,
@@ -236,7 +242,7 @@ class Corpus:
         if self.vocab is not None:
             return self.vocab
         self._check_settings()
-        if self.source == "hf_dataset" and not self.hf_name:
+        if self.text.source == "hf_dataset" and not self.text.hf_name:
             raise DataError("data.hf_name is not set: name a data set (e.g. data.hf_name=wikitext) for data=hf_dataset")
         identity = self.identity()
         val = (lambda: self.iter_documents(self.val_split)) if self.val_split else None
@@ -286,10 +292,14 @@ class Corpus:
                 if self.verify == "full"
                 else "reused token cache by file sizes+mtimes; data.verify=full hashes"
             )
-        hub = identity["source"] == "hf_dataset" and not _holds_stats(identity["name"]) and not _builder(self.hf_name)
+        hub = (
+            identity["source"] == "hf_dataset"
+            and not _holds_stats(identity["name"])
+            and not _builder(self.text.hf_name)
+        )
         if hub and not re.fullmatch(r"[0-9a-f]{40}", str(self.revision or "")):
             log.warning(
-                f"data.hf_name={self.hf_name} is not pinned to a commit (data.revision="
+                f"data.hf_name={self.text.hf_name} is not pinned to a commit (data.revision="
                 f"{self.revision or 'null, its default branch'}): its token cache is reused after the branch "
                 f"moves; set data.revision=<commit> (a 40-hex sha) to key the cache to one version"
             )

@@ -9,6 +9,7 @@ import csv
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from selfsup.data.config import TextSource
 from selfsup.data.hf_dataset import load_hf
 from selfsup.data.sources import DataError, jsonl_objects, one_line, parquet_file, text_lines, warn_once
 
@@ -111,13 +112,12 @@ def _parquet_records(path: Path, fields, fix: str) -> Iterator[tuple[str, dict, 
 
 
 # ---------------------------------------------------------------------------------------- hf_dataset
-def hf_rows(
-    name: str, config: str | None, split: str, data_files, fields: Sequence[str], keys: Sequence[str], setting
-) -> list[tuple]:
-    """The values of `fields` of every row of `datasets.load_dataset(name, config, split=split)`, as tuples;
-    one line for a data set that does not load or lacks a field (naming setting(keys[i]))."""
+def hf_rows(text: TextSource, split: str, fields: Sequence[str], keys: Sequence[str], setting) -> list[tuple]:
+    """The values of `fields` of every row of the text's `datasets.load_dataset(hf_name, hf_config, split=split)`,
+    as tuples; one line for a data set that does not load or lacks a field (naming setting(keys[i]))."""
+    name, config = text.hf_name, text.hf_config
     where = f"{setting('hf_name')}={name}" + (f" (config {config})" if config else "") + f", split {split}"
-    data = load_hf(name, config, split, data_files, where, "an hf_dataset task", error=EvalError)
+    data = load_hf(name, config, split, text.data_files, where, "an hf_dataset task", error=EvalError)
     for field, key in zip(fields, keys):
         if field not in data.column_names:
             raise EvalError(

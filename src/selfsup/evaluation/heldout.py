@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from selfsup.data.config import TextSource
 from selfsup.data.hf_dataset import load_hf, quiet_datasets
 from selfsup.data.records import check_count
 from selfsup.data.sources import DataError, iter_text_file_documents
@@ -57,8 +58,8 @@ class HeldoutText:
         max_bytes: int = 16384,
         batch_tokens: int = 16384,
     ):
-        self.source, self.paths, self.text_field = source, list(paths or []), text_field
-        self.hf_name, self.hf_config, self.split, self.data_files = hf_name, hf_config, split, data_files
+        self.text = TextSource.of(source, paths, hf_name, hf_config, data_files)  # where the text is read
+        self.text_field, self.split = text_field, split
         self.max_bytes, self.batch_tokens = max_bytes, batch_tokens
         self.documents: list[str] = []
         self.pieces: list[list[int]] = []  # token ids of each scored piece
@@ -71,17 +72,17 @@ class HeldoutText:
 
     # ------------------------------------------------------------------------------ before training
     def check(self) -> None:
-        if self.source not in SOURCES:
-            raise EvalError(f"eval.heldout.source={self.source} is unknown: use one of {', '.join(SOURCES)}")
+        if self.text.source not in SOURCES:
+            raise EvalError(f"eval.heldout.source={self.text.source} is unknown: use one of {', '.join(SOURCES)}")
         check_count("eval.heldout.max_bytes", self.max_bytes)
         check_count("eval.heldout.batch_tokens", self.batch_tokens)
-        if self.source == "text_files" and not self.paths:
+        if self.text.source == "text_files" and not self.text.paths:
             raise EvalError("eval.heldout.source=text_files needs eval.heldout.paths: a list of files or folders")
-        if self.source == "hf_dataset" and not self.hf_name:
+        if self.text.source == "hf_dataset" and not self.text.hf_name:
             raise EvalError("eval.heldout.source=hf_dataset needs eval.heldout.hf_name (a data set's name or folder)")
         self.documents = self.read()
         if not self.documents:
-            raise EvalError(f"eval.heldout ({self.source}) holds no text: point it at a non-empty text")
+            raise EvalError(f"eval.heldout ({self.text.source}) holds no text: point it at a non-empty text")
 
     def read(self) -> list[str]:
         """The documents, in order, up to max_bytes of UTF-8 (the last one cut at a character boundary)."""
@@ -100,16 +101,22 @@ class HeldoutText:
 
     def _texts(self):
         try:
-            if self.source == "builtin":
+            if self.text.source == "builtin":
                 from selfsup.data.builtin import stdlib_docstrings
 
                 yield from (t for t in stdlib_docstrings()["held_out"] if len(t) >= MIN_BUILTIN_CHARS)
-            elif self.source == "text_files":
-                yield from iter_text_file_documents(self.paths, self.text_field)
+            elif self.text.source == "text_files":
+                yield from iter_text_file_documents(self.text.paths, self.text_field)
             else:
-                where = f"eval.heldout.hf_name={self.hf_name}, split {self.split}"
+                where = f"eval.heldout.hf_name={self.text.hf_name}, split {self.split}"
                 dataset = load_hf(
-                    self.hf_name, self.hf_config, self.split, self.data_files, where, "eval.heldout", error=EvalError
+                    self.text.hf_name,
+                    self.text.hf_config,
+                    self.split,
+                    self.text.data_files,
+                    where,
+                    "eval.heldout",
+                    error=EvalError,
                 )
                 with quiet_datasets():
                     for row in dataset:

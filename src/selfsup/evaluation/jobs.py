@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from selfsup.data.config import TextSource
 from selfsup.data.records import EvalError, check_count, records, unique
 from selfsup.evaluation.builtin import continuation_examples, docstring_name_examples
 from selfsup.evaluation.splits import SOURCES, hf_splits, split_files
@@ -45,10 +46,10 @@ class GenerationJob:
         max_new_tokens: int = 24,
         name: str = "job",
     ):
-        self.source, self.job = source, job
-        self.paths, self.test_paths = list(paths or ()), list(test_paths or ())
+        self.text = TextSource.of(source, paths, hf_name, hf_config, data_files)  # where its examples are read
+        self.job = job
+        self.test_paths = list(test_paths or ())
         self.source_field, self.target_field, self.test_fraction = source_field, target_field, test_fraction
-        self.hf_name, self.hf_config, self.data_files = hf_name, hf_config, data_files
         self.train_split, self.test_split = train_split, test_split
         self.max_train_examples, self.max_test_examples = max_train_examples, max_test_examples
         self.max_new_tokens = max_new_tokens
@@ -62,12 +63,12 @@ class GenerationJob:
         """(train, test), read once; raises EvalError for anything a user must fix."""
         if self._loaded is not None:
             return self._loaded
-        if self.source not in SOURCES:
-            raise EvalError(f"{self.setting('source')}={self.source} is unknown: use one of {', '.join(SOURCES)}")
+        if self.text.source not in SOURCES:
+            raise EvalError(f"{self.setting('source')}={self.text.source} is unknown: use one of {', '.join(SOURCES)}")
         for key in ("max_train_examples", "max_test_examples"):
             check_count(self.setting(key), getattr(self, key), optional=True)
         check_count(self.setting("max_new_tokens"), self.max_new_tokens)
-        if self.source == "builtin":
+        if self.text.source == "builtin":
             if self.job not in GENERATION_JOBS:
                 raise EvalError(
                     f"{self.setting('job')}={self.job} is not a built-in generation job: use one of "
@@ -76,7 +77,7 @@ class GenerationJob:
             made = GENERATION_JOBS[self.job](self.test_fraction)
             train = [(a, b) for a, b, in_test in made if not in_test][: self.max_train_examples]
             test = [(a, b) for a, b, in_test in made if in_test][: self.max_test_examples]
-        elif self.source == "text_files":
+        elif self.text.source == "text_files":
             train, test = self._files()
         else:
             train, test = self._hf()
@@ -85,7 +86,7 @@ class GenerationJob:
         if not train or not test:
             raise EvalError(
                 f"generation job {self.name} has no {'training' if not train else 'test'} examples: add examples"
-                + (f" or change {self.setting('test_fraction')}" if self.source == "text_files" else "")
+                + (f" or change {self.setting('test_fraction')}" if self.text.source == "text_files" else "")
             )
         self._loaded = train, test
         return self._loaded
@@ -102,7 +103,7 @@ class GenerationJob:
         return values[0], values[1]
 
     def _files(self) -> tuple[list, list]:
-        if not self.paths:
+        if not self.text.paths:
             raise EvalError(
                 f"{self.setting('paths')} is empty: list .jsonl/.csv/.parquet files with '{self.source_field}' and "
                 f"'{self.target_field}' fields"
@@ -117,7 +118,7 @@ class GenerationJob:
         return split_files(self, rows, lambda row: row[0])
 
     def _hf(self) -> tuple[list, list]:
-        if not self.hf_name:
+        if not self.text.hf_name:
             raise EvalError(
                 f"{self.setting('hf_name')} is not set: name a data set (e.g. xsum with source_field=document, "
                 f"target_field=summary)"

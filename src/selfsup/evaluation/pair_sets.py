@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from selfsup.data.config import TextSource
 from selfsup.data.records import EvalError, check_count, hf_rows, read_records, unique
 from selfsup.evaluation.builtin import PLAIN, perturb_words, probe_sentences
 
@@ -89,8 +90,8 @@ class PairSource:
         max_pairs: int | None = None,
         name: str = "pairs",
     ):
-        self.source, self.paths, self.hf_name, self.hf_config = source, list(paths or ()), hf_name, hf_config
-        self.split, self.data_files = split, data_files
+        self.text = TextSource.of(source, paths, hf_name, hf_config, data_files)  # where its pairs are read
+        self.split = split
         self.good_field, self.bad_field, self.group_field = good_field, bad_field, group_field
         self.max_pairs, self.name = max_pairs, name
         self._loaded: PairSet | None = None
@@ -110,22 +111,22 @@ class PairSource:
         check_count(self.setting("max_pairs"), self.max_pairs, optional=True)
         fields = [self.good_field, self.bad_field] + ([self.group_field] if self.group_field else [])
         keys = ["good_field", "bad_field", "group_field"]
-        if self.source == "text_files":
-            if not self.paths:
+        if self.text.source == "text_files":
+            if not self.text.paths:
                 raise EvalError(
                     f"{self.setting('paths')} is empty: list .jsonl/.csv/.parquet files with "
                     f"'{self.good_field}' and '{self.bad_field}' fields"
                 )
-            rows = [r for p in self.paths for r in read_records(p, fields, keys, self.setting)]
-        elif self.source == "hf_dataset":
-            if not self.hf_name:
+            rows = [r for p in self.text.paths for r in read_records(p, fields, keys, self.setting)]
+        elif self.text.source == "hf_dataset":
+            if not self.text.hf_name:
                 raise EvalError(
                     f"{self.setting('hf_name')} is not set: name a data set (e.g. blimp with "
                     f"hf_config=anaphor_gender_agreement)"
                 )
-            rows = hf_rows(self.hf_name, self.hf_config, self.split, self.data_files, fields, keys, self.setting)
+            rows = hf_rows(self.text, self.split, fields, keys, self.setting)
         else:
-            raise EvalError(f"{self.setting('source')}={self.source} is unknown: use text_files or hf_dataset")
+            raise EvalError(f"{self.setting('source')}={self.text.source} is unknown: use text_files or hf_dataset")
         rows = unique(rows, f"eval.pairs.sets.{self.name}: pairs")
         rows = rows[: self.max_pairs] if self.max_pairs is not None else rows
         if not rows:

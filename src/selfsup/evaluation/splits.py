@@ -17,19 +17,19 @@ def split_files(source, rows, key) -> tuple[list, list]:
     is below test_fraction. Each split a Reservoir sample."""
     train, test = Reservoir(source.max_train_examples), Reservoir(source.max_test_examples)
     if source.test_paths:
-        train.extend(rows(source.paths))
+        train.extend(rows(source.text.paths))
         test.extend(rows(source.test_paths))
     else:
         if not 0 < source.test_fraction < 1:
             raise EvalError(f"{source.setting('test_fraction')}={source.test_fraction} must be between 0 and 1")
         threshold = source.test_fraction * 10_000
-        for row in rows(source.paths):
+        for row in rows(source.text.paths):
             (test if document_bucket(key(row)) < threshold else train).add(row)
     return train.rows(), test.rows()
 
 
 def hf_splits(source, fields: list[str], keys: list[str], example) -> tuple[list, list]:
-    """(train, test) of a task's or job's `datasets` splits (its hf_name, hf_config, data_files, train_split,
+    """(train, test) of a task's or job's `datasets` splits (its text's hf_name, hf_config, data_files, its train_split,
     test_split, max_*_examples, setting): example(values of `fields`, where) makes an example of a row (None: left
     out). Each split a Reservoir sample."""
     out = []
@@ -37,9 +37,9 @@ def hf_splits(source, fields: list[str], keys: list[str], example) -> tuple[list
         (source.train_split, source.max_train_examples),
         (source.test_split, source.max_test_examples),
     ):
-        rows = hf_rows(source.hf_name, source.hf_config, split, source.data_files, fields, keys, source.setting)
+        rows = hf_rows(source.text, split, fields, keys, source.setting)
         kept = Reservoir(limit)
-        made = (example(row, f"{source.hf_name} split {split} row {i}") for i, row in enumerate(rows, start=1))
+        made = (example(row, f"{source.text.hf_name} split {split} row {i}") for i, row in enumerate(rows, start=1))
         kept.extend(e for e in made if e is not None)
         out.append(kept.rows())
     return out[0], out[1]

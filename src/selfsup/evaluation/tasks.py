@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from selfsup.data.config import TextSource
 from selfsup.data.records import EvalError, check_count, records, unique
 from selfsup.evaluation.builtin import builtin_examples, next_sentence_examples
 from selfsup.evaluation.splits import SOURCES, hf_splits, split_files
@@ -82,11 +83,11 @@ class Task:
         protocol: str | None = None,
         name: str = "task",
     ):
-        self.source, self.task, self.perturb = source, task, perturb
-        self.paths, self.test_paths = list(paths or ()), list(test_paths or ())
+        self.text = TextSource.of(source, paths, hf_name, hf_config, data_files)  # where its examples are read
+        self.task, self.perturb = task, perturb
+        self.test_paths = list(test_paths or ())
         self.text_field, self.label_field, self.test_fraction = text_field, label_field, test_fraction
         self.text_fields = list(text_fields) if text_fields else None
-        self.hf_name, self.hf_config, self.data_files = hf_name, hf_config, data_files
         self.train_split, self.test_split = train_split, test_split
         self.max_train_examples, self.max_test_examples = max_train_examples, max_test_examples
         self.protocol = protocol  # linear | finetune; None: eval.probe.protocol
@@ -105,15 +106,15 @@ class Task:
     @property
     def is_pairs(self) -> bool:
         """Whether the examples are sentence pairs."""
-        return len(self.fields) == 2 if self.source != "builtin" else self.task in PAIR_TASKS
+        return len(self.fields) == 2 if self.text.source != "builtin" else self.task in PAIR_TASKS
 
     # ------------------------------------------------------------------------------------ loading
     def load(self) -> tuple[Examples, Examples]:
         """(train, test), read once; raises EvalError for anything a user must fix."""
         if self._loaded is not None:
             return self._loaded
-        if self.source not in SOURCES:
-            raise EvalError(f"{self.setting('source')}={self.source} is unknown: use one of {', '.join(SOURCES)}")
+        if self.text.source not in SOURCES:
+            raise EvalError(f"{self.setting('source')}={self.text.source} is unknown: use one of {', '.join(SOURCES)}")
         check_count(self.setting("max_train_examples"), self.max_train_examples, optional=True)
         check_count(self.setting("max_test_examples"), self.max_test_examples, optional=True)
         if not 1 <= len(self.fields) <= 2 or not all(isinstance(f, str) and f for f in self.fields):
@@ -121,9 +122,9 @@ class Task:
                 f"{self.setting('text_fields')}={self.text_fields} must name one or two fields (a text, or a "
                 f"sentence pair such as [premise, hypothesis])"
             )
-        if self.source == "builtin":
+        if self.text.source == "builtin":
             train, test = self._builtin()
-        elif self.source == "text_files":
+        elif self.text.source == "text_files":
             train, test = self._files()
         else:
             train, test = self._hf()
@@ -147,7 +148,7 @@ class Task:
         return list(examples[:cut][: self.max_train_examples]), list(examples[cut:][: self.max_test_examples])
 
     def _files(self) -> tuple[list, list]:
-        if not self.paths:
+        if not self.text.paths:
             fields = ", ".join(f"'{f}'" for f in self.fields)
             raise EvalError(
                 f"{self.setting('paths')} is empty: list .jsonl/.csv/.parquet files with "
@@ -160,7 +161,7 @@ class Task:
         return split_files(self, rows, lambda row: "\n".join(parts(row[0])))
 
     def _hf(self) -> tuple[list, list]:
-        if not self.hf_name:
+        if not self.text.hf_name:
             raise EvalError(f"{self.setting('hf_name')} is not set: name a data set (e.g. glue with hf_config=sst2)")
 
         def example(row: tuple, where: str):
@@ -182,7 +183,7 @@ class Task:
             which = "training" if not train else "test"
             raise EvalError(
                 f"task {self.name} has no {which} examples: add examples"
-                + (f" or change {self.setting('test_fraction')}" if self.source == "text_files" else "")
+                + (f" or change {self.setting('test_fraction')}" if self.text.source == "text_files" else "")
             )
         values = sorted({y for _, y in train + test}, key=lambda v: (str(type(v)), v))
         if len(values) < 2:
