@@ -43,13 +43,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.errors import UserError
 from selfsup.interop.pretrained import Pretrained, load
 
 HF_CLASSES = {
-    "decoder": ("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"),
-    "encoder": ("megatron-bert", "MegatronBertForMaskedLM", "AutoModelForMaskedLM"),
-    "encoder_decoder": ("blenderbot", "BlenderbotForConditionalGeneration", "AutoModelForSeq2SeqLM"),
+    DECODER: ("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"),
+    ENCODER: ("megatron-bert", "MegatronBertForMaskedLM", "AutoModelForMaskedLM"),
+    ENCODER_DECODER: ("blenderbot", "BlenderbotForConditionalGeneration", "AutoModelForSeq2SeqLM"),
     "t5": ("t5", "T5ForConditionalGeneration", "AutoModelForSeq2SeqLM"),
 }
 EPS = 1e-5  # the lab's LayerNorm eps (torch's default)
@@ -324,14 +325,14 @@ T5_SETTINGS = {
     "tie_embeddings": False,
 }
 PLAIN_SETTINGS = {"norm": "layernorm", "positions": "learned", "scale_attention": True}
-EXPORTERS = {"decoder": gpt2, "encoder": megatron_bert, "encoder_decoder": blenderbot, "t5": t5}
+EXPORTERS = {DECODER: gpt2, ENCODER: megatron_bert, ENCODER_DECODER: blenderbot, "t5": t5}
 
 
 def exporter(model, architecture: str) -> str:
     """The EXPORTERS key of a model: t5 for an encoder-decoder with T5's settings (architecture=t5), else its
     architecture; a model whose settings no transformers class computes is refused in one line."""
     c = model.config
-    t5_like = architecture == "encoder_decoder" and c.positions == "relative"
+    t5_like = architecture == ENCODER_DECODER and c.positions == "relative"
     wanted = T5_SETTINGS if t5_like else PLAIN_SETTINGS
     for key, value in wanted.items():
         if getattr(c, key) != value:
@@ -441,5 +442,5 @@ def main(argv: list[str] | None = None) -> None:
         f"{done['architecture']} from {done['checkpoint']} -> {done['out_dir']} ({done['class']}); load it with "
         f"transformers.{done['auto']}.from_pretrained({done['out_dir']!r}) and AutoTokenizer"
     )
-    if done["architecture"] == "decoder" and done["objective"] in ("prefix_lm", "ul2"):
+    if done["architecture"] == DECODER and done["objective"] in ("prefix_lm", "ul2"):
         print(f"note: GPT-2 attends causally everywhere; the bidirectional prefix of {done['objective']} is not kept")

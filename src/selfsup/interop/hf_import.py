@@ -25,6 +25,7 @@ from types import SimpleNamespace
 import torch
 from tokenizers import Tokenizer
 
+from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.pretrained_tokenizer import load_pretrained
 from selfsup.errors import UserError
 from selfsup.interop.export import EXPORTERS, HF_CLASSES, T5_SETTINGS, exporter
@@ -32,7 +33,7 @@ from selfsup.models import TransformerConfig
 
 # per class the export writes: the lab's TransformerConfig setting <- the transformers config attribute
 SETTINGS = {
-    "decoder": dict(
+    DECODER: dict(
         d_model="n_embd",
         n_layers="n_layer",
         n_heads="n_head",
@@ -40,7 +41,7 @@ SETTINGS = {
         activation="activation_function",
         dropout="resid_pdrop",
     ),
-    "encoder": dict(
+    ENCODER: dict(
         d_model="hidden_size",
         n_layers="num_hidden_layers",
         n_heads="num_attention_heads",
@@ -48,7 +49,7 @@ SETTINGS = {
         activation="hidden_act",
         dropout="hidden_dropout_prob",
     ),
-    "encoder_decoder": dict(
+    ENCODER_DECODER: dict(
         d_model="d_model",
         n_layers="encoder_layers",
         n_decoder_layers="decoder_layers",
@@ -75,7 +76,7 @@ def _settings(kind: str, c) -> dict:
     """The lab's TransformerConfig settings that a transformers config of the export's class `kind` describes."""
     found = {key: getattr(c, attribute) for key, attribute in SETTINGS[kind].items()}
     if kind == "t5":
-        return {**found, "name": "encoder_decoder", **T5_SETTINGS, "init": "t5"}
+        return {**found, "name": ENCODER_DECODER, **T5_SETTINGS, "init": "t5"}
     return {**found, "name": kind}
 
 

@@ -314,7 +314,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Pretrained:
             f"written before runs kept them; copy the tokenizer.json of its data cache into {run_dir}"
         )
     shape = {k: v for k, v in config["architecture"].items() if k in TransformerConfig.__dataclass_fields__}
-    stack = "decoder" if shape.get("name") == "decoder" else "encoder"
+    stack = "decoder" if shape.get("name") == DECODER else "encoder"  # the stack that holds the positions
     table = weights.get(f"{stack}.pos_emb.weight")  # none with relative positions: the record says
     max_len = int(table.shape[0]) if table is not None else int(record["max_len"])
     model = TransformerConfig(**shape).build(int(record.get("vocab_size", tokenizer.get_vocab_size())), max_len)
