@@ -409,14 +409,14 @@ def combine(trained: dict, runs: list[dict]) -> tuple[dict, dict]:
 # ------------------------------------------------------------------------------------------ the lab's local tasks
 TASK_YAML = {
     "selfsup_pairs": (
-        "# BLiMP's layout over the lab's held-out minimal pairs (selfsup.evaluation.pairs.builtin_pairs, replaced_1):\n"
+        "# BLiMP's layout over the lab's held-out minimal pairs (selfsup.evaluation.pair_sets.builtin_pairs, replaced_1):\n"
         "# each pair's two sentences as the choices of an empty context, the grammatical one the target\n"
         'task: selfsup_pairs\n{data}output_type: multiple_choice\ndoc_to_text: ""\n'
         'doc_to_choice: "{{{{[sentence_good, sentence_bad]}}}}"\ndoc_to_target: 0\n'
         "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
     ),
     "selfsup_last_word": (
-        "# LAMBADA's layout over the lab's held-out docstring sentences (selfsup.evaluation.tasks.probe_sentences):\n"
+        "# LAMBADA's layout over the lab's held-out docstring sentences (selfsup.evaluation.builtin.probe_sentences):\n"
         "# the sentence without its last word as the context, the last word the target\n"
         'task: selfsup_last_word\n{data}output_type: loglikelihood\ndoc_to_text: "{{{{context}}}}"\n'
         "doc_to_target: \"{{{{' ' + word}}}}\"\nmetric_list:\n"
