@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from selfsup.data.config import DataConfig
-from selfsup.run.schema import LoggerConfig, TrainerConfig
+from selfsup.run.schema import LoggerConfig, TrainConfig, TrainerConfig
 
 
 def typed(cls: type, values: dict | None):
@@ -59,8 +59,8 @@ class RunSettings:
             logger=typed(LoggerConfig, plain.get("logger")),
             eval=plain.get("eval") or {},
             callbacks=plain.get("callbacks") if "callbacks" in plain else None,
-            seed=plain.get("seed", 0),
-            optimized_metric=plain.get("optimized_metric", "val/loss"),
+            seed=plain.get("seed", TrainConfig.seed),
+            optimized_metric=plain.get("optimized_metric", TrainConfig.optimized_metric),
             trial=plain.get("trial"),
             ckpt_path=plain.get("ckpt_path"),
             init_from=(plain.get("init") or {}).get("from"),
