@@ -62,8 +62,9 @@ def lm_eval_tasks(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("where,args", EVAL_COMMANDS, ids=[w for w, _ in EVAL_COMMANDS])
 def test_a_documented_selfsup_eval_command_composes(where, args, lm_eval_tasks):
     from selfsup.evaluation import Finetune, GenerationJob
-    from selfsup.tools.evaluate import eval_config, is_lm_eval, lm_eval_config
+    from selfsup.tools.evaluate import eval_config, is_lm_eval, lm_eval_config, plan_flag
 
+    args = plan_flag(args)[1]
     lm = [a for a in args if is_lm_eval(a)]
     if lm:  # lm-eval's settings pass its checks (task names included; the lab's local tasks written where shown)
         lm_eval_config([re.sub(r"include_path=\[.*\]", f"include_path=[{lm_eval_tasks}]", a) for a in lm])

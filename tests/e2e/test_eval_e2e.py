@@ -158,6 +158,30 @@ def test_a_sweep_is_scored_on_rte_and_the_builtin_pair_task_without_training_aga
     assert '<div id="evaluated-verdict">' in section and "<li>rte: " in section
 
 
+def test_the_plan_says_each_runs_parts_and_cached_baselines_and_writes_nothing(families):
+    """--plan (after the test above filled the cache with the built-in task's baselines): each run's plan line and
+    the whole; nothing written; other settings: nothing cached."""
+    before = snapshot(families)
+    out = selfsup_eval(families, "--plan", *SMALL)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert snapshot(families) == before
+    for job in range(3):
+        assert re.search(
+            rf"^{re.escape(str(families / str(job)))}: plan: task next_sentence \(finetune: 3 seeds \+ random-init 3 "
+            rf"seeds: 3 cached, 3 steps each, 64 training and 40 test examples\); about \d+ s \(a \d+ s warm-up\)$",
+            out.stdout,
+            re.M,
+        ), out.stdout
+    assert re.search(
+        r"^plan: 3 runs, about \d+ s in all; random-init baselines from the cache: 9 of 9$", out.stdout, re.M
+    )
+    assert "evaluated in" not in out.stdout and "job | objective" not in out.stdout
+    out = selfsup_eval(families / "1", "--plan", *SMALL, "eval.finetune.steps=4")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines()[-1].startswith("plan: 1 run, about ")
+    assert out.stdout.splitlines()[-1].endswith("; random-init baselines from the cache: 0 of 3")
+
+
 @pytest.mark.parametrize(
     "args,message",
     [

@@ -523,8 +523,9 @@ def test_a_stop_signal_ends_the_evaluation_at_a_boundary_and_keeps_nothing_of_it
 
 
 def test_the_evaluation_says_each_part_as_it_goes_with_the_time_the_last_one_took(cache_dir):
-    """report_progress: a line as each part starts (the fixed exam, the pairs and their random-init seeds, each
-    task and its seeds), naming the part before with its seconds, and a closing line with the whole time."""
+    """report_progress: the plan, then a line as each part starts (the fixed exam, the pairs and their random-init
+    seeds, each task and its seeds), naming the part before with its seconds, and a closing line with the whole
+    time."""
     from selfsup.evaluation.baselines import report_progress
 
     small = ["eval.tasks.probe.max_train_examples=100", "eval.tasks.probe.max_test_examples=50"]
@@ -535,6 +536,7 @@ def test_the_evaluation_says_each_part_as_it_goes_with_the_time_the_last_one_too
         run.module.evaluation(run.model)
     finally:
         report_progress(None)
+    assert said.pop(0).startswith("plan: the fixed exam (4 members); the held-out text (")  # the plan first
     assert said[0] == "evaluating: the fixed exam"
     assert said[1].startswith("evaluating: the held-out text  (the fixed exam: ")
     assert said[2].startswith("evaluating: the tasks' random-init seed 1 of 2  (the held-out text: ")
@@ -546,3 +548,76 @@ def test_the_evaluation_says_each_part_as_it_goes_with_the_time_the_last_one_too
     # each part and the total are printed to 0.1 s: their rounding adds up to 0.05 s each
     assert all(s >= 0 for s in seconds) and sum(seconds) <= total + 0.05 * (len(seconds) + 1) + 1e-9
     assert all(len(line) <= 100 for line in said)
+
+
+def test_a_part_under_way_is_said_again_with_the_time_left_of_the_plans_estimate(monkeypatch):
+    """check_stop (between batches and fine-tuning steps): once HEARTBEAT seconds passed since the last line, the
+    part under way again, its time, the evaluation's, and what is left of the estimate (none: no time left)."""
+    from selfsup.evaluation import baselines
+
+    said: list[str] = []
+    baselines.report_progress(said.append)
+    try:
+        baselines.evaluation_started(estimate=600)
+        baselines.boundary("task probe")
+        baselines.check_stop()  # within HEARTBEAT of the last line: nothing said
+        monkeypatch.setattr(baselines, "HEARTBEAT", 0.0)
+        baselines.check_stop()
+        baselines.evaluation_done(1.0)
+        baselines.evaluation_started()
+        baselines.boundary("the minimal pairs")
+        baselines.check_stop()
+    finally:
+        baselines.report_progress(None)
+    assert said[:2] == [
+        "evaluating: task probe",
+        "evaluating: task probe, 0:00 in it; 0:00 in all of about 10 min, about 10 min left",
+    ]
+    assert said[2].startswith("evaluated in 1.0 s  (task probe: ")
+    assert said[4] == "evaluating: the minimal pairs, 0:00 in it; 0:00 in all" and len(said) == 5
+
+
+def test_the_plan_says_each_part_and_which_baselines_the_cache_holds_or_an_earlier_run_will_write(tmp_path):
+    """Evaluation.plan: the parts with their work and random-init seeds, an estimate from a warm-up; a second run of
+    the shape planned after it counts the first's baselines as cached (pending), as does any plan once they are
+    written; the next evaluation counts down from the plan and says it no more."""
+    import re
+
+    from selfsup.evaluation import baselines
+
+    small = [
+        "debug=tiny",  # its pairs kept (config() turns them off)
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "eval.pairs.max_pairs=20",
+        "eval.tasks.probe.max_train_examples=100",
+        "eval.tasks.probe.max_test_examples=50",
+    ]
+
+    def planned(*overrides, pending=None):
+        register()
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            run = build(RunSettings.of(compose("train", overrides=[*small, *overrides])))
+        return run, run.module.evaluation.plan(run.model, pending)
+
+    pending: set = set()
+    first, plan = planned(pending=pending)
+    assert [s.name for s in plan.steps] == ["the fixed exam", "the minimal pairs", "the held-out text", "task probe"]
+    assert all(s.seconds > 0 for s in plan.steps) and plan.baselines == (0, 6)  # 3 seeds of the pairs, 3 of the probe
+    assert re.fullmatch(
+        r"plan: the fixed exam \(\d members\); the minimal pairs \(\d+ pairs, 1 scorer, random-init 3 seeds\); the "
+        r"held-out text \(\d+ pieces\); task probe \(linear: random-init 3 seeds, 100 training and 50 test "
+        r"examples\); about \d+ s \(a \d+ s warm-up\)",
+        plan.line(),
+    ), plan.line()
+    assert planned("seed=1", pending=pending)[1].baselines == (6, 6)  # the first run will have written them
+    assert planned("architecture.d_model=16", pending=pending)[1].baselines == (0, 6)  # another shape: its own
+    said: list[str] = []
+    baselines.report_progress(said.append)
+    try:
+        first.module.evaluation(first.model)
+    finally:
+        baselines.report_progress(None)
+    assert not any(line.startswith("plan: ") for line in said)  # said already
+    assert first.module.evaluation.estimated == plan.seconds and first.module.evaluation.planned is None
+    again = planned()[1]
+    assert again.baselines == (6, 6) and "random-init 3 seeds: 3 cached" in again.line()

@@ -10,6 +10,7 @@ from torchmetrics.functional.text import squad
 from selfsup.evaluation.generation import (
     IGNORE,
     NOT_A_WRITER,
+    _padded,
     exact_match,
     greedy,
     target_loss,
@@ -24,11 +25,11 @@ SOURCES = [[5, 6, 7, 8], [9, 10]]
 TARGETS = [[11, 12], [13, 14, 15]]
 
 
-def model_of(family: str) -> torch.nn.Module:
+def model_of(family: str, **shape) -> torch.nn.Module:
     """An untrained model whose output head is untied from its embeddings (a tied one, untrained, mostly writes
     back the token it reads), so that greedy decoding writes varied tokens."""
     torch.manual_seed(0)
-    model = build_model(family, 40, 24, d_model=32, n_layers=2, n_heads=4).eval()
+    model = build_model(family, 40, 24, d_model=32, n_layers=2, n_heads=4, **shape).eval()
     model.lm_head = torch.nn.Linear(32, model.lm_head.out_features, bias=False)
     return model
 
@@ -139,6 +140,107 @@ def test_greedy_decoding_stops_at_the_models_length(family):
     # from a full stream)
     (tokens,) = greedy(model, [source], EOS, BOS, PAD, max_new_tokens=50)
     assert len(tokens) <= (4 if family == "decoder" else 24)
+
+
+SHAPES = {
+    "learned": {},
+    "relative": dict(positions="relative"),
+    "t5": dict(
+        positions="relative",
+        norm="rmsnorm",
+        bias=False,
+        scale_attention=False,
+        activation="gated-gelu",
+        relative_buckets=8,
+        relative_max_distance=12,
+    ),
+}
+UNWRITTEN = 50  # a vocabulary padding id (vocabulary 40, padded to 64): its logit is -inf, so no row ever ends
+
+
+def recomputed(model, sources, eos_id, max_new_tokens):
+    """Greedy decoding without a cache, as a reference: the whole forward over each growing stream at every token
+    (the encoder-decoder's encoder included), the decoder's sources of one length in one batch."""
+
+    def run(prompt, encoder=None, mask=None):
+        ids, out = prompt, [[] for _ in prompt]
+        done = torch.zeros(len(prompt), dtype=torch.bool)
+        for _ in range(max(0, min(max_new_tokens, model.max_len - prompt.shape[1] + 1))):
+            if encoder is None:
+                hidden = model(decoder_inputs=ids)
+            else:
+                hidden = model(encoder_inputs=encoder, encoder_mask=mask, decoder_inputs=ids)
+            token = model.head(hidden[:, -1]).argmax(-1)
+            for i in torch.nonzero(~done).flatten().tolist():
+                if int(token[i]) == eos_id:
+                    done[i] = True
+                else:
+                    out[i].append(int(token[i]))
+            if bool(done.all()):
+                break
+            ids = torch.cat([ids, token[:, None]], dim=1)
+        return out
+
+    with torch.no_grad():
+        if model.arch == "decoder":
+            written = [[] for _ in sources]
+            groups: dict[int, list[int]] = {}
+            for i, source in enumerate(sources):
+                groups.setdefault(len(source), []).append(i)
+            for rows in groups.values():
+                for i, tokens in zip(rows, run(torch.tensor([[*sources[i], eos_id] for i in rows]))):
+                    written[i] = tokens
+            return written
+        encoder = _padded([[*s, eos_id] for s in sources], PAD)
+        mask = _padded([[1] * (len(s) + 1) for s in sources], 0).bool()
+        return run(torch.full((len(sources), 1), BOS), encoder, mask)
+
+
+def sources_of(lengths, seed=3):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 40, (n,), generator=generator).tolist() for n in lengths]
+
+
+# sources of several lengths (two pairs of one length), four whose streams reach the decoder's max_len 24 within
+# the 8 new tokens, one (23 tokens) whose stream `source eos` fills it, and for the decoder one that overflows it
+LENGTHS = [1, 4, 4, 9, 15, 20, 21, 22, 23, 2, 9]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("family", ["decoder", "encoder_decoder"])
+@pytest.mark.parametrize("eos", [EOS, 39, UNWRITTEN])
+def test_cached_greedy_decoding_writes_the_tokens_full_recomputation_writes(family, shape, eos):
+    """All sources in one batch (the decoder's right-padded), a token per step through the key/value cache: token
+    for token what recomputing every forward from scratch writes, each row stopped at its eos or at max_len."""
+    model = model_of(family, **SHAPES[shape])
+    sources = sources_of(LENGTHS + ([24] if family == "decoder" else []))
+    written = greedy(model, sources, eos, BOS, PAD, max_new_tokens=8)
+    assert written == recomputed(model, sources, eos, 8)
+    limits = [min(8, 24 - len(s)) if family == "decoder" else 8 for s in sources]
+    assert all(len(tokens) <= limit and eos not in tokens for tokens, limit in zip(written, limits))
+    if eos == UNWRITTEN:  # no row ends: each writes up to its limit (the decoder's: its stream reaches max_len)
+        assert [len(tokens) for tokens in written] == limits
+
+
+def test_cached_greedy_decoding_stops_each_row_at_its_own_eos():
+    model = model_of("decoder")
+    sources = sources_of(LENGTHS)
+    written = greedy(model, sources, EOS, BOS, PAD, max_new_tokens=8)
+    assert written == recomputed(model, sources, EOS, 8)
+    stopped = [len(tokens) < min(8, 24 - len(s)) for s, tokens in zip(sources, written)]
+    assert any(stopped) and not all(stopped)  # some rows wrote their eos while others went on
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder_decoder"])
+def test_greedy_decoding_writes_up_to_max_len_and_no_source_is_too_long_for_the_decoder(family):
+    model = model_of(family)  # max_len 24
+    sources = sources_of([3, 23] + ([24, 30] if family == "decoder" else []))
+    written = greedy(model, sources, UNWRITTEN, BOS, PAD, max_new_tokens=40)
+    # the decoder's stream `source eos new` (at most 24 tokens; one of 25 or more writes nothing), the
+    # encoder-decoder's decoder input `bos new` (at most 24: 23 new, and the 24th read from the full input)
+    assert [len(tokens) for tokens in written] == ([21, 1, 0, 0] if family == "decoder" else [24, 24])
+    assert written == recomputed(model, sources, UNWRITTEN, 40)
+    assert greedy(model, [], EOS, BOS, PAD, 5) == [] and greedy(model, sources, EOS, BOS, PAD, 0) == [[]] * len(sources)
 
 
 # ---------------------------------------------------------------------------------------- the built-in jobs' data

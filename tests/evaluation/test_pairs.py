@@ -261,7 +261,7 @@ def test_a_missing_pair_file_and_a_reserved_name_are_one_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- random-init baselines
-def test_random_init_baselines_are_cached_per_shape_and_seed(tmp_path):
+def test_random_init_baselines_are_cached_per_shape_and_seed(tmp_path, caplog):
     tok = word_tokenizer(WORDS)
     vocab = Vocab(size=len(WORDS), n_sentinels=4)
     path = blimp_file(tmp_path / "p.jsonl", BLIMP)
@@ -287,8 +287,13 @@ def test_random_init_baselines_are_cached_per_shape_and_seed(tmp_path):
     assert [f.stat().st_mtime_ns for f in files] == stamps
     run(16)  # another shape: its own entries
     assert len(list((tmp_path / "cache" / "pairs-random-init").iterdir())) == 6
-    np.save(files[0], np.zeros(2))  # a damaged entry is computed again
+    np.save(files[0], np.zeros(2))  # a damaged entry is computed again, said in one line
     assert run(32) == first
+    damaged = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert damaged == [
+        f"{files[0]}: a damaged random-init cache entry (it does not fit what it should hold): computed again"
+    ]
+    assert np.load(files[0]).shape != (2,)  # replaced
 
 
 # ---------------------------------------------------------------------------------------- through selfsup-train

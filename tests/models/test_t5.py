@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from selfsup.data.vocab import Vocab
 from selfsup.interop.export import exporter, t5
 from selfsup.models import TransformerConfig
-from selfsup.models.transformer import relative_position_bucket
+from selfsup.models.positions import relative_position_bucket
 
 transformers = pytest.importorskip("transformers")
 T5 = dict(

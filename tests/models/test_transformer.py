@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from selfsup.models import MODEL_NAMES, build_model
+from selfsup.models.kv_cache import KVCache
 
 V, L, B = 100, 12, 3
 TINY = dict(vocab_size=V, max_len=16, d_model=32, n_layers=2, n_heads=4)
@@ -74,6 +75,21 @@ def test_decoder_prefix_lm():
 # --- encoder padding ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("positions", ["learned", "relative"])
+@torch.no_grad()
+def test_encoder_positions_give_those_states_alone(positions):
+    """positions= (one per row) computes the last block at them only: the full forward's states there."""
+    x = ids()
+    mask = torch.ones(B, L, dtype=torch.bool)
+    mask[1, 5:] = False
+    enc = make("encoder", n_layers=3, positions=positions)
+    picked = torch.tensor([0, 4, L - 1])
+    full = enc(encoder_inputs=x, encoder_mask=mask)[torch.arange(B), picked]
+    assert torch.allclose(enc(encoder_inputs=x, encoder_mask=mask, positions=picked), full, atol=ATOL)
+    with pytest.raises(ValueError, match="causal"):
+        make("decoder").decoder(torch.zeros(1, 3, TINY["d_model"]), is_causal=True, query=torch.tensor([0]))
+
+
 @torch.no_grad()
 def test_encoder_padding_is_invisible():
     x = ids()
@@ -127,6 +143,44 @@ def test_encoder_decoder_causal_in_decoder_and_reads_encoder():
         assert not diff[:t].any() and diff[t:].all(), t
     diff = differs(out, m(encoder_inputs=changed_at(x, L - 1), decoder_inputs=d))
     assert diff.all(), "every decoder position should see the last encoder token"
+
+
+# --- incremental decoding (key/value cache) ------------------------------------------------
+
+
+@pytest.mark.parametrize("positions", ["learned", "relative"])
+@pytest.mark.parametrize("name", ["decoder", "encoder_decoder"])
+@torch.no_grad()
+def test_decode_through_a_cache_gives_forwards_states(name, positions):
+    """Right-padded prompts of several lengths in one decode call, then a token per row per call at the row's own
+    position: each state is the full forward's at that position of the row's stream; the encoder runs once, each
+    layer's cross-attention keys and values are projected once."""
+    m = make(name, positions=positions)
+    x, lengths, width = ids(), torch.tensor([3, 7, 5]), 7
+    mask = torch.ones(B, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    inputs = {} if name == "decoder" else dict(encoder_inputs=ids(length=9, seed=2), encoder_mask=mask)
+    full = m(decoder_inputs=x, **inputs)
+    prompt = x[:, :width].clone()
+    for row, n in enumerate(lengths):
+        prompt[row, n:] = 0  # padding, overwritten by the row's next tokens and never read
+    cache, runs = KVCache(m.max_len), []
+    if name == "encoder_decoder":
+        m.encoder.register_forward_hook(lambda *_: runs.append(1))
+    states = m.decode(prompt, torch.arange(width).expand(B, -1), cache, **inputs)
+    for row, n in enumerate(lengths):
+        torch.testing.assert_close(states[row, :n], full[row, :n], atol=1e-5, rtol=0)
+    if name == "encoder_decoder":  # read no more: each layer's cross-attention keys and values are kept
+        cache.memory[0].fill_(float("nan"))
+    rows = torch.arange(B)
+    for t in range(L - width):
+        at = lengths + t
+        states = m.decode(x[rows, at][:, None], at[:, None], cache, **inputs)
+        torch.testing.assert_close(states[:, 0], full[rows, at], atol=1e-5, rtol=0)
+    crossed = name == "encoder_decoder"
+    assert len(runs) == crossed and len(cache.kv) == len(m.decoder.blocks) * (1 + crossed)
+    # training's forward takes no cache: the same states as before decoding
+    torch.testing.assert_close(m(decoder_inputs=x, **inputs), full, atol=0, rtol=0)
 
 
 # --- common signature -----------------------------------------------------------------------

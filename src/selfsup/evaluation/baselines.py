@@ -7,14 +7,16 @@ A damaged entry is computed again and replaced; entries are written under a temp
 
 `boundary(where)` between the parts of an evaluation and its random-init seeds, `check_stop()` between the batches
 of each: a stop signal received by the process (selfsup.reliability.stop) ends the evaluation there
-(EvaluationStopped), instead of after all of it. Each boundary is also said as it is passed (report_progress), so
-that a minute-long evaluation is not silent.
+(EvaluationStopped), instead of after all of it. Each boundary is also said as it is passed (report_progress), and a
+part under way is said again every HEARTBEAT seconds with the time left of the plan's estimate, so that no
+evaluation is silent for more than 30 s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -26,7 +28,7 @@ import torch
 
 from selfsup.reliability import stop
 
-CACHE_VERSION = 1  # raise when a scorer or a model's forward changes what an entry means
+CACHE_VERSION = 2  # raise when a scorer or a model's forward changes what an entry means
 
 
 def untrained_key(model: torch.nn.Module, **what: Any) -> str:
@@ -56,8 +58,10 @@ def cached(
             value = read(path)
             if value is not None:
                 return value
-        except (OSError, ValueError):
-            pass  # a damaged entry: computed again and replaced
+            why = "it does not fit what it should hold"
+        except (OSError, ValueError) as err:
+            why = f"{type(err).__name__}: {err}"
+        logging.getLogger("selfsup").warning(f"{path}: a damaged random-init cache entry ({why}): computed again")
     value = compute()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,8 +76,9 @@ class EvaluationStopped(Exception):
     """A stop signal arrived during an evaluation: it ended at a boundary (args: the signal, where)."""
 
 
-_place: dict = {"where": "the evaluation", "since": None}  # the part under way (the last boundary passed)
-_progress: dict = {"to": None}
+HEARTBEAT = 20.0  # seconds: a part that runs longer is said again this often (a line at least every 30 s)
+_place: dict = {"where": "the evaluation", "since": None, "began": None}  # the part under way, since when
+_progress: dict = {"to": None, "said": 0.0, "estimate": None}  # estimate: the evaluation's expected seconds
 
 
 def report_progress(to: Callable[[str], None] | None) -> None:
@@ -83,20 +88,67 @@ def report_progress(to: Callable[[str], None] | None) -> None:
     _progress["to"] = to
 
 
+def progress_reported() -> bool:
+    """Is an evaluation's progress said anywhere (report_progress)?"""
+    return _progress["to"] is not None
+
+
+def planning() -> None:
+    """The plan's warm-up begins (said again like a part, should it run long)."""
+    _place.update(where="the plan's warm-up", since=time.perf_counter(), began=None)
+    _progress["said"] = time.perf_counter()
+
+
+def say(text: str) -> None:
+    """A line where the evaluation's progress goes (nowhere without report_progress)."""
+    if _progress["to"] is not None:
+        _progress["to"](text)
+        _progress["said"] = time.perf_counter()
+
+
 def _say(text: str) -> None:
     if _progress["to"] is not None:
         if _place["since"] is not None:
             text += f"  ({_place['where']}: {time.perf_counter() - _place['since']:.1f} s)"
         _progress["to"](text)
+        _progress["said"] = time.perf_counter()
 
 
-def evaluation_started() -> None:
-    _place.update(where="the evaluation", since=None)
+def _still() -> None:
+    """The part under way said again, with the time spent in it and in the evaluation, and what is left of
+    the plan's estimate: `evaluating: task probe, 0:40 in it; 1:55 of about 4 min, about 2 min left`."""
+    now = time.perf_counter()
+    text = f"evaluating: {_place['where']}, {_clock(now - (_place['since'] or now))} in it"
+    if _place["began"] is not None:
+        spent = now - _place["began"]
+        text += f"; {_clock(spent)} in all"
+        if _progress["estimate"]:
+            left = _progress["estimate"] - spent
+            text += f" of about {_minutes(_progress['estimate'])}, " + (
+                f"about {_minutes(left)} left" if left > 0 else "longer than estimated"
+            )
+    _progress["to"](text)
+    _progress["said"] = now
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}:{seconds:02d}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def evaluation_started(estimate: float | None = None) -> None:
+    """An evaluation begins; estimate: its expected seconds (the plan's), for the progress lines' time left."""
+    _place.update(where="the evaluation", since=None, began=time.perf_counter())
+    _progress["estimate"] = estimate
 
 
 def evaluation_done(seconds: float) -> None:
     _say(f"evaluated in {seconds:.1f} s")
-    _place["since"] = None
+    _place.update(since=None, began=None)
 
 
 def boundary(where: str) -> None:
@@ -104,10 +156,17 @@ def boundary(where: str) -> None:
     end the evaluation here when the process has received a stop signal."""
     _say(f"evaluating: {where}")
     _place.update(where=where, since=time.perf_counter())
-    check_stop()
+    _stop_if_asked()
 
 
 def check_stop() -> None:
-    """Between the batches of a part: go on, or end the evaluation (a part can take a minute on a CPU)."""
+    """Between the batches of a part: go on, or end the evaluation (a part can take a minute on a CPU); a part
+    under way for HEARTBEAT seconds since the last line is said again (report_progress)."""
+    if _progress["to"] is not None and time.perf_counter() - _progress["said"] >= HEARTBEAT:
+        _still()
+    _stop_if_asked()
+
+
+def _stop_if_asked() -> None:
     if stop.received is not None:
         raise EvaluationStopped(stop.received, _place["where"])

@@ -13,7 +13,8 @@ text, its target's loss under teacher forcing, greedy decoding from the source a
               gradients clipped to norm 1, batches drawn with replacement from `seed`).
     greedy    `greedy`: at most max_new_tokens argmax tokens written from the source alone (the target is never
               an input), stopped at eos; the decoder continues `source eos`, the encoder-decoder's decoder starts
-              from bos after reading `source eos`.
+              from bos after reading `source eos`; every source in one batch, a token per step through a
+              key/value cache (`model.decode`).
     scores    `exact_match`, `token_f1`: SQuAD v1.1's definitions (its evaluate script's, torchmetrics' `squad`) on
               normalised text: lower case, punctuation and the articles a/an/the removed, whitespace collapsed.
 """
@@ -32,6 +33,7 @@ from selfsup.common.names import DECODER, ENCODER_DECODER
 from selfsup.evaluation.baselines import check_stop
 from selfsup.evaluation.probe import Finetune, optimizer, step
 from selfsup.evaluation.tasks import EvalError
+from selfsup.models.kv_cache import KVCache
 
 NOT_A_WRITER = "an encoder does not write text"
 WRITERS = (DECODER, ENCODER_DECODER)
@@ -168,45 +170,54 @@ def greedy(
     max_new_tokens: int,
 ) -> list[list[int]]:
     """Each source's greedy continuation (token ids, the final eos not included), at most max_new_tokens long
-    and within the model's max_len; the decoder's sources of one length are written in one batch."""
+    and within the model's max_len; every source in one batch."""
     check_writer(model.arch)
-    device = next(model.parameters()).device
-    written: list[list[int]] = [[] for _ in sources]
+    if not sources:
+        return []
     if model.arch == DECODER:
-        groups: dict[int, list[int]] = {}
-        for i, source in enumerate(sources):
-            groups.setdefault(len(source), []).append(i)
-        for rows in groups.values():
-            prompt = torch.tensor([[*sources[i], eos_id] for i in rows], dtype=torch.long, device=device)
-            for i, tokens in zip(rows, _continue(model, prompt, eos_id, max_new_tokens)):
-                written[i] = tokens
-        return written
+        return _continue(model, [[*s, eos_id] for s in sources], eos_id, pad_id, max_new_tokens)
+    device = next(model.parameters()).device
     encoder = _padded([[*s, eos_id] for s in sources], pad_id).to(device)
     mask = _padded([[1] * (len(s) + 1) for s in sources], 0).bool().to(device)
-    start = torch.full((len(sources), 1), bos_id, dtype=torch.long, device=device)
-    return _continue(model, start, eos_id, max_new_tokens, encoder, mask)
+    return _continue(model, [[bos_id]] * len(sources), eos_id, pad_id, max_new_tokens, encoder, mask)
 
 
-def _continue(model, prompt, eos_id, steps, encoder=None, mask=None) -> list[list[int]]:
-    """At most `steps` greedy argmax tokens after `prompt` [B, L] (the decoder's stream or the encoder-decoder's
-    decoder input), fewer where the model's max_len ends the stream first."""
-    ids, done = prompt, torch.zeros(len(prompt), dtype=torch.bool, device=prompt.device)
-    out: list[list[int]] = [[] for _ in range(len(prompt))]
-    for _ in range(max(0, min(steps, model.max_len - prompt.shape[1] + 1))):
-        if model.arch == DECODER:
-            hidden = model(decoder_inputs=ids)
-        else:
-            hidden = model(encoder_inputs=encoder, encoder_mask=mask, decoder_inputs=ids)
-        token = model.head(hidden[:, -1]).argmax(-1)
-        for i in torch.nonzero(~done).flatten().tolist():
-            if int(token[i]) == eos_id:
-                done[i] = True
+def _continue(model, prompts, eos_id, pad_id, steps, encoder=None, mask=None) -> list[list[int]]:
+    """At most `steps` greedy argmax tokens after each prompt (the decoder's stream or the encoder-decoder's decoder
+    input), fewer where the model's max_len ends its stream first (a prompt longer than max_len writes none).
+
+    The prompts go right-padded through one forward, then each row's next token through one forward per step at its
+    own position (`model.decode`), the earlier positions' keys and values read from a KVCache; a row is done at its
+    eos or its last token, the loop when every row is."""
+    written: list[list[int]] = [[] for _ in prompts]
+    limits = [max(0, min(steps, model.max_len - len(p) + 1)) for p in prompts]
+    keep = [i for i, limit in enumerate(limits) if limit > 0]
+    if not keep:
+        return written
+    device = next(model.parameters()).device
+    ids = _padded([prompts[i] for i in keep], pad_id).to(device)
+    lengths = torch.tensor([len(prompts[i]) for i in keep], device=device)
+    if encoder is not None:
+        encoder, mask = encoder[keep], mask[keep]
+    cache, rows = KVCache(model.max_len), torch.arange(len(keep), device=device)
+    positions, last = torch.arange(ids.shape[1], device=device).expand(len(keep), -1), lengths - 1
+    done = [False] * len(keep)
+    for n in range(max(limits)):
+        tokens = model.head(model.decode(ids, positions, cache, encoder, mask)[rows, last]).argmax(-1)
+        for j, (i, token) in enumerate(zip(keep, tokens.tolist())):
+            if done[j]:
+                continue
+            if token == eos_id:
+                done[j] = True
             else:
-                out[i].append(int(token[i]))
-        if bool(done.all()):
+                written[i].append(token)
+                done[j] = len(written[i]) == limits[i]
+        if all(done):
             break
-        ids = torch.cat([ids, token[:, None]], dim=1)
-    return out
+        # a done row goes on being computed (never past max_len), its tokens unread
+        ids, positions = tokens[:, None], (lengths + n).clamp(max=model.max_len - 1)[:, None]
+        last = torch.zeros_like(last)
+    return written
 
 
 # ---------------------------------------------------------------------------------------- a job's examples, scored

@@ -103,6 +103,14 @@ class JobScores:
                 out.update({f"eval/{name}/{s}/margin{end}": v for end, v in zip(("", "_low", "_high"), astuple(m))})
         return out
 
+    def writer_entry(self, fresh: torch.nn.Module, name: str, k: int) -> Path | None:
+        """The cache entry of job `name`'s writer fine-tuned from the untrained `fresh` with fine-tuning seed k."""
+        if self.cache_dir is None:
+            return None
+        how = ["generation", self.seed, k, self.finetune.settings()]
+        key = untrained_key(fresh, generation=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name])
+        return self.cache_dir / "generation-random-init" / f"{key}.json"
+
     def writers_random_init(self, model: torch.nn.Module) -> dict[str, float]:
         """The generation jobs' baselines: models of the run's shape freshly initialised from the probe's
         random-init seeds (eval.probe.random_init_seeds), each fine-tuned from fine-tuning seed k and scored the same
@@ -114,13 +122,7 @@ class JobScores:
             torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
             fresh = self.fresh_model(model)
             for name in self.written:
-                path = None
-                if self.cache_dir is not None:
-                    how = ["generation", self.seed, k, self.finetune.settings()]
-                    key = untrained_key(
-                        fresh, generation=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name]
-                    )
-                    path = self.cache_dir / "generation-random-init" / f"{key}.json"
+                path = self.writer_entry(fresh, name, k)
 
                 def read(p: Path, n=len(self.written[name].sources)):
                     found = json.loads(p.read_text())

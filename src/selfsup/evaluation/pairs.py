@@ -331,22 +331,26 @@ class MinimalPairs:
                 out[f"{key}/random_init_accuracy_sd"] = sd
         return out
 
+    def random_init_entry(self, prefix: str, seed: int, device) -> tuple[torch.nn.Module, Path | None]:
+        """The untrained model of `seed` and its cache entry's path (None: no cache_dir)."""
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(stream_seed("pairs-random-init", seed))
+            fresh = self.make_model().to(device)
+        if self.cache_dir is None:
+            return fresh, None
+        key = untrained_key(
+            fresh,
+            scorer=self.scorers[prefix][0],
+            tokenizer=self.tokenizer_hash,
+            sentences=hashlib.sha256(json.dumps(self.sentences).encode()).hexdigest(),
+        )
+        return fresh, self.cache_dir / "pairs-random-init" / f"{key}.npy"
+
     def random_init_scores(self, prefix: str, seed: int, device) -> np.ndarray:
         """The sentence scores of an untrained model of the run's shape, initialised from `seed` (the same
         for every run of that shape): read from <cache_dir>/pairs-random-init/ when an earlier run computed
         them (selfsup.evaluation.baselines)."""
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(stream_seed("pairs-random-init", seed))
-            fresh = self.make_model().to(device)
-        path = None
-        if self.cache_dir is not None:
-            key = untrained_key(
-                fresh,
-                scorer=self.scorers[prefix][0],
-                tokenizer=self.tokenizer_hash,
-                sentences=hashlib.sha256(json.dumps(self.sentences).encode()).hexdigest(),
-            )
-            path = self.cache_dir / "pairs-random-init" / f"{key}.npy"
+        fresh, path = self.random_init_entry(prefix, seed, device)
 
         def read(p: Path):
             scores = np.load(p)

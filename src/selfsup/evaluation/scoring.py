@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from selfsup.common.names import ENCODER
 from selfsup.evaluation.baselines import check_stop
 
 TIE = 1e-6  # nats: a smaller difference of two scores is float noise of batched scoring, a tie
@@ -137,6 +138,7 @@ def score_rows(
         max(len(rows.encoder[i]) if rows.encoder else 0, len(rows.decoder[i]) if rows.decoder else 0)
         for i in range(len(rows.sentence))
     ]
+    one_each = getattr(model, "arch", None) == ENCODER and all(len(s) == 1 for s in rows.scored)
     try:
         for batch in _batches(length, batch_tokens):
             check_stop()
@@ -146,11 +148,14 @@ def score_rows(
                 kwargs.update(encoder_inputs=ids, encoder_mask=mask)
             if rows.decoder:
                 kwargs["decoder_inputs"] = _pad([rows.decoder[i] for i in batch], pad_id, device)[0]
-            hidden = model(**kwargs)
             r = torch.tensor([j for j, i in enumerate(batch) for _ in rows.scored[i]], device=device)
             p = torch.tensor([pos for i in batch for pos, _ in rows.scored[i]], device=device)
             t = torch.tensor([tok for i in batch for _, tok in rows.scored[i]], device=device)
-            logp = _token_logprobs(model, hidden[r, p], t).double().cpu()
+            if one_each:  # an encoder's masked copies: the last block at the masked positions alone
+                states = model(**kwargs, positions=p)
+            else:
+                states = model(**kwargs)[r, p]
+            logp = _token_logprobs(model, states, t).double().cpu()
             owner = torch.tensor([rows.sentence[i] for i in batch for _ in rows.scored[i]])
             totals.index_add_(0, owner, logp)
     finally:

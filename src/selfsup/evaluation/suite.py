@@ -16,7 +16,14 @@ import numpy as np
 import torch
 
 from selfsup.data.records import check_count
-from selfsup.evaluation.baselines import EvaluationStopped, boundary, evaluation_done, evaluation_started
+from selfsup.evaluation.baselines import (
+    EvaluationStopped,
+    boundary,
+    evaluation_done,
+    evaluation_started,
+    progress_reported,
+    say,
+)
 from selfsup.evaluation.config import ProbeConfig
 from selfsup.evaluation.fixed import PANEL_SETTINGS, FixedExam, check_panel
 from selfsup.evaluation.generation import Prepared
@@ -24,6 +31,7 @@ from selfsup.evaluation.heldout import HeldoutText
 from selfsup.evaluation.job_scores import JobScores
 from selfsup.evaluation.jobs import GenerationJob
 from selfsup.evaluation.pairs import MinimalPairs, scorer_name
+from selfsup.evaluation.plan import Plan, plan
 from selfsup.evaluation.probe import PROTOCOLS, Finetune
 from selfsup.evaluation.scoring import unigram_logprobs
 from selfsup.evaluation.stats import ratio_scores
@@ -85,11 +93,13 @@ class Evaluation(TaskScores, JobScores):
         self.seconds = 0.0
         self.cache_dir: Path | None = None  # where random-init baselines are kept (setup's cache_dir)
         self.tokenizer_hash: str | None = None
-        self.part_seconds: dict[str, float] = {}  # fixed, pairs, probe, generation: seconds over the run's evaluations
+        self.part_seconds: dict[str, float] = {}  # plan, fixed, pairs, heldout, probe, generation: over its evaluations
         self.item_seconds: dict[str, float] = {}  # each task's and job's, and their random-init baselines' seconds
         self.random_init: dict[str, np.ndarray] = {}  # per task: random-init outcomes [seeds, test examples]
         self.last: dict[str, np.ndarray] = {}  # per task: the last evaluated model's outcomes
         self.fingerprints: dict[str, str] = {}  # per task: a hash of its examples
+        self.planned: Plan | None = None  # the next evaluation's plan, when said already (plan)
+        self.estimated = 0.0  # the plans' estimates of the run's evaluations, seconds (beside self.seconds)
 
     # ------------------------------------------------------------------------------ before training
     def check(self, training_documents=None, sharded: bool = False) -> None:
@@ -254,9 +264,14 @@ class Evaluation(TaskScores, JobScores):
             )
             return None
 
+    def plan(self, model: torch.nn.Module, pending: set | None = None) -> Plan:
+        """What the next evaluation of `model` will do and about how long it will take (selfsup.evaluation.plan;
+        pending: cache entries earlier runs will have written); the next evaluation counts down from it."""
+        self.planned = plan(self, model, pending)
+        return self.planned
+
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
         started = time.perf_counter()
-        evaluation_started()
         devices = [model_device(model)] if model_device(model).type == "cuda" else []
         # inside Lightning's validation (inference mode): tensors made here must be usable by autograd (the
         # linear classifier, a fine-tune); a compiled model runs eagerly (the probe's shapes would recompile)
@@ -266,6 +281,13 @@ class Evaluation(TaskScores, JobScores):
             torch.random.fork_rng(devices=devices),
             torch.compiler.set_stance("force_eager"),
         ):
+            if self.planned is None and progress_reported():
+                with self.timed("plan"):
+                    say(self.plan(model).line())
+            if self.planned is not None:
+                self.estimated += self.planned.seconds
+            evaluation_started(self.planned.seconds if self.planned is not None else None)
+            self.planned = None
             metrics = {}
             if self.exam is not None:
                 boundary("the fixed exam")

@@ -126,6 +126,16 @@ class TaskScores:
             )
         return out
 
+    def task_entry(self, fresh: torch.nn.Module, name: str) -> Path | None:
+        """The cache entry of task `name`'s baseline on the untrained model `fresh` (None: no cache_dir)."""
+        if self.cache_dir is None:
+            return None
+        task = self.encoded[name]
+        how = [task.protocol, self.seed, READING]
+        how += self.finetune.settings() if task.protocol == "finetune" else [self.l2, self.max_length]
+        key = untrained_key(fresh, probe=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name])
+        return self.cache_dir / "probe-random-init" / f"{key}.json"
+
     def random_init_and_majority(self, model: torch.nn.Module) -> dict[str, float]:
         """The baselines of every task: the same probe or fine-tuning of models of the same shape, freshly
         initialised from eval.probe.random_init_seeds seeds of their own (the same for every run of that shape; read
@@ -139,14 +149,7 @@ class TaskScores:
             torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
             fresh = self.fresh_model(model)
             for name, task in self.encoded.items():
-                path = None
-                if self.cache_dir is not None:
-                    how = [task.protocol, self.seed, READING]
-                    how += self.finetune.settings() if task.protocol == "finetune" else [self.l2, self.max_length]
-                    key = untrained_key(
-                        fresh, probe=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name]
-                    )
-                    path = self.cache_dir / "probe-random-init" / f"{key}.json"
+                path = self.task_entry(fresh, name)
 
                 def read(p: Path, n=len(task.test_labels)):
                     labels = json.loads(p.read_text())

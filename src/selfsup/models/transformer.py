@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
+from selfsup.models.positions import RelativePositionBias, fold_mask
 
 VOCAB_MULTIPLE = 64
 
@@ -55,9 +56,10 @@ class Attention(nn.Module):
         self.proj = nn.Linear(d_model, d_model, bias=bias)  # residual output projection
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x, context=None, mask=None, is_causal=False, position_bias=None):
+    def forward(self, x, context=None, mask=None, is_causal=False, position_bias=None, cache=None):
         """mask: bool broadcastable to [B, 1, Lq, Lk], True = may attend; position_bias: the stack's float mask
-        (fold_mask: a relative position bias with mask and causality folded in), used in their place."""
+        (fold_mask: a relative position bias with mask and causality folded in), used in their place; cache: a
+        KVCache (decoding), which keeps the keys and values (KVCache.update)."""
         B, Lq, D = x.shape
         H = self.n_heads
         if context is None:
@@ -65,10 +67,13 @@ class Attention(nn.Module):
         else:
             w, b = self.qkv.weight, self.qkv.bias
             q = F.linear(x, w[:D], None if b is None else b[:D]).view(B, Lq, H, D // H).transpose(1, 2)
-            k, v = (
+            kv = None if cache is None else cache.kv.get(self)  # decoding: the first step's projection, kept
+            k, v = kv or (
                 t.view(B, -1, H, D // H).transpose(1, 2)
                 for t in F.linear(context, w[D:], None if b is None else b[D:]).split(D, dim=-1)
             )
+        if cache is not None:
+            k, v = cache.update(self, k, v, cross=context is not None)
         has_key = None
         if mask is not None:
             # A query with no key (e.g. an all-padding encoder row) would make SDPA return NaN:
@@ -116,51 +121,6 @@ class MLP(nn.Module):
         return self.dropout(self.proj(self.act(self.fc(x))))
 
 
-def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, buckets: int, max_distance: int):
-    """T5's bucket of each relative position (key - query): half the buckets exact distances, the other half
-    logarithmic up to max_distance (farther: the last bucket); bidirectional stacks split them by sign, causal
-    ones put every later key in bucket 0."""
-    bucket = torch.zeros_like(relative)
-    if bidirectional:
-        buckets //= 2
-        bucket += (relative > 0).long() * buckets
-        relative = relative.abs()
-    else:
-        relative = -relative.clamp(max=0)
-    exact = buckets // 2
-    scaled = torch.log(relative.float() / exact) / math.log(max_distance / exact) * (buckets - exact)
-    far = (exact + scaled.long()).clamp(max=buckets - 1)
-    return bucket + torch.where(relative < exact, relative, far)
-
-
-def fold_mask(bias: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
-    """A stack's position bias [1, H, L, L] with -inf where a query may not read a key (mask, causality), once
-    for all its layers; a query with no key at all keeps the bias (Attention zeroes what it reads)."""
-    if is_causal:
-        causal = torch.ones(bias.shape[-2:], dtype=torch.bool, device=bias.device).tril()
-        mask = causal if mask is None else mask & causal
-    if mask is None:
-        return bias
-    return bias.masked_fill(~(mask | ~mask.any(dim=-1, keepdim=True)), float("-inf"))
-
-
-class RelativePositionBias(nn.Module):
-    """T5's position information: a learned score per head and bucket of relative position, added to every
-    layer's self-attention scores (computed once per stack)."""
-
-    def __init__(self, n_heads: int, buckets: int, max_distance: int, bidirectional: bool):
-        super().__init__()
-        self.buckets, self.max_distance, self.bidirectional = buckets, max_distance, bidirectional
-        self.bias = nn.Embedding(buckets, n_heads)
-
-    def forward(self, length: int, device) -> torch.Tensor:
-        pos = torch.arange(length, device=device)
-        bucket = relative_position_bucket(
-            pos[None, :] - pos[:, None], self.bidirectional, self.buckets, self.max_distance
-        )
-        return self.bias(bucket).permute(2, 0, 1)[None]  # [1, H, L, L]
-
-
 def norm_layer(kind: str, d_model: int, bias: bool) -> nn.Module:
     """layernorm (mean and variance, a bias unless bias=false) or rmsnorm (T5's: no mean, no bias, eps 1e-6)."""
     return nn.RMSNorm(d_model, eps=1e-6) if kind == "rmsnorm" else nn.LayerNorm(d_model, bias=bias)
@@ -179,10 +139,21 @@ class Block(nn.Module):
         self.ln_mlp = norm_layer(c.norm, d, bias)
         self.mlp = MLP(d, d_ff, p, bias, c.activation)
 
-    def forward(self, x, mask=None, is_causal=False, context=None, context_mask=None, position_bias=None):
-        x = x + self.attn(self.ln_attn(x), mask=mask, is_causal=is_causal, position_bias=position_bias)
+    def forward(
+        self, x, mask=None, is_causal=False, context=None, context_mask=None, position_bias=None, query=None, cache=None
+    ):
+        """query: a position per row [B] (a non-causal stack): only those positions' states come out, [B, 1, d],
+        each read from its whole row (the block computed at the queries alone); cache: Attention's (decoding)."""
+        if query is not None:
+            h, rows = self.ln_attn(x), torch.arange(len(x), device=x.device)
+            if position_bias is not None:  # [1 or B, H, L, L] -> the queries' rows [B, H, 1, L]
+                position_bias = position_bias.expand(len(x), -1, -1, -1)[rows, :, query][:, :, None]
+            picked = h[rows, query][:, None]
+            x = x[rows, query][:, None] + self.attn(picked, context=h, mask=mask, position_bias=position_bias)
+            return x + self.mlp(self.ln_mlp(x))
+        x = x + self.attn(self.ln_attn(x), mask=mask, is_causal=is_causal, position_bias=position_bias, cache=cache)
         if self.cross_attn is not None:
-            x = x + self.cross_attn(self.ln_cross(x), context=context, mask=context_mask)
+            x = x + self.cross_attn(self.ln_cross(x), context=context, mask=context_mask, cache=cache)
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -205,18 +176,46 @@ class Stack(nn.Module):
         self.blocks = nn.ModuleList(Block(c, d_ff, cross_attention) for _ in range(n_layers))
         self.ln_f = norm_layer(c.norm, c.d_model, c.bias)
 
-    def forward(self, tok, mask=None, is_causal=False, context=None, context_mask=None, activation_checkpointing=False):
+    def forward(
+        self,
+        tok,
+        mask=None,
+        is_causal=False,
+        context=None,
+        context_mask=None,
+        activation_checkpointing=False,
+        query=None,
+    ):
+        """[B, L, d] final states; query (a position per row [B], non-causal stacks): [B, d], those positions'
+        alone, the last block computed at them only (a pseudo-log-likelihood's masked copies: one scored
+        position per row)."""
         L = tok.shape[1]
         bias = None
         if self.rel_bias is not None:  # T5's bias, with the masks folded in once for every layer
             bias, is_causal = fold_mask(self.rel_bias(L, tok.device), mask, is_causal), False
         x = tok if self.pos_emb is None else tok + self.pos_emb(torch.arange(L, device=tok.device))
         x = self.dropout(x)
-        for block in self.blocks:
+        if query is not None and is_causal:
+            raise ValueError("query= reads each position from its whole row: a causal stack has no such state")
+        for i, block in enumerate(self.blocks):
+            if query is not None and i == len(self.blocks) - 1:
+                return self.ln_f(block(x, mask, is_causal, context, context_mask, bias, query=query)[:, 0])
             if activation_checkpointing and self.training and torch.is_grad_enabled():
                 x = checkpoint(block, x, mask, is_causal, context, context_mask, bias, use_reentrant=False)
             else:
                 x = block(x, mask, is_causal, context, context_mask, bias)
+        return self.ln_f(x)
+
+    def decode(self, tok, positions, cache, context=None, context_mask=None):
+        """A causal stack's final states [B, Lq, d] of tok [B, Lq, d] (embedded tokens) at positions [B, Lq], each
+        reading the keys and values at its own position and earlier ones, which `cache` (a KVCache) keeps."""
+        mask = cache.step(positions)
+        bias = None
+        if self.rel_bias is not None:
+            bias = fold_mask(self.rel_bias(mask.shape[-1], tok.device, positions), mask, False)
+        x = self.dropout(tok if self.pos_emb is None else tok + self.pos_emb(positions))
+        for block in self.blocks:
+            x = block(x, mask, False, context, context_mask, bias, cache=cache)
         return self.ln_f(x)
 
 
@@ -384,12 +383,14 @@ class Encoder(TransformerModel):
         self.encoder = self._stack(config.n_layers)
         self._init_weights()
 
-    def forward(self, encoder_inputs=None, encoder_mask=None, decoder_inputs=None, prefix_length=None):
+    def forward(self, encoder_inputs=None, encoder_mask=None, decoder_inputs=None, prefix_length=None, positions=None):
+        """[B, L, d] states; positions (one per row, [B]): [B, d], those positions' states alone (cheaper)."""
         x = self._embed(encoder_inputs, "encoder_inputs")
         return self.encoder(
             x,
             mask=self._key_padding(encoder_mask, encoder_inputs),
             activation_checkpointing=self.activation_checkpointing,
+            query=positions,
         )
 
 
@@ -415,6 +416,12 @@ class Decoder(TransformerModel):
         pos = torch.arange(L, device=x.device)
         mask = (pos[None, :] <= pos[:, None])[None] | (pos[None, None, :] < prefix_length)  # [B, L, L]
         return self.decoder(x, mask=mask[:, None], activation_checkpointing=self.activation_checkpointing)
+
+    def decode(self, decoder_inputs, positions, cache, encoder_inputs=None, encoder_mask=None):
+        """forward's causal states [B, Lq, d], incrementally: decoder_inputs [B, Lq] at positions [B, Lq] (right-padded
+        prompts, then a token per row), the earlier positions' keys and values read from `cache` (a new KVCache at
+        the prompts)."""
+        return self.decoder.decode(self._embed(decoder_inputs, "decoder_inputs"), positions, cache)
 
 
 class EncoderDecoder(TransformerModel):
@@ -453,6 +460,14 @@ class EncoderDecoder(TransformerModel):
             context_mask=keys,
             activation_checkpointing=self.activation_checkpointing,
         )
+
+    def decode(self, decoder_inputs, positions, cache, encoder_inputs=None, encoder_mask=None):
+        """forward's decoder states [B, Lq, d], incrementally, as Decoder.decode; the encoder runs at the first call
+        (its output and each layer's cross-attention keys and values kept in `cache`)."""
+        if cache.memory is None:
+            memory = self(encoder_inputs=encoder_inputs, encoder_mask=encoder_mask)
+            cache.memory = memory, self._key_padding(encoder_mask, encoder_inputs)
+        return self.decoder.decode(self._embed(decoder_inputs, "decoder_inputs"), positions, cache, *cache.memory)
 
 
 MODELS = {ENCODER: Encoder, DECODER: Decoder, ENCODER_DECODER: EncoderDecoder}

@@ -124,7 +124,7 @@ def cost(rows: list[dict], elapsed: float | None) -> str:
     """The evaluation's seconds by part beside each run's wall time, and the whole job's."""
     names = [str(r.get("objective")) for r in rows]
     lines = ["| seconds | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    for part, title in (("fixed", "fixed exam"), ("pairs", "minimal pairs"), ("probe", "probe")):
+    for part, title in PARTS:
         lines.append(
             f"| {title} | "
             + " | ".join(_number((r.get("eval_part_seconds") or {}).get(part), ".1f") for r in rows)
@@ -141,10 +141,24 @@ def cost(rows: list[dict], elapsed: float | None) -> str:
     return "\n".join(lines) + f"\n\nThe runs' wall time: {total:.0f} s; {whole}."
 
 
+PARTS = (
+    ("plan", "the plan's warm-up"),
+    ("fixed", "fixed exam"),
+    ("pairs", "minimal pairs"),
+    ("heldout", "held-out text"),
+    ("probe", "probe"),
+    ("generation", "generation jobs"),
+)  # an evaluation's parts (Evaluation.part_seconds) as the timing and cost blocks name them
+
+
 def timing(rows: list[dict], elapsed: float | None, cached: bool | None = None) -> str:
-    """One sentence: when and where the job was measured, and how long it took."""
+    """One sentence: when and where the job was measured, how long it took, and the evaluation's part of it,
+    by part."""
     total = sum(r.get("wall_seconds") or 0 for r in rows)
     evaluation = sum(r.get("eval_seconds") or 0 for r in rows)
+    parts = {title: sum((r.get("eval_part_seconds") or {}).get(part) or 0 for r in rows) for part, title in PARTS}
+    split = ", ".join(f"{title} {seconds:.0f} s" for title, seconds in parts.items() if seconds)
+    share = f" ({evaluation / elapsed:.0%} of the command)" if elapsed else ""
     whole = f" (the whole command {elapsed:.0f} s)" if elapsed is not None else ""
     state = {
         True: ", the random-init baselines read from the cache of an earlier run",
@@ -153,8 +167,8 @@ def timing(rows: list[dict], elapsed: float | None, cached: bool | None = None) 
     }[cached]
     return (
         f"Measured on {os.cpu_count()} CPU cores ({datetime.now():%Y-%m-%d}{state}): the {len(rows)} runs "
-        f"take {total:.0f} s of wall time{whole}, of which the evaluation (fixed exam, minimal pairs, probe) "
-        f"{evaluation:.0f} s."
+        f"take {total:.0f} s of wall time{whole}, of which the evaluation {evaluation:.0f} s{share}"
+        + (f": {split}." if split else ".")
     )
 
 

@@ -352,6 +352,7 @@ def trained_values(trainer, module, callbacks: dict) -> dict:
         },
         eval_seconds=round(evaluation.seconds, 2) if evaluation else None,
         eval_part_seconds={k: round(v, 2) for k, v in evaluation.part_seconds.items()} if evaluation else {},
+        eval_estimated_seconds=round(evaluation.estimated, 2) if evaluation and evaluation.estimated else None,
         pairs_scorers=evaluation.pair_scorers() if evaluation else {},
         tokens_per_sec=callbacks["throughput"].tokens_per_sec() if "throughput" in callbacks else None,
         best_checkpoint=callbacks["best"].best_model_path if "best" in callbacks else "",

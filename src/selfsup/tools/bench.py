@@ -13,7 +13,8 @@ selfsup-bench data         preparing generated corpora of 10 and 200 MB (--big: 
                            MB/s, warm-start seconds, peak RSS, beside tokenizers' encode_batch alone
 selfsup-bench eval         the evaluation's seconds in a warm one-step run on corpora of 10 and 100 MB, by
                            part (fixed exam, minimal pairs, held-out text, probe, generation jobs), beside the
-                           same run with eval=none; --eval jobs: the downstream jobs' (conf/eval/jobs.yaml)
+                           same run with eval=none; --eval jobs: the downstream jobs' (conf/eval/jobs.yaml);
+                           --sweep DIR: selfsup-eval on a finished sweep, by part, beside the plan's estimate
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from selfsup.data.vocab import Vocab, special_tokens
 from selfsup.loss import linear_cross_entropy
 from selfsup.objectives import build_objective
 from selfsup.tools.bench_data import bench_data
-from selfsup.tools.bench_eval import bench_eval
+from selfsup.tools.bench_eval import bench_eval, bench_sweep, real_length_task
 from selfsup.tools.bench_train import PRESETS, bench_train
 from selfsup.tools.parity import PARITY, parity
 
@@ -216,11 +217,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--objectives", default="mlm,clm,span_corruption")
     p.add_argument("--dir", help="where the corpora are generated (kept, reused) and the runs written")
     p.add_argument("--eval", default=None, help="the eval option measured (default: the default; jobs: selfsup-eval's)")
+    p.add_argument("--sweep", help="a finished sweep: selfsup-eval on it, by part, beside the plan's estimate")
+    p.add_argument(
+        "--real-length",
+        metavar="FOLDER",
+        help="with --sweep: a task of 3,000 + 1,000 texts of ~128 tokens written to FOLDER, evaluated alone",
+    )
     p.add_argument("overrides", nargs="*", help="eval.* overrides of the measured runs, e.g. eval.finetune.seeds=1")
     args = parser.parse_args(argv)
     if args.what == "eval":
-        print(f"{os.cpu_count()} cores; each run a fresh selfsup-train process, warm (token cache and baselines built)")
         evaluation = ((f"eval={args.eval}",) if args.eval else ()) + tuple(args.overrides)
+        if args.sweep:
+            if args.real_length:
+                evaluation += tuple(real_length_task(Path(args.real_length)))
+            print(f"{os.cpu_count()} cores; selfsup-eval {args.sweep} {' '.join(evaluation)}")
+            rows, plan = bench_sweep(args.sweep, evaluation)
+            print_table(rows)
+            print(plan)
+            return
+        print(f"{os.cpu_count()} cores; each run a fresh selfsup-train process, warm (token cache and baselines built)")
         print_table(
             bench_eval([int(x) for x in args.sizes.split(",")], args.objectives.split(","), args.dir, evaluation)
         )

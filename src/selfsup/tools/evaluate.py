@@ -12,6 +12,8 @@
         test_paths: [rte/validation.jsonl], text_fields: [sentence1, sentence2]}'     a GLUE-layout task too
     selfsup-eval SWEEP eval.finetune.steps=600 '~eval.tasks.replaced_word'
     selfsup-eval SWEEP eval=default                              the training-time evaluation again (exam, pairs...)
+    selfsup-eval SWEEP --plan                                    the plan alone: each run's parts, what the cache
+                                                                 holds, about how long (a warm-up), then stop
     selfsup-eval SWEEP 'lm_eval.tasks=[lambada_openai,hellaswag]'   lm-evaluation-harness tasks on each run's export,
                                                                  beside random-init models (selfsup.interop.lmeval; lm_eval.*
                                                                  alone runs lm-eval alone; pip install -e '.[lmeval]')
@@ -27,7 +29,11 @@ table of every run's scores and the verdict over them (selfsup.results.verdict, 
 selfsup-report on the folder shows them beside the runs' own.
 
 Every setting, task file and checkpoint of every run is checked before any run is evaluated: bad input is one
-line and exit status 2 with nothing written.
+line and exit status 2 with nothing written. Then the plan: per run its parts, their fine-tunes and seeds, which
+random-init baselines the cache holds (or an earlier run will have written) and about how long it will take,
+measured by a short warm-up on this machine (selfsup.evaluation.plan), and the whole; `--plan` stops there.
+While a run is evaluated a line says each part as it starts, and a part under way again every 20 s with the
+time left of the estimate.
 """
 
 from __future__ import annotations
@@ -61,8 +67,8 @@ if TYPE_CHECKING:
     from selfsup.run.schema import LoggerConfig
 
 USAGE = (
-    "usage: selfsup-eval RUN_OR_SWEEP_DIR [eval overrides, e.g. eval.finetune.steps=600 '+eval.tasks.NAME={...}'] "
-    "[lm_eval overrides, e.g. 'lm_eval.tasks=[hellaswag]']"
+    "usage: selfsup-eval RUN_OR_SWEEP_DIR [--plan] [eval overrides, e.g. eval.finetune.steps=600 "
+    "'+eval.tasks.NAME={...}'] [lm_eval overrides, e.g. 'lm_eval.tasks=[hellaswag]']"
 )
 DEFAULT_EVAL = "jobs"
 
@@ -194,13 +200,13 @@ class Planned:
         if self.evaluation is None:
             raise UserError("the eval settings evaluate nothing: name a task (+eval.tasks.NAME={...}) or a part")
 
-    def run(self) -> tuple[dict, dict]:
-        """(metrics, outcomes) of the run's last weights."""
+    def setup(self) -> None:
+        """The run's last weights loaded and its evaluation set up on them."""
         from selfsup.interop.pretrained import load
         from selfsup.run.build import make, model_length
 
         settings, corpus = self.settings, self.corpus
-        model = load(self.checkpoint).model
+        self.model = load(self.checkpoint).model
         shape = make(settings.architecture, "architecture")
         max_len = model_length(settings.data.seq_len, self.objective)
         self.evaluation.setup(
@@ -216,10 +222,38 @@ class Planned:
             span=getattr(self.objective, "mean_span_length", None),
             cache_dir=corpus.cache_dir,
         )
-        metrics = self.evaluation(model)
+
+    def run(self) -> tuple[dict, dict]:
+        """(metrics, outcomes) of the run's last weights (after setup)."""
+        metrics = self.evaluation(self.model)
         if metrics is None:
             raise UserError("stopped: nothing of this evaluation was kept")
         return metrics, self.evaluation.outcomes()
+
+
+def plan_flag(args: list[str]) -> tuple[bool, list[str]]:
+    """(whether --plan was given, the other arguments)."""
+    return "--plan" in args, [a for a in args if a != "--plan"]
+
+
+def print_plan(planned: list[Planned]) -> None:
+    """Every run set up and its plan said (selfsup.evaluation.plan: its parts, what the cache holds, about how
+    long), then the whole: `plan: 3 runs, about 12 min in all; random-init baselines from the cache: 4 of 12`."""
+    from selfsup.evaluation.plan import duration
+
+    pending: set = set()  # cache entries an earlier run will have written
+    seconds, cached, baselines = 0.0, 0, 0
+    for plan in planned:
+        plan.setup()
+        found = plan.evaluation.plan(plan.model, pending)
+        print(f"{plan.run_dir}: {found.line()}", flush=True)
+        seconds += found.seconds
+        cached, baselines = cached + found.baselines[0], baselines + found.baselines[1]
+    print(
+        f"plan: {len(planned)} run{'s' if len(planned) > 1 else ''}, about {duration(seconds)} in all; "
+        f"random-init baselines from the cache: {cached} of {baselines}",
+        flush=True,
+    )
 
 
 def evaluated_parts(keys) -> set[str]:
@@ -355,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     from selfsup.results.summary import read_summaries
 
     try:
+        only_plan, args = plan_flag(args)
         path, overrides = Path(args[0]).expanduser(), args[1:]
         dirs = run_dirs(path)
         lm_overrides = [o for o in overrides if is_lm_eval(o)]
@@ -369,6 +404,10 @@ def main(argv: list[str] | None = None) -> None:
             what = dirs[0] if len(dirs) == 1 else f"every run of {path}"
             raise UserError(f"{what}: {lm_planned[0].architecture}: {lm_planned[0].unsupported}")
         report_progress(lambda line: print(f"  {line}", flush=True))
+        if planned:
+            print_plan(planned)
+        if only_plan:
+            return
         for plan in planned:
             started = time.perf_counter()
             print(f"{plan.run_dir}: {plan.summary.get('objective')} on {plan.settings.family}", flush=True)
@@ -380,6 +419,7 @@ def main(argv: list[str] | None = None) -> None:
                 "protocols": {n: plan.evaluation.protocol_of(t) for n, t in plan.evaluation.tasks.items()},
                 "not_written": dict(plan.evaluation.not_written),  # generation jobs the run's family cannot write
                 "seconds": round(time.perf_counter() - started, 1),
+                "estimated_seconds": round(plan.evaluation.estimated, 1),  # the plan's (print_plan)
                 # each part's, task's and job's (the random-init baselines apart: computed once per shape, then cached)
                 "part_seconds": {
                     k: round(v, 1) for k, v in {**plan.evaluation.part_seconds, **plan.evaluation.item_seconds}.items()

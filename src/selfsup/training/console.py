@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import sys
+import textwrap
 import time
 from datetime import timedelta
 
@@ -82,11 +83,14 @@ class ConsoleProgress(ProgressBar):
 
     # ------------------------------------------------------------------ output
     def line(self, text: str) -> None:
-        """A lasting line (recorded by W&B's console capture), above the live line."""
+        """A lasting line (recorded by W&B's console capture), above the live line; a longer one than the width
+        (an evaluation's plan) wrapped, its continuation indented."""
         if not (self.enabled and self.trainer.is_global_zero):
             return
         self.clear_live()
-        print(text[: self.width], file=sys.stderr, flush=True)
+        if len(text) > self.width:
+            text = "\n".join(textwrap.wrap(text, self.width, subsequent_indent="    "))
+        print(text, file=sys.stderr, flush=True)
         if self.shown:
             self.write_live(self.shown)
 

@@ -1,0 +1,269 @@
+"""What an evaluation will do and about how long it will take, said before it starts (`plan`).
+
+Each part of the evaluation is listed with its work (pairs, tasks' fine-tunes and seeds, generation jobs'
+writers) and which random-init baselines the cache already holds (those cost nothing). Its seconds come from a
+short warm-up on this machine and this model: a sample of each part's own work timed and scaled, never a
+constant:
+
+    scoring   (fixed exam, minimal pairs, held-out text) every k-th forward row of the part, scored, times k
+    linear    features of every k-th example times k, plus the classifier's fits on as many examples
+    finetune  the fine-tuning loop at 2 and at 6 steps (the difference: seconds per step) times its steps, plus
+              the test examples' predictions, times the fine-tunes (trained seeds + random-init not cached)
+    writers   the same for a generation job's fine-tuning, plus a sample of its test examples scored and written
+              (greedy, as many tokens as its references have, at most max_new_tokens)
+
+The warm-up takes a few per cent of the evaluation; the estimate is checked against the real time in
+docs/benchmarks.md (`selfsup-bench eval`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from selfsup.evaluation.baselines import planning
+from selfsup.evaluation.scoring import Rows, score_rows
+
+SAMPLE = 25  # a scoring part's warm-up scores every SAMPLE-th row
+
+
+@dataclass
+class Step:
+    """One part of the plan: what it does, its estimated seconds (cached baselines excluded), and its baselines:
+    how many there are and how many the cache holds."""
+
+    name: str
+    what: str
+    seconds: float
+    baselines: int = 0
+    cached: int = 0
+
+
+@dataclass
+class Plan:
+    steps: list[Step] = field(default_factory=list)
+    warmup: float = 0.0  # seconds the warm-up took
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.steps)
+
+    @property
+    def baselines(self) -> tuple[int, int]:
+        """(random-init baselines read from the cache, random-init baselines in all)."""
+        return sum(s.cached for s in self.steps), sum(s.baselines for s in self.steps)
+
+    def line(self) -> str:
+        """`plan: the fixed exam; the minimal pairs (3,000 pairs x 2 scorers, random-init 3 seeds: 3 cached); ...;
+        about 2 min (a 3 s warm-up)`."""
+        parts = "; ".join(f"{s.name} ({s.what})" if s.what else s.name for s in self.steps)
+        return f"plan: {parts}; about {duration(self.seconds)} (a {self.warmup:.0f} s warm-up)"
+
+
+def duration(seconds: float) -> str:
+    """30 s, 4 min, 1.5 h."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def seeds_said(count: int, cached: int) -> str:
+    """`random-init 3 seeds: 2 cached`."""
+    what = f"random-init {count} seed{'s' if count != 1 else ''}"
+    return what + (f": {cached} cached" if cached else "")
+
+
+def timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def sampled(rows: Rows, every: int) -> Rows:
+    """Every `every`-th row of `rows` (the same mix of lengths)."""
+    pick = range(0, len(rows.sentence), every)
+    return Rows(
+        [rows.encoder[i] for i in pick] if rows.encoder else [],
+        [rows.decoder[i] for i in pick] if rows.decoder else [],
+        [rows.scored[i] for i in pick],
+        [rows.sentence[i] for i in pick],
+    )
+
+
+def rows_seconds(model: torch.nn.Module, rows: Rows, n_sentences: int, pad_id: int, batch_tokens: int) -> float:
+    """The seconds score_rows takes over `rows`: every SAMPLE-th row scored, times SAMPLE (all of them when few)."""
+    every = SAMPLE if len(rows.sentence) >= 4 * SAMPLE else 1
+    return every * timed(lambda: score_rows(model, sampled(rows, every), n_sentences, pad_id, batch_tokens))
+
+
+def loop_seconds(run, steps: int, rest_scale: float) -> float:
+    """Seconds of `run(k)` (a fine-tuning of k steps, then a sample of the test examples scored) scaled to `steps`
+    and to the whole test split: timed at 2 and at 6 steps, the difference per step; the rest (the copy, the
+    sample's scoring) as timed at 2, times rest_scale (test examples / the sample's)."""
+    two, six = timed(lambda: run(2)), timed(lambda: run(6))
+    per_step = max(0.0, (six - two) / 4)
+    return max(0.0, two - 2 * per_step) * max(1.0, rest_scale) + steps * per_step
+
+
+def exam_seconds(exam, model: torch.nn.Module) -> float:
+    """The fixed exam's seconds: every SAMPLE-th window of each member scored, times SAMPLE."""
+    members, last = exam.members, exam.windows_last
+    every = SAMPLE if min(len(w) for _, w in members.values()) >= 4 * SAMPLE else 1
+    exam.members = {name: (objective, windows[::every]) for name, (objective, windows) in members.items()}
+    try:
+        return every * timed(lambda: exam.sums(model))
+    finally:
+        exam.members, exam.windows_last = members, last
+
+
+def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan:
+    """The plan of `evaluation` (an Evaluation after setup) on `model`: each part, its baselines and what the
+    cache holds of them, its seconds from a warm-up (the module's docstring). pending: cache entries an earlier
+    run of this command will have written (counted as cached; this plan's are added). Neither the model, the
+    global RNG nor the evaluation's state is changed."""
+    pending = set() if pending is None else pending
+
+    def hit(path) -> bool:
+        """Read from the cache (True), or computed here (False, and pending for later runs)."""
+        if path is not None and (path.is_file() or path in pending):
+            return True
+        if path is not None:
+            pending.add(path)
+        return False
+
+    from selfsup.evaluation.generation import finetune_writer, rows, score
+    from selfsup.evaluation.probe import features, finetune, linear_probe
+    from selfsup.loss import stream_seed
+
+    planning()
+    started, steps = time.perf_counter(), []
+    device = next(model.parameters()).device
+    ev = evaluation
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+        if ev.exam is not None:
+            steps.append(Step("the fixed exam", f"{len(ev.exam.members)} members", exam_seconds(ev.exam, model)))
+        pairs = ev.pairs
+        if pairs is not None:
+            seconds, cached, count = 0.0, 0, 0
+            for prefix, (_, build) in pairs.scorers.items():
+                one = rows_seconds(
+                    model,
+                    build(pairs.sentences, pairs.vocab),
+                    len(pairs.sentences),
+                    pairs.vocab.pad_id,
+                    pairs.batch_tokens,
+                )
+                todo = 0
+                if not pairs.baselines and pairs.make_model is not None:
+                    for seed in range(pairs.random_init_seeds):
+                        count += 1
+                        if hit(pairs.random_init_entry(prefix, seed, device)[1]):
+                            cached += 1
+                        else:
+                            todo += 1
+                seconds += one * (1 + todo)
+            n = sum(len(good) for good, _ in pairs.index)
+            what = f"{n:,} pairs, {len(pairs.scorers)} scorer{'s' if len(pairs.scorers) > 1 else ''}"
+            if count:
+                what += f", {seeds_said(pairs.random_init_seeds, cached // len(pairs.scorers))}"
+            steps.append(Step("the minimal pairs", what, seconds, count, cached))
+        if ev.heldout is not None:
+            held = ev.heldout
+            rows_ = held.rows(held.pieces, held.vocab)
+            seconds = rows_seconds(model, rows_, len(held.pieces), held.vocab.pad_id, held.batch_tokens)
+            steps.append(Step("the held-out text", f"{len(held.pieces):,} pieces", seconds))
+        fresh = {}  # the untrained model of each random-init seed, built as the baselines build it
+
+        def untrained(k: int, kind: str = "probe-random-init"):
+            if k not in fresh:
+                torch.manual_seed(stream_seed(kind, ev.seed, k))
+                fresh[k] = ev.fresh_model(model)
+            return fresh[k]
+
+        for name, task in ev.encoded.items():
+            todo = cached = 0
+            if not ev.baselines:
+                for k in range(ev.random_init_seeds):
+                    if hit(ev.task_entry(untrained(k), name)):
+                        cached += 1
+                    else:
+                        todo += 1
+            (ids, mask), labels = task.train_inputs, task.train_labels
+            test_ids, test_mask = task.test_inputs
+            if task.protocol == "finetune":
+                sample = (test_ids[:64], test_mask[:64])
+
+                def run(k, task=task):
+                    finetune(
+                        ev.copy(model),
+                        (ids, mask, labels),
+                        sample,
+                        task.n_classes,
+                        dataclasses.replace(ev.finetune, steps=k),
+                        stream_seed("finetune", ev.seed, 0),
+                        ev.start_id,
+                    )
+
+                one = loop_seconds(run, ev.finetune.steps, len(test_ids) / 64)
+                runs = ev.finetune.seeds + todo
+                what = f"finetune: {ev.finetune.seeds} seeds + {seeds_said(ev.random_init_seeds, cached)}, " + (
+                    f"{ev.finetune.steps} steps each, {len(labels):,} training and {len(test_ids):,} test examples"
+                )
+            else:
+                every = SAMPLE if len(labels) >= 4 * SAMPLE else 1
+                train_x: list = []
+                reading = every * timed(
+                    lambda: (
+                        train_x.append(features(model, ids[::every], mask[::every]))
+                        or features(model, test_ids[::every], test_mask[::every])
+                    )
+                )
+                # the classifier's fits at full size: the sample's features repeated to the training split's count
+                x = train_x[0].repeat(every, 1)[: len(labels)]
+                fit = timed(lambda: linear_probe(x, labels[: len(x)], x[:1], task.n_classes, ev.l2))
+                one, runs = reading + fit, 1 + todo
+                what = f"linear: {seeds_said(ev.random_init_seeds, cached)}, {len(labels):,} training and " + (
+                    f"{len(test_ids):,} test examples"
+                )
+            steps.append(Step(f"task {name}", what, one * runs, todo + cached if not ev.baselines else 0, cached))
+        for name, job in ev.written.items():
+            todo = cached = 0
+            if not ev.job_baselines:
+                for k in range(ev.random_init_seeds):
+                    if hit(ev.writer_entry(untrained(k), name, k)):
+                        cached += 1
+                    else:
+                        todo += 1
+            pick = torch.arange(min(64, len(job.sources)))
+            target = float((job.test.labels != -100).sum(1).float().mean()) if len(job.sources) else 0.0
+            sample = dataclasses.replace(
+                job,
+                test=rows(job.test, pick),
+                sources=job.sources[: len(pick)],
+                source_texts=job.source_texts[: len(pick)],
+                references=job.references[: len(pick)],
+                max_new_tokens=max(1, min(job.max_new_tokens, round(target))),
+            )
+
+            def write(k, job=job, sample=sample):
+                writer = ev.copy(model)
+                finetune_writer(
+                    writer,
+                    job.train,
+                    dataclasses.replace(ev.finetune, steps=k),
+                    stream_seed("finetune-writer", ev.seed, 0),
+                )
+                score(writer, sample, ev.tokenizer, *ev.ids)
+
+            one = loop_seconds(write, ev.finetune.steps, len(job.sources) / 64)
+            what = f"{ev.finetune.seeds} writers + {seeds_said(ev.random_init_seeds, cached)}, " + (
+                f"{ev.finetune.steps} steps each, {len(job.sources):,} test examples"
+            )
+            baselines = todo + cached if not ev.job_baselines else 0
+            steps.append(Step(f"generation job {name}", what, one * (ev.finetune.seeds + todo), baselines, cached))
+    return Plan(steps, time.perf_counter() - started)
