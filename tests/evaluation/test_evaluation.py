@@ -363,11 +363,22 @@ def test_evaluation_settings_are_checked():
         ({"weight_decay": -0.1}, "eval.finetune.weight_decay=-0.1 must be a finite number >= 0"),
         ({"pooling": "cls"}, "eval.finetune.pooling=cls is unknown: use one of auto, hf, mean"),
         ({"max_length": 4}, "eval.finetune.max_length=4 leaves no room for a sentence pair"),
+        ({"epochs": 0}, "eval.finetune.epochs=0 must be a finite number > 0"),
+        ({"min_steps": 400}, "eval.finetune.min_steps=400 is above eval.finetune.max_steps=300"),
     ]:
         with pytest.raises(EvalError, match=message):
             Evaluation(finetune=Finetune(**settings)).check()
     with pytest.raises(EvalError, match="eval.tasks.t.protocol=knn is unknown: use one of linear, finetune"):
         Evaluation(tasks={"t": Task(protocol="knn")}).check()
+
+
+def test_a_fine_tunes_steps_follow_the_tasks_size_unless_set():
+    """steps null: epochs passes over the training examples in batches, rounded up, within [min_steps, max_steps];
+    a count set is kept whatever the task's size."""
+    rule = Finetune(epochs=5, batch_size=32, min_steps=50, max_steps=300)
+    assert [rule.for_examples(n).steps for n in (10, 320, 1038, 1900, 3000)] == [50, 50, 163, 297, 300]
+    assert Finetune(steps=7).for_examples(3000).steps == 7
+    assert rule.for_examples(1038).settings()[0] == 163  # what a cached baseline's key holds
 
 
 def test_max_flops_stops_a_run_at_equal_compute(cache_dir, tmp_path):

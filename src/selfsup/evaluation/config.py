@@ -24,10 +24,14 @@ class ProbeConfig:
 class FinetuneConfig:
     """The finetune protocol (selfsup.evaluation.Finetune): a copy of the model plus a linear head on a state of the
     example (pooling: auto, each family's measured better one; hf, transformers' *ForSequenceClassification's;
-    mean), AdamW for `steps` steps."""
+    mean), AdamW for `steps` steps, or for `epochs` passes over the task's training examples within
+    [min_steps, max_steps]."""
 
     _target_: str = "selfsup.evaluation.Finetune"
-    steps: int = Finetune.steps
+    steps: Optional[int] = Finetune.steps  # AdamW steps; null: epochs passes over the task's training examples,
+    epochs: float = Finetune.epochs  # at least min_steps and at most max_steps (the plan says each task's count)
+    min_steps: int = Finetune.min_steps
+    max_steps: int = Finetune.max_steps
     lr: float = Finetune.lr
     batch_size: int = Finetune.batch_size
     warmup: float = Finetune.warmup  # fraction of the steps of linear warmup, then cosine decay to 0

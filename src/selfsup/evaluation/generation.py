@@ -146,6 +146,7 @@ def finetune_writer(model: torch.nn.Module, train: Written, settings: Finetune, 
     check_writer(model.arch)
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
+    settings = settings.for_examples(len(train.inputs))
     params = list(model.parameters())
     opt, sched = optimizer(params, settings)
     size = min(settings.batch_size, len(train.inputs))

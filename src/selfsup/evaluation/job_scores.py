@@ -107,7 +107,7 @@ class JobScores:
         """The cache entry of job `name`'s writer fine-tuned from the untrained `fresh` with fine-tuning seed k."""
         if self.cache_dir is None:
             return None
-        how = ["generation", self.seed, k, self.finetune.settings()]
+        how = ["generation", self.seed, k, self.finetune.for_examples(len(self.written[name].train.inputs)).settings()]
         key = untrained_key(fresh, generation=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name])
         return self.cache_dir / "generation-random-init" / f"{key}.json"
 

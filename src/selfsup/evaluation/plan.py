@@ -146,7 +146,9 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
     ev = evaluation
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
         if ev.exam is not None:
-            steps.append(Step("the fixed exam", f"{len(ev.exam.members)} members", exam_seconds(ev.exam, model)))
+            members = len(ev.exam.members)
+            what = f"{members} member{'s' if members > 1 else ''}"
+            steps.append(Step("the fixed exam", what, exam_seconds(ev.exam, model)))
         pairs = ev.pairs
         if pairs is not None:
             seconds, cached, count = 0.0, 0, 0
@@ -179,9 +181,9 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
             steps.append(Step("the held-out text", f"{len(held.pieces):,} pieces", seconds))
         fresh = {}  # the untrained model of each random-init seed, built as the baselines build it
 
-        def untrained(k: int, kind: str = "probe-random-init"):
+        def untrained(k: int):
             if k not in fresh:
-                torch.manual_seed(stream_seed(kind, ev.seed, k))
+                torch.manual_seed(stream_seed("probe-random-init", ev.seed, k))
                 fresh[k] = ev.fresh_model(model)
             return fresh[k]
 
@@ -209,10 +211,11 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
                         ev.start_id,
                     )
 
-                one = loop_seconds(run, ev.finetune.steps, len(test_ids) / 64)
+                steps_ = ev.finetune.for_examples(len(labels)).steps
+                one = loop_seconds(run, steps_, len(test_ids) / 64)
                 runs = ev.finetune.seeds + todo
                 what = f"finetune: {ev.finetune.seeds} seeds + {seeds_said(ev.random_init_seeds, cached)}, " + (
-                    f"{ev.finetune.steps} steps each, {len(labels):,} training and {len(test_ids):,} test examples"
+                    f"{steps_} steps each, {len(labels):,} training and {len(test_ids):,} test examples"
                 )
             else:
                 every = SAMPLE if len(labels) >= 4 * SAMPLE else 1
@@ -260,9 +263,10 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
                 )
                 score(writer, sample, ev.tokenizer, *ev.ids)
 
-            one = loop_seconds(write, ev.finetune.steps, len(job.sources) / 64)
+            steps_ = ev.finetune.for_examples(len(job.train.inputs)).steps
+            one = loop_seconds(write, steps_, len(job.sources) / 64)
             what = f"{ev.finetune.seeds} writers + {seeds_said(ev.random_init_seeds, cached)}, " + (
-                f"{ev.finetune.steps} steps each, {len(job.sources):,} test examples"
+                f"{steps_} steps each, {len(job.train.inputs):,} training and {len(job.sources):,} test examples"
             )
             baselines = todo + cached if not ev.job_baselines else 0
             steps.append(Step(f"generation job {name}", what, one * (ev.finetune.seeds + todo), baselines, cached))

@@ -23,6 +23,7 @@ caller's), so probing and fine-tuning leave the training RNG (and exact resume) 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -170,14 +171,19 @@ def linear_probe(
 
 @dataclass
 class Finetune:
-    """The fine-tuning protocol's settings (`eval.finetune`, FinetuneConfig): `steps` AdamW steps of `batch_size`
-    examples drawn with replacement, lr with linear warmup over `warmup` of the steps then cosine decay to 0,
+    """The fine-tuning protocol's settings (`eval.finetune`, FinetuneConfig): AdamW steps of `batch_size` examples
+    drawn with replacement, as many as `steps` says, or (steps None) `epochs` passes over the task's training
+    examples, at least `min_steps` and at most `max_steps` (`for_examples`); lr with linear warmup over `warmup` of
+    the steps then cosine decay to 0,
     `weight_decay`, gradients clipped to norm 1; examples cut to `max_length` tokens; `seeds` fine-tuning seeds
     of the trained model (their spread is part of the margin's interval; each random-init baseline is fine-tuned
     once); `pooling` auto (each family's measured better state: AUTO_POOLING) | hf (the family's
     *ForSequenceClassification state) | mean (the mean of the states)."""
 
-    steps: int = 300
+    steps: int | None = None
+    epochs: float = 5.0
+    min_steps: int = 50
+    max_steps: int = 300
     lr: float = 1e-3
     batch_size: int = 32
     warmup: float = 0.1
@@ -187,8 +193,13 @@ class Finetune:
     pooling: str = "auto"
 
     def check(self, key: str = "eval.finetune") -> None:
-        for name in ("steps", "batch_size", "max_length", "seeds"):
+        check_count(f"{key}.steps", self.steps, optional=True)
+        for name in ("min_steps", "max_steps", "batch_size", "max_length", "seeds"):
             check_count(f"{key}.{name}", getattr(self, name))
+        if self.min_steps > self.max_steps:
+            raise EvalError(f"{key}.min_steps={self.min_steps} is above {key}.max_steps={self.max_steps}")
+        if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and self.epochs > 0):
+            raise EvalError(f"{key}.epochs={self.epochs} must be a finite number > 0")
         if self.max_length < 5:
             raise EvalError(f"{key}.max_length={self.max_length} leaves no room for a sentence pair: use at least 5")
         for name, value, low in (("lr", self.lr, None), ("weight_decay", self.weight_decay, 0.0)):
@@ -202,6 +213,14 @@ class Finetune:
             raise EvalError(f"{key}.warmup={self.warmup} must be a fraction of the steps in [0, 1)")
         if self.pooling not in POOLINGS:
             raise EvalError(f"{key}.pooling={self.pooling} is unknown: use one of {', '.join(POOLINGS)}")
+
+    def for_examples(self, n: int) -> Finetune:
+        """These settings with `steps` set for a task of n training examples: its own, or epochs * n / batch_size
+        rounded up, within [min_steps, max_steps]."""
+        if self.steps is not None:
+            return self
+        steps = math.ceil(self.epochs * n / self.batch_size)
+        return dataclasses.replace(self, steps=min(self.max_steps, max(self.min_steps, steps)))
 
     def settings(self) -> list:
         """What a fine-tuned score depends on, for cache keys."""
@@ -249,10 +268,11 @@ def finetune(
     with torch.no_grad():  # the head's initial weights from the seed too (not the global RNG)
         head.weight.copy_(torch.randn(head.weight.shape, generator=generator) * 0.02)
         head.bias.zero_()
+    ids, mask, labels = train
+    settings = settings.for_examples(len(labels))
     params = list(model.parameters()) + list(head.parameters())
     opt, sched = optimizer(params, settings)
     steps = settings.steps
-    ids, mask, labels = train
     model.train()
     with torch.enable_grad():
         for _ in range(steps):

@@ -132,7 +132,11 @@ class TaskScores:
             return None
         task = self.encoded[name]
         how = [task.protocol, self.seed, READING]
-        how += self.finetune.settings() if task.protocol == "finetune" else [self.l2, self.max_length]
+        how += (
+            self.finetune.for_examples(len(task.train_labels)).settings()
+            if task.protocol == "finetune"
+            else [self.l2, self.max_length]
+        )
         key = untrained_key(fresh, probe=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name])
         return self.cache_dir / "probe-random-init" / f"{key}.json"
 
