@@ -168,7 +168,10 @@ def test_the_plan_says_each_runs_parts_and_cached_baselines_and_writes_nothing(f
     for job in range(3):
         assert re.search(
             rf"^{re.escape(str(families / str(job)))}: plan: task next_sentence \(finetune: 3 seeds \+ random-init 3 "
-            rf"seeds: 3 cached, 3 steps each, 64 training and 40 test examples\); about \d+ s \(a \d+ s warm-up\)$",
+            rf"seeds: 3 cached, 3 steps each, 64 training and 40 test examples, 64 of 1,038 training examples "
+            rf"\(eval.tasks.next_sentence.max_train_examples=null for all\), 40 of 221 test examples "
+            rf"\(eval.tasks.next_sentence.max_test_examples=null for all\)(, \d+ reach eval.finetune.max_length=\d+ "
+            rf"tokens \(longer ones cut\))?\); about \d+ s \(a \d+ s warm-up\)$",
             out.stdout,
             re.M,
         ), out.stdout

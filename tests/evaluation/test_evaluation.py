@@ -617,7 +617,9 @@ def test_the_plan_says_each_part_and_which_baselines_the_cache_holds_or_an_earli
     assert re.fullmatch(
         r"plan: the fixed exam \(\d members\); the minimal pairs \(\d+ pairs, 1 scorer, random-init 3 seeds\); the "
         r"held-out text \(\d+ pieces\); task probe \(linear: random-init 3 seeds, 100 training and 50 test "
-        r"examples\); about \d+ s \(a \d+ s warm-up\)",
+        r"examples, 100 of [\d,]+ training examples \(eval.tasks.probe.max_train_examples=null for all\), 50 of "
+        r"[\d,]+ test examples \(eval.tasks.probe.max_test_examples=null for all\)(, \d+ reach "
+        r"eval.probe.max_length=\d+ tokens \(longer ones cut\))?\); about \d+ s \(a \d+ s warm-up\)",
         plan.line(),
     ), plan.line()
     assert planned("seed=1", pending=pending)[1].baselines == (6, 6)  # the first run will have written them

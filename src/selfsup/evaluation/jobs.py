@@ -52,6 +52,7 @@ class GenerationJob:
         self.source_field, self.target_field, self.test_fraction = source_field, target_field, test_fraction
         self.train_split, self.test_split = train_split, test_split
         self.max_train_examples, self.max_test_examples = max_train_examples, max_test_examples
+        self.found: tuple[int, int] | None = None  # (training, test) examples before the max_*_examples caps
         self.max_new_tokens = max_new_tokens
         self.name = name
         self._loaded: tuple[list, list] | None = None
@@ -75,8 +76,10 @@ class GenerationJob:
                     f"{', '.join(GENERATION_JOBS)}, or source=text_files / hf_dataset for your own data"
                 )
             made = GENERATION_JOBS[self.job](self.test_fraction)
-            train = [(a, b) for a, b, in_test in made if not in_test][: self.max_train_examples]
-            test = [(a, b) for a, b, in_test in made if in_test][: self.max_test_examples]
+            train = [(a, b) for a, b, in_test in made if not in_test]
+            test = [(a, b) for a, b, in_test in made if in_test]
+            self.found = len(train), len(test)
+            train, test = train[: self.max_train_examples], test[: self.max_test_examples]
         elif self.text.source == "text_files":
             train, test = self._files()
         else:

@@ -78,6 +78,26 @@ def seeds_said(count: int, cached: int) -> str:
     return what + (f": {cached} cached" if cached else "")
 
 
+def caps(source, kept: tuple[int, int], cut: int = 0, length_key: str = "") -> str:
+    """What a task's or job's caps leave out, with the override that lifts each: `, 2,000 of 5,312 training
+    examples (eval.tasks.x.max_train_examples=null for all), 12 reach eval.finetune.max_length=128 tokens (longer
+    ones cut)`."""
+    said = ""
+    for (kind, key), have, found in zip(
+        (("training", "max_train_examples"), ("test", "max_test_examples")), kept, source.found or kept
+    ):
+        if found > have:
+            said += f", {have:,} of {found:,} {kind} examples ({source.setting(key)}=null for all)"
+    if cut:
+        said += f", {cut:,} reach {length_key} tokens (longer ones cut)"
+    return said
+
+
+def full(mask: torch.Tensor) -> int:
+    """Examples that fill every position of their encoding (cut to it, or exactly its length)."""
+    return int(mask[:, -1].sum()) if mask.numel() else 0
+
+
 def timed(fn) -> float:
     started = time.perf_counter()
     fn()
@@ -217,6 +237,7 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
                 what = f"finetune: {ev.finetune.seeds} seeds + {seeds_said(ev.random_init_seeds, cached)}, " + (
                     f"{steps_} steps each, {len(labels):,} training and {len(test_ids):,} test examples"
                 )
+                length_key = f"eval.finetune.max_length={ids.shape[1]}"
             else:
                 every = SAMPLE if len(labels) >= 4 * SAMPLE else 1
                 train_x: list = []
@@ -233,6 +254,8 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
                 what = f"linear: {seeds_said(ev.random_init_seeds, cached)}, {len(labels):,} training and " + (
                     f"{len(test_ids):,} test examples"
                 )
+                length_key = f"eval.probe.max_length={ids.shape[1]}"
+            what += caps(ev.tasks[name], (len(labels), len(test_ids)), full(mask) + full(test_mask), length_key)
             steps.append(Step(f"task {name}", what, one * runs, todo + cached if not ev.baselines else 0, cached))
         for name, job in ev.written.items():
             todo = cached = 0
@@ -268,6 +291,7 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
             what = f"{ev.finetune.seeds} writers + {seeds_said(ev.random_init_seeds, cached)}, " + (
                 f"{steps_} steps each, {len(job.train.inputs):,} training and {len(job.sources):,} test examples"
             )
+            what += caps(ev.jobs[name], (len(job.train.inputs), len(job.sources)))
             baselines = todo + cached if not ev.job_baselines else 0
             steps.append(Step(f"generation job {name}", what, one * (ev.finetune.seeds + todo), baselines, cached))
     return Plan(steps, time.perf_counter() - started)

@@ -14,7 +14,7 @@ SOURCES = ("builtin", "text_files", "hf_dataset")
 def split_files(source, rows, key) -> tuple[list, list]:
     """(train, test) of a task's or job's files (its paths, test_paths, test_fraction, max_*_examples, setting):
     rows(paths) yields the examples; without test_paths, an example is a test one when the hash bucket of key(row)
-    is below test_fraction. Each split a Reservoir sample."""
+    is below test_fraction. Each split a Reservoir sample; source.found: the examples each split had before it."""
     train, test = Reservoir(source.max_train_examples), Reservoir(source.max_test_examples)
     if source.test_paths:
         train.extend(rows(source.text.paths))
@@ -25,14 +25,15 @@ def split_files(source, rows, key) -> tuple[list, list]:
         threshold = source.test_fraction * 10_000
         for row in rows(source.text.paths):
             (test if document_bucket(key(row)) < threshold else train).add(row)
+    source.found = train.seen, test.seen
     return train.rows(), test.rows()
 
 
 def hf_splits(source, fields: list[str], keys: list[str], example) -> tuple[list, list]:
     """(train, test) of a task's or job's `datasets` splits (its text's hf_name, hf_config, data_files, its train_split,
     test_split, max_*_examples, setting): example(values of `fields`, where) makes an example of a row (None: left
-    out). Each split a Reservoir sample."""
-    out = []
+    out). Each split a Reservoir sample; source.found: the examples each split had before it."""
+    out, seen = [], []
     for split, limit in (
         (source.train_split, source.max_train_examples),
         (source.test_split, source.max_test_examples),
@@ -42,6 +43,8 @@ def hf_splits(source, fields: list[str], keys: list[str], example) -> tuple[list
         made = (example(row, f"{source.text.hf_name} split {split} row {i}") for i, row in enumerate(rows, start=1))
         kept.extend(e for e in made if e is not None)
         out.append(kept.rows())
+        seen.append(kept.seen)
+    source.found = seen[0], seen[1]
     return out[0], out[1]
 
 

@@ -90,6 +90,7 @@ class Task:
         self.text_fields = list(text_fields) if text_fields else None
         self.train_split, self.test_split = train_split, test_split
         self.max_train_examples, self.max_test_examples = max_train_examples, max_test_examples
+        self.found: tuple[int, int] | None = None  # (training, test) examples before the max_*_examples caps
         self.protocol = protocol  # linear | finetune; None: eval.probe.protocol
         self.name = name
         self.classes: list[str] = []
@@ -141,10 +142,12 @@ class Task:
             examples = next_sentence_examples(self.test_fraction)
             train = [(pair, y) for pair, y, _, in_test in examples if not in_test]
             test = [(pair, y) for pair, y, _, in_test in examples if in_test]
+            self.found = len(train), len(test)
             return train[: self.max_train_examples], test[: self.max_test_examples]
         check_count(self.setting("perturb"), self.perturb)  # words changed per sentence
         examples = builtin_examples(self.task, self.perturb)
         cut = 2 * int(len(examples) / 2 * (1 - self.test_fraction))  # a sentence and its change: one split
+        self.found = cut, len(examples) - cut
         return list(examples[:cut][: self.max_train_examples]), list(examples[cut:][: self.max_test_examples])
 
     def _files(self) -> tuple[list, list]:

@@ -125,6 +125,8 @@ def cost(rows: list[dict], elapsed: float | None) -> str:
     names = [str(r.get("objective")) for r in rows]
     lines = ["| seconds | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for part, title in PARTS:
+        if not any((r.get("eval_part_seconds") or {}).get(part) for r in rows):
+            continue
         lines.append(
             f"| {title} | "
             + " | ".join(_number((r.get("eval_part_seconds") or {}).get(part), ".1f") for r in rows)
@@ -370,6 +372,9 @@ def finished(sweep_dir: Path, option: str) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m selfsup.report.docs", description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", type=Path, help="a finished sweep dir of `selfsup-train experiment=compare`")
+    parser.add_argument(
+        "--elapsed", type=float, help="with --sweep: the seconds its whole command took (e.g. from /usr/bin/time)"
+    )
     parser.add_argument("--seeds", action="store_true", help="also run seeds 1 and 2 (the `seeds` block)")
     parser.add_argument("--seeds-sweep", type=Path, help="a finished sweep of `experiment=compare seed=1,2`")
     parser.add_argument(
@@ -387,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
         for path in paths:
             if not path.is_file():
                 raise DocsError(f"{path} does not exist: run from the repository root or pass --root")
-        elapsed, cached = None, None
+        elapsed, cached = args.elapsed, None
         if args.sweep is None:
             args.sweep, elapsed, cached = run_main_job(args.root / "outputs" / "docs")
         if args.seeds and args.seeds_sweep is None:
