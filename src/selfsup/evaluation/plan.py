@@ -7,7 +7,7 @@ constant:
 
     scoring   (fixed exam, minimal pairs, held-out text) every k-th forward row of the part, scored, times k
     linear    features of every k-th example times k, plus the classifier's fits on as many examples
-    finetune  the fine-tuning loop at 2 and at 6 steps (the difference: seconds per step) times its steps, plus
+    finetune  the fine-tuning loop at 2 and at 10 steps (the difference: seconds per step) times its steps, plus
               the test examples' predictions, times the fine-tunes (trained seeds + random-init not cached)
     writers   the same for a generation job's fine-tuning, plus a sample of its test examples scored and written
               (greedy, as many tokens as its references have, at most max_new_tokens)
@@ -123,10 +123,12 @@ def rows_seconds(model: torch.nn.Module, rows: Rows, n_sentences: int, pad_id: i
 
 def loop_seconds(run, steps: int, rest_scale: float) -> float:
     """Seconds of `run(k)` (a fine-tuning of k steps, then a sample of the test examples scored) scaled to `steps`
-    and to the whole test split: timed at 2 and at 6 steps, the difference per step; the rest (the copy, the
-    sample's scoring) as timed at 2, times rest_scale (test examples / the sample's)."""
-    two, six = timed(lambda: run(2)), timed(lambda: run(6))
-    per_step = max(0.0, (six - two) / 4)
+    and to the whole test split: after one untimed step (a first call's own costs), timed at 2 and at 10 steps, the
+    difference per step; the rest (the copy, the sample's scoring) as timed at 2, times rest_scale (test examples
+    / the sample's)."""
+    run(1)
+    two, ten = timed(lambda: run(2)), timed(lambda: run(10))
+    per_step = max(0.0, (ten - two) / 8)
     return max(0.0, two - 2 * per_step) * max(1.0, rest_scale) + steps * per_step
 
 
