@@ -107,11 +107,10 @@ def say(text: str) -> None:
 
 
 def _say(text: str) -> None:
-    if _progress["to"] is not None:
-        if _place["since"] is not None:
-            text += f"  ({_place['where']}: {time.perf_counter() - _place['since']:.1f} s)"
-        _progress["to"](text)
-        _progress["said"] = time.perf_counter()
+    """`text`, with the part before and its seconds once a part was entered."""
+    if _place["since"] is not None:
+        text += f"  ({_place['where']}: {time.perf_counter() - _place['since']:.1f} s)"
+    say(text)
 
 
 def _still() -> None:
@@ -124,11 +123,10 @@ def _still() -> None:
         text += f"; {_clock(spent)} in all"
         if _progress["estimate"]:
             left = _progress["estimate"] - spent
-            text += f" of about {_minutes(_progress['estimate'])}, " + (
-                f"about {_minutes(left)} left" if left > 0 else "longer than estimated"
+            text += f" of about {duration(_progress['estimate'])}, " + (
+                f"about {duration(left)} left" if left > 0 else "longer than estimated"
             )
-    _progress["to"](text)
-    _progress["said"] = now
+    say(text)
 
 
 def _clock(seconds: float) -> str:
@@ -136,8 +134,13 @@ def _clock(seconds: float) -> str:
     return f"{minutes}:{seconds:02d}"
 
 
-def _minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+def duration(seconds: float) -> str:
+    """30 s, 4 min, 1.5 h."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def evaluation_started(estimate: float | None = None) -> None:

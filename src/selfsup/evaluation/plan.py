@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from selfsup.evaluation.baselines import planning
+from selfsup.evaluation.baselines import duration, planning
 from selfsup.evaluation.scoring import Rows, score_rows
 
 SAMPLE = 25  # a scoring part's warm-up scores every SAMPLE-th row
@@ -61,15 +61,6 @@ class Plan:
         about 2 min (a 3 s warm-up)`."""
         parts = "; ".join(f"{s.name} ({s.what})" if s.what else s.name for s in self.steps)
         return f"plan: {parts}; about {duration(self.seconds)} (a {self.warmup:.0f} s warm-up)"
-
-
-def duration(seconds: float) -> str:
-    """30 s, 4 min, 1.5 h."""
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 5400:
-        return f"{round(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def seeds_said(count: int, cached: int) -> str:

@@ -239,7 +239,7 @@ def plan_flag(args: list[str]) -> tuple[bool, list[str]]:
 def print_plan(planned: list[Planned]) -> None:
     """Every run set up and its plan said (selfsup.evaluation.plan: its parts, what the cache holds, about how
     long), then the whole: `plan: 3 runs, about 12 min in all; random-init baselines from the cache: 4 of 12`."""
-    from selfsup.evaluation.plan import duration
+    from selfsup.evaluation.baselines import duration
 
     pending: set = set()  # cache entries an earlier run will have written
     seconds, cached, baselines = 0.0, 0, 0
