@@ -364,7 +364,7 @@ def test_evaluation_settings_are_checked():
         ({"pooling": "cls"}, "eval.finetune.pooling=cls is unknown: use one of auto, hf, mean"),
         ({"max_length": 4}, "eval.finetune.max_length=4 leaves no room for a sentence pair"),
         ({"epochs": 0}, "eval.finetune.epochs=0 must be a finite number > 0"),
-        ({"min_steps": 400}, "eval.finetune.min_steps=400 is above eval.finetune.max_steps=300"),
+        ({"min_steps": 400}, "eval.finetune.min_steps=400 is above eval.finetune.max_steps=100"),
     ]:
         with pytest.raises(EvalError, match=message):
             Evaluation(finetune=Finetune(**settings)).check()

@@ -14,7 +14,7 @@ from selfsup.common.names import OUTCOMES
 from selfsup.data.builtin import builtin_documents, stdlib_docstrings
 from selfsup.evaluation import EvalError, Task
 from selfsup.evaluation.builtin import next_sentence_examples, sentences
-from selfsup.evaluation.probe import classified, encode
+from selfsup.evaluation.probe import batches, classified, encode
 from selfsup.evaluation.stats import difference, margin
 from selfsup.models.transformer import build_model
 from selfsup.results.verdict import verdict_text
@@ -138,10 +138,31 @@ def test_each_family_is_classified_from_the_state_its_pooling_names(family):
             alone = torch.tensor([row])
             states = model(decoder_inputs=alone) if family == "decoder" else model(encoder_inputs=alone)
             torch.testing.assert_close(mean[i], states[0].mean(0), atol=1e-5, rtol=1e-5)
-        # auto: the decoder's mean (measured better: docs/evaluation.md), the others' transformers' state
+        # auto: the encoder's transformers' state; the decoder's mean (measured better: docs/evaluation.md) and the
+        # encoder-decoder's (as good, and its encoder alone: half the cost)
         torch.testing.assert_close(
-            classified(model, ids, mask, "auto", bos), mean if family == "decoder" else state, atol=0, rtol=0
+            classified(model, ids, mask, "auto", bos), state if family == "encoder" else mean, atol=0, rtol=0
         )
+
+
+def test_fine_tuning_batches_are_uniform_draws_grouped_by_length():
+    lengths = torch.randint(1, 129, (1000,), generator=torch.Generator().manual_seed(1))
+    drawn = list(batches(lengths, 120, 32, torch.Generator().manual_seed(0)))
+    assert len(drawn) == 120 and all(b.shape == (32,) for b in drawn)
+    again = list(batches(lengths, 120, 32, torch.Generator().manual_seed(0)))
+    assert all(torch.equal(a, b) for a, b in zip(drawn, again))  # the seed fixes every batch
+    # each batch cut to its longest: padding ~1.1x the tokens where uniform batches pad ~2x (max of 32 of U[1, 128]
+    # is ~124, their mean 64.5)
+    padded = sum(int(lengths[b].max()) * len(b) for b in drawn) / sum(int(lengths[b].sum()) for b in drawn)
+    assert padded < 1.15
+    # every example drawn about equally often: 3,840 draws of 1,000, counts Poisson(3.84): chi-square within 4 sigma
+    counts = torch.bincount(torch.cat(drawn), minlength=1000).double()
+    chi2 = float(((counts - 3.84) ** 2 / 3.84).sum())
+    assert abs(chi2 - 999) < 4 * (2 * 999) ** 0.5
+    # the batches' order is not the lengths' order (short and long batches mixed through the schedule)
+    longest = torch.tensor([int(lengths[b].max()) for b in drawn[:50]])
+    assert not torch.equal(longest, longest.sort().values)
+    assert len(list(batches(lengths[:5], 3, 32, torch.Generator()))[0]) == 5  # fewer examples than a batch
 
 
 # ---------------------------------------------------------------------------------------- GLUE's layouts

@@ -10,7 +10,7 @@ text, its target's loss under teacher forcing, greedy decoding from the source a
               under teacher forcing; the same target tokens for both families, so the per-token loss compares.
     finetune  `finetune_writer`: the caller's copy of a model trained on `target_loss` (per target token over the
               batch) with the classification protocol's settings (`probe.Finetune`: AdamW, warmup then cosine,
-              gradients clipped to norm 1, batches drawn with replacement from `seed`).
+              gradients clipped to norm 1, batches drawn with replacement from `seed` and grouped by length).
     greedy    `greedy`: at most max_new_tokens argmax tokens written from the source alone (the target is never
               an input), stopped at eos; the decoder continues `source eos`, the encoder-decoder's decoder starts
               from bos after reading `source eos`; every source in one batch, a token per step through a
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from selfsup.common.names import DECODER, ENCODER_DECODER
 from selfsup.evaluation.baselines import check_stop
-from selfsup.evaluation.probe import Finetune, optimizer, step
+from selfsup.evaluation.probe import Finetune, batches, optimizer, step
 from selfsup.evaluation.tasks import EvalError
 from selfsup.models.kv_cache import KVCache
 
@@ -140,6 +140,14 @@ def rows(written: Written, pick: torch.Tensor) -> Written:
     )
 
 
+def lengths(written: Written) -> torch.Tensor:
+    """[N] the positions each example fills: its stream or decoder input (to its last target), plus its encoder
+    input."""
+    scored = written.labels != IGNORE
+    last = torch.where(scored, torch.arange(scored.shape[1]), -1).max(1).values + 1
+    return last if written.encoder_mask is None else last + written.encoder_mask.sum(1)
+
+
 def finetune_writer(model: torch.nn.Module, train: Written, settings: Finetune, seed: int) -> None:
     """Trains `model` (the caller's copy: it is changed) on the mean target-token loss of batches of `train`,
     as `settings` say, every batch drawn from `seed`."""
@@ -149,14 +157,11 @@ def finetune_writer(model: torch.nn.Module, train: Written, settings: Finetune, 
     settings = settings.for_examples(len(train.inputs))
     params = list(model.parameters())
     opt, sched = optimizer(params, settings)
-    size = min(settings.batch_size, len(train.inputs))
     model.train()
     with torch.enable_grad():
-        for _ in range(settings.steps):
+        for pick in batches(lengths(train), settings.steps, settings.batch_size, generator):
             check_stop()
-            summed, count = target_loss(
-                model, rows(train, torch.randint(len(train.inputs), (size,), generator=generator)).to(device)
-            )
+            summed, count = target_loss(model, rows(train, pick).to(device))
             step(summed.sum() / count.sum().clamp(min=1), params, opt, sched)
     model.eval()
 

@@ -7,8 +7,9 @@ constant:
 
     scoring   (fixed exam, minimal pairs, held-out text) every k-th forward row of the part, scored, times k
     linear    features of every k-th example times k, plus the classifier's fits on as many examples
-    finetune  the fine-tuning loop at 2 and at 10 steps (the difference: seconds per step) times its steps, plus
-              the test examples' predictions, times the fine-tunes (trained seeds + random-init not cached)
+    finetune  the copy and a sample of the test examples' predictions (0 steps), scaled to the test split, plus
+              the loop's seconds per step (10 steps less that) times its steps, times the fine-tunes (trained
+              seeds + random-init not cached)
     writers   the same for a generation job's fine-tuning, plus a sample of its test examples scored and written
               (greedy, as many tokens as its references have, at most max_new_tokens)
 
@@ -114,13 +115,12 @@ def rows_seconds(model: torch.nn.Module, rows: Rows, n_sentences: int, pad_id: i
 
 def loop_seconds(run, steps: int, rest_scale: float) -> float:
     """Seconds of `run(k)` (a fine-tuning of k steps, then a sample of the test examples scored) scaled to `steps`
-    and to the whole test split: after one untimed step (a first call's own costs), timed at 2 and at 10 steps, the
-    difference per step; the rest (the copy, the sample's scoring) as timed at 2, times rest_scale (test examples
-    / the sample's)."""
+    and to the whole test split: after one untimed step (a first call's own costs), the rest (the copy, the
+    sample's scoring) timed at 0 steps, times rest_scale (test examples / the sample's), and the steps' seconds
+    from 10 steps less that rest."""
     run(1)
-    two, ten = timed(lambda: run(2)), timed(lambda: run(10))
-    per_step = max(0.0, (ten - two) / 8)
-    return max(0.0, two - 2 * per_step) * max(1.0, rest_scale) + steps * per_step
+    rest, ten = timed(lambda: run(0)), timed(lambda: run(10))
+    return rest * max(1.0, rest_scale) + steps * max(0.0, (ten - rest) / 10)
 
 
 def exam_seconds(exam, model: torch.nn.Module) -> float:
@@ -141,13 +141,18 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
     global RNG nor the evaluation's state is changed."""
     pending = set() if pending is None else pending
 
-    def hit(path) -> bool:
-        """Read from the cache (True), or computed here (False, and pending for later runs)."""
-        if path is not None and (path.is_file() or path in pending):
-            return True
-        if path is not None:
-            pending.add(path)
-        return False
+    def counted(paths) -> tuple[int, int]:
+        """(baselines computed here, read from the cache) of these cache entries; those computed here are
+        pending for later runs."""
+        todo = cached = 0
+        for path in paths:
+            if path is not None and (path.is_file() or path in pending):
+                cached += 1
+            else:
+                todo += 1
+                if path is not None:
+                    pending.add(path)
+        return todo, cached
 
     from selfsup.evaluation.generation import finetune_writer, rows, score
     from selfsup.evaluation.probe import features, finetune, linear_probe
@@ -173,14 +178,9 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
                     pairs.vocab.pad_id,
                     pairs.batch_tokens,
                 )
-                todo = 0
-                if not pairs.baselines and pairs.make_model is not None:
-                    for seed in range(pairs.random_init_seeds):
-                        count += 1
-                        if hit(pairs.random_init_entry(prefix, seed, device)[1]):
-                            cached += 1
-                        else:
-                            todo += 1
+                seeds = range(0 if pairs.baselines or pairs.make_model is None else pairs.random_init_seeds)
+                todo, hits = counted(pairs.random_init_entry(prefix, seed, device)[1] for seed in seeds)
+                count, cached = count + todo + hits, cached + hits
                 seconds += one * (1 + todo)
             n = sum(len(good) for good, _ in pairs.index)
             what = f"{n:,} pairs, {len(pairs.scorers)} scorer{'s' if len(pairs.scorers) > 1 else ''}"
@@ -201,13 +201,8 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
             return fresh[k]
 
         for name, task in ev.encoded.items():
-            todo = cached = 0
-            if not ev.baselines:
-                for k in range(ev.random_init_seeds):
-                    if hit(ev.task_entry(untrained(k), name)):
-                        cached += 1
-                    else:
-                        todo += 1
+            seeds = range(0 if ev.baselines else ev.random_init_seeds)
+            todo, cached = counted(ev.task_entry(untrained(k), name) for k in seeds)
             (ids, mask), labels = task.train_inputs, task.train_labels
             test_ids, test_mask = task.test_inputs
             if task.protocol == "finetune":
@@ -251,13 +246,8 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
             what += caps(ev.tasks[name], (len(labels), len(test_ids)), full(mask) + full(test_mask), length_key)
             steps.append(Step(f"task {name}", what, one * runs, todo + cached if not ev.baselines else 0, cached))
         for name, job in ev.written.items():
-            todo = cached = 0
-            if not ev.job_baselines:
-                for k in range(ev.random_init_seeds):
-                    if hit(ev.writer_entry(untrained(k), name, k)):
-                        cached += 1
-                    else:
-                        todo += 1
+            seeds = range(0 if ev.job_baselines else ev.random_init_seeds)
+            todo, cached = counted(ev.writer_entry(untrained(k), name, k) for k in seeds)
             pick = torch.arange(min(64, len(job.sources)))
             target = float((job.test.labels != -100).sum(1).float().mean()) if len(job.sources) else 0.0
             sample = dataclasses.replace(

@@ -9,7 +9,7 @@
               tokens; multinomial logistic regression on standardised features (L-BFGS; its L2 penalty `l2`, or
               the best of L2_GRID on a fifth of the training examples)
     finetune  a copy of the model plus a linear head, trained with AdamW (`Finetune`: steps, lr, batch, warmup,
-              weight decay) on a state of the example (`classified`). pooling=hf: the one transformers'
+              weight decay; batches drawn with replacement and grouped by length, `batches`) on a state of the example (`classified`). pooling=hf: the one transformers'
               *ForSequenceClassification classes read: encoder: the first token's (BertForSequenceClassification);
               decoder: the last non-padding token's (GPT2ForSequenceClassification); encoder-decoder: the
               decoder's at the final eos after reading the encoder, its input the example shifted right behind
@@ -40,7 +40,7 @@ READING = "A eos B eos; encoder: eos A eos B eos; longest_first"  # how examples
 POOLINGS = ("auto", "hf", "mean")
 # pooling=auto, per family: a decoder reads better from the mean of its states than from its last token's (the
 # probe's task fine-tuned: +0.086 [+0.051, +0.122]); the encoder and the encoder-decoder as well from either
-AUTO_POOLING = {ENCODER: "hf", DECODER: "mean", ENCODER_DECODER: "hf"}
+AUTO_POOLING = {ENCODER: "hf", DECODER: "mean", ENCODER_DECODER: "mean"}
 
 
 def reader(tokenizer, family: str, eos_id: int, max_length: int):
@@ -172,7 +172,7 @@ def linear_probe(
 @dataclass
 class Finetune:
     """The fine-tuning protocol's settings (`eval.finetune`, FinetuneConfig): AdamW steps of `batch_size` examples
-    drawn with replacement, as many as `steps` says, or (steps None) `epochs` passes over the task's training
+    drawn with replacement (grouped by length: `batches`), as many as `steps` says, or (steps None) `epochs` passes over the task's training
     examples, at least `min_steps` and at most `max_steps` (`for_examples`); lr with linear warmup over `warmup` of
     the steps then cosine decay to 0,
     `weight_decay`, gradients clipped to norm 1; examples cut to `max_length` tokens; `seeds` fine-tuning seeds
@@ -183,13 +183,13 @@ class Finetune:
     steps: int | None = None
     epochs: float = 5.0
     min_steps: int = 50
-    max_steps: int = 300
+    max_steps: int = 100
     lr: float = 1e-3
     batch_size: int = 32
     warmup: float = 0.1
     weight_decay: float = 0.01
     max_length: int = 128
-    seeds: int = 3
+    seeds: int = 2
     pooling: str = "auto"
 
     def check(self, key: str = "eval.finetune") -> None:
@@ -225,7 +225,8 @@ class Finetune:
     def settings(self) -> list:
         """What a fine-tuned score depends on, for cache keys."""
         pooling = f"auto {sorted(AUTO_POOLING.items())}" if self.pooling == "auto" else self.pooling
-        return [self.steps, self.lr, self.batch_size, self.warmup, self.weight_decay, self.max_length, pooling]
+        batches = f"grouped by length {GROUP}"
+        return [self.steps, self.lr, self.batch_size, batches, self.warmup, self.weight_decay, self.max_length, pooling]
 
 
 def optimizer(params: list, settings: Finetune):
@@ -248,6 +249,21 @@ def step(loss: torch.Tensor, params: list, opt, sched) -> None:
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
     sched.step()
+
+
+GROUP = 50  # batches drawn at once and grouped by length (transformers' LengthGroupedSampler's megabatch)
+
+
+def batches(lengths: torch.Tensor, steps: int, batch_size: int, generator: torch.Generator):
+    """`steps` batches of example indices drawn with replacement, grouped by length: GROUP batches' worth drawn at
+    once, sorted by length, cut into batches, the batches in a random order (transformers' group_by_length; the
+    last group's first ones, so a short run's batches are a long run's kind). Each example is drawn uniformly as
+    before; a batch cut to its longest example pads ~3% instead of ~2x."""
+    size = min(batch_size, len(lengths))
+    for start in range(0, steps, GROUP):
+        drawn = torch.randint(len(lengths), (GROUP * size,), generator=generator)
+        drawn = drawn[torch.argsort(lengths[drawn], stable=True)].view(GROUP, size)
+        yield from drawn[torch.randperm(GROUP, generator=generator)[: steps - start]]
 
 
 def finetune(
@@ -275,9 +291,8 @@ def finetune(
     steps = settings.steps
     model.train()
     with torch.enable_grad():
-        for _ in range(steps):
+        for pick in batches(mask.sum(1), steps, settings.batch_size, generator):
             check_stop()
-            pick = torch.randint(len(labels), (min(settings.batch_size, len(labels)),), generator=generator)
             width = max(1, int(mask[pick].sum(1).max()))
             state = classified(
                 model, ids[pick, :width].to(device), mask[pick, :width].to(device), settings.pooling, start_id
