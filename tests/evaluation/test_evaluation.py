@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from selfsup.data.builtin import builtin_documents
 from selfsup.evaluation import EvalError, Evaluation, Finetune, Task
 from selfsup.evaluation.builtin import builtin_examples, probe_sentences, sentences
-from selfsup.evaluation.probe import features, linear_probe, scores
+from selfsup.evaluation.probe import features, fit_linear, linear_probe, scores
 from selfsup.run.build import build, prepare
 from selfsup.run.cli import CONF_DIR
 from selfsup.run.schema import register
@@ -219,6 +219,23 @@ def test_linear_probe_learns_a_linear_rule_and_only_from_training_examples():
     noise = torch.randint(0, 2, (400,), generator=g)  # labels unrelated to the features: chance on new examples
     acc = float((linear_probe(x[:400], noise, x[400:], 2) == y[400:]).float().mean())
     assert abs(acc - 0.5) < 4 * math.sqrt(0.25 / 200)
+
+
+def test_a_warm_started_fit_reaches_the_same_minimum_as_one_from_zeros():
+    """The L2 grid is fitted from the strongest penalty down, each fit started from the last: the objective is
+    strictly convex, so a start changes the iterations, not the minimum."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(500, 12, generator=g), torch.randint(0, 3, (500,), generator=g)
+
+    def objective(fit, l2):
+        weight, bias = fit
+        return float(F.cross_entropy(x.double() @ weight.T + bias, y) + l2 * weight.pow(2).sum())
+
+    for l2 in (1e-2, 1e-3):
+        cold = fit_linear(x, y, 3, l2)
+        warm = fit_linear(x, y, 3, l2, start=fit_linear(x, y, 3, 10 * l2))
+        assert objective(warm, l2) == pytest.approx(objective(cold, l2), abs=1e-7)
+        torch.testing.assert_close(warm[0], cold[0], atol=1e-3, rtol=0)
 
 
 def test_features_do_not_depend_on_padding_or_batching():

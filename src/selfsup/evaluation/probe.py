@@ -128,12 +128,14 @@ def classified(
 
 
 def fit_linear(
-    x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = 1e-3, max_iter: int = 200
+    x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = 1e-3, max_iter: int = 200, start=None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Multinomial logistic regression: (weight [n_classes, D], bias) minimising mean cross-entropy + l2 |W|^2."""
+    """Multinomial logistic regression: (weight [n_classes, D], bias) minimising mean cross-entropy + l2 |W|^2,
+    from zeros or from `start` (a (weight, bias) of a nearby problem: the same minimum, in fewer iterations)."""
     x, y = x.double(), y.long()
-    weight = torch.zeros(n_classes, x.shape[1], dtype=torch.float64, requires_grad=True)
-    bias = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
+    if start is None:
+        start = torch.zeros(n_classes, x.shape[1], dtype=torch.float64), torch.zeros(n_classes, dtype=torch.float64)
+    weight, bias = (t.detach().clone().double().requires_grad_(True) for t in start)
     opt = torch.optim.LBFGS([weight, bias], lr=1, max_iter=max_iter, line_search_fn="strong_wolfe")
 
     def closure():
@@ -154,18 +156,22 @@ def linear_probe(
     train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, n_classes: int, l2: float | None = None
 ) -> torch.Tensor:
     """Predicted classes of test_x from a linear classifier fitted on standardised train_x. l2 None: the
-    penalty of L2_GRID that predicts every fifth training example best when fitted on the others."""
+    penalty of L2_GRID that predicts every fifth training example best when fitted on the others (the grid fitted
+    from the strongest penalty down, each fit started from the one before, as scikit-learn's warm-started
+    regularisation paths; the final fit from the chosen penalty's)."""
     mean, std = train_x.mean(0), train_x.std(0).clamp(min=1e-6)
     train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
+    start = None
     if l2 is None:
         held = torch.arange(len(train_y)) % 5 == 0
-
-        def held_out_accuracy(penalty: float) -> float:
-            weight, bias = fit_linear(train_x[~held], train_y[~held], n_classes, penalty)
-            return float(((train_x[held].double() @ weight.T + bias).argmax(1) == train_y[held]).double().mean())
-
-        l2 = max(L2_GRID, key=held_out_accuracy)  # the first of equals: the weakest penalty
-    weight, bias = fit_linear(train_x, train_y, n_classes, l2)
+        fits, accuracy = {}, {}
+        for penalty in sorted(L2_GRID, reverse=True):
+            fits[penalty] = start = fit_linear(train_x[~held], train_y[~held], n_classes, penalty, start=start)
+            predicted = (train_x[held].double() @ start[0].T + start[1]).argmax(1)
+            accuracy[penalty] = float((predicted == train_y[held]).double().mean())
+        l2 = max(L2_GRID, key=accuracy.__getitem__)  # the first of equals: the weakest penalty
+        start = fits[l2]
+    weight, bias = fit_linear(train_x, train_y, n_classes, l2, start=start)
     return (test_x.double() @ weight.T + bias).argmax(1)
 
 
