@@ -200,6 +200,11 @@ def test_the_plan_says_each_runs_parts_and_cached_baselines_and_writes_nothing(f
         (["eval.tasks.next_sentence.protocol=knn"], "eval.tasks.next_sentence.protocol=knn is unknown"),
         (["eval=nope"], "Could not find 'eval/nope': use one of default, jobs, none, tiny"),
         (["eval.finetune.stepz=3"], "Could not override 'eval.finetune.stepz'. To append to your config use"),
+        (
+            ["eval.generation=null", "eval.generation.continuation.max_new_tokens=5"],
+            "eval.generation.continuation.max_new_tokens=5 sets a key under eval.generation, which "
+            "eval.generation=null turns off: drop one of the two",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(families, tmp_path, args, message):

@@ -27,15 +27,46 @@ def test_a_test_label_that_never_occurs_in_training_is_refused(tmp_path):
     with pytest.raises(EvalError) as err:
         task([train], test_paths=[test]).load()
     assert str(err.value) == (
-        "task t: test labels ['c'] never occur in training: the probe cannot predict them; fix the labels or the split"
+        "task t: test labels 'c' never occur in training, whose labels are 'a', 'b': the probe cannot predict them; "
+        "fix the labels or the split"
     )
 
 
 def test_a_task_whose_training_labels_are_one_class_names_the_test_labels(tmp_path):
     train = write(tmp_path / "train.jsonl", [{"text": f"train {i}", "label": 0} for i in range(20)])
     test = write(tmp_path / "test.jsonl", [{"text": f"test {i}", "label": i % 2} for i in range(10)])
-    with pytest.raises(EvalError, match=r"test labels \['1'\] never occur in training"):
+    with pytest.raises(EvalError, match=r"test labels 1 never occur in training, whose labels are 0: "):
         task([train], test_paths=[test]).load()
+
+
+def test_labels_equal_as_values_are_one_class_whatever_their_type(tmp_path, capsys):
+    """0/1 in a .jsonl beside "0"/"1" in a CSV (or strings, floats and bools in one file) were a 4-class task whose
+    accuracy, majority and random-init all read 0.000."""
+    rows = [{"text": f"train {i}", "label": [0, 1, "0", 1.0][i % 4]} for i in range(40)]
+    train = write(tmp_path / "train.jsonl", rows)
+    test = write(
+        tmp_path / "test.csv", [{"text": f"test {i}", "label": ["0", "1", "true", "False"][i % 4]} for i in range(20)]
+    )
+    t = task([train], test_paths=[test])
+    train_examples, test_examples = t.load()
+    assert t.classes == ["0", "1"]
+    assert train_examples.labels == [0, 1, 0, 1] * 10 and test_examples.labels == [0, 1, 1, 0] * 5
+    said = [line for line in capsys.readouterr().err.splitlines() if "one class" in line]
+    assert said == [
+        "warning: task t: labels written differently read as one class each: '0' and 'False' and 0; '1' and "
+        "'true' and 1 and 1.0"
+    ]
+
+
+def test_test_examples_that_repeat_training_texts_are_counted_in_one_line(tmp_path, capsys):
+    train = write(tmp_path / "train.jsonl", [{"text": f"text {i}", "label": i % 2} for i in range(40)])
+    test = write(tmp_path / "test.jsonl", [{"text": f"text {i}", "label": i % 2} for i in range(30, 50)])
+    _, test_examples = task([train], test_paths=[test]).load()
+    assert len(test_examples) == 20  # scored as they are
+    assert (
+        "warning: task t: 10 of 20 test examples repeat a training example's text: they are scored as they are "
+        "(remove them from the test split for a clean test)"
+    ) in capsys.readouterr().err.splitlines()
 
 
 # ---------------------------------------------------------------------------------------- the example cap

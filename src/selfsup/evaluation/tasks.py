@@ -21,7 +21,8 @@ task, GLUE's and SuperGLUE's layouts as they are: RTE and MRPC `sentence1` / `se
   hidden, so its validation split is the test split, MNLI's `validation_matched`).
 
 Labels are classes: strings, ints or bools (whole-number floats too; a regression label such as STS-B's is
-refused); examples with an empty text or label are left out. `max_train_examples` / `max_test_examples` keep at most that many examples: of the
+refused), equal values one class whatever their type (1, 1.0, True, "1": `label_key`, said in one line); examples
+with an empty text or label are left out; test examples that repeat a training text are counted in one line. `max_train_examples` / `max_test_examples` keep at most that many examples: of the
 built-in task the first ones (a sentence and its change stay together), of files and data sets a uniform
 random sample in their order (reservoir sampling with a fixed seed: the same files give the same sample;
 of files only the sample is held). Every problem is one line (an EvalError) before any training starts.
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from selfsup.data.config import TextSource
 from selfsup.data.records import EvalError, check_count, records, unique
+from selfsup.data.sources import warn_once
 from selfsup.evaluation.builtin import builtin_examples, next_sentence_examples
 from selfsup.evaluation.splits import SOURCES, hf_splits, split_files
 
@@ -180,18 +182,31 @@ class Task:
         return ["text_fields"] * 2 if self.text_fields else ["text_field"]
 
     def _encode_labels(self, train: list, test: list) -> tuple[Examples, Examples]:
-        train = unique(train, f"task {self.name}: training examples")
-        test = unique(test, f"task {self.name}: test examples")
+        written: dict = {}  # each class's labels as the files wrote them, by repr (1 and 1.0 apart)
+        for _, y in train + test:
+            written.setdefault(label_key(y), {})[repr(y)] = y
+        train = unique([(t, label_key(y)) for t, y in train], f"task {self.name}: training examples")
+        test = unique([(t, label_key(y)) for t, y in test], f"task {self.name}: test examples")
+        merged = [" and ".join(sorted(w)) for w in written.values() if len(w) > 1]
+        if merged:
+            warn_once(f"task {self.name}: labels written differently read as one class each: {'; '.join(merged)}")
+        seen = {t for t, _ in train}
+        repeated = sum(t in seen for t, _ in test)
+        if repeated:
+            warn_once(
+                f"task {self.name}: {repeated} of {len(test)} test examples repeat a training example's text: "
+                f"they are scored as they are (remove them from the test split for a clean test)"
+            )
         if not train or not test:
             which = "training" if not train else "test"
             raise EvalError(
                 f"task {self.name} has no {which} examples: add examples"
                 + (f" or change {self.setting('test_fraction')}" if self.text.source == "text_files" else "")
             )
-        values = sorted({y for _, y in train + test}, key=lambda v: (str(type(v)), v))
+        values = sorted({y for _, y in train + test}, key=lambda v: (isinstance(v, str), v))
         if len(values) < 2:
             raise EvalError(
-                f"task {self.name}: every example has label {values[0]!r}: a task needs at least "
+                f"task {self.name}: every example has label {min(written[values[0]])}: a task needs at least "
                 f"2 classes ({self.setting('label_field')}={self.label_field})"
             )
         if len(train) < len(values):
@@ -202,16 +217,35 @@ class Task:
             )
         unseen = {y for _, y in test} - {y for _, y in train}
         if unseen:
+
+            def shown(keys) -> str:
+                return ", ".join(min(written[k]) for k in sorted(keys, key=lambda v: (isinstance(v, str), v))[:5])
+
             raise EvalError(
-                f"task {self.name}: test labels {sorted(map(str, unseen))[:5]} never occur in training: "
-                f"the probe cannot predict them; fix the labels or the split"
+                f"task {self.name}: test labels {shown(unseen)} never occur in training, whose labels are "
+                f"{shown({y for _, y in train})}: the probe cannot predict them; fix the labels or the split"
             )
         ids = {v: i for i, v in enumerate(values)}
-        self.classes = [str(v) for v in values]
+        self.classes = [min(map(str, written[v].values())) for v in values]
         return (
             Examples([t for t, _ in train], [ids[y] for _, y in train]),
             Examples([t for t, _ in test], [ids[y] for _, y in test]),
         )
+
+
+def label_key(value) -> int | str:
+    """The class a label names: bools, ints, whole floats and strings of a whole number (or true / false, any
+    case) by their number, so 1, 1.0, True and "1" (a CSV beside a .jsonl) are one class; other strings as
+    written, trimmed."""
+    if isinstance(value, (numbers.Integral, float)):
+        return int(value)
+    value = value.strip()
+    if value.lower() in ("true", "false"):
+        return int(value.lower() == "true")
+    try:
+        return int(value)
+    except ValueError:
+        return value
 
 
 def class_label(value, where: str, field: str, setting):

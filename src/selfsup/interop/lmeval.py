@@ -266,7 +266,7 @@ class LMEval:
                 raise UserError(
                     f"lm-eval cannot score a target longer than the model's {p.model.max_len} tokens (its hf model "
                     f"asserts len(continuation) <= max_length) in {', '.join(self.tasks)}: use tasks with shorter "
-                    f"targets, or models trained with a longer data.block_size"
+                    f"targets, or models trained with a longer data.seq_len"
                 ) from None
         return scores(results)
 

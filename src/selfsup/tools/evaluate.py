@@ -106,6 +106,11 @@ def eval_config(overrides: list[str]) -> DictConfig:
             f"selfsup-eval takes eval settings only (eval=..., eval.*, lm_eval.*): {other[0]} is not one; a run "
             f"keeps its own objective, architecture and data"
         )
+    off = {override_key(o): o for o in overrides if o.startswith("~") or o.partition("=")[2].strip() == "null"}
+    for o in overrides:
+        above = next((key for key in off if override_key(o).startswith(key + ".")), None)
+        if above is not None:
+            raise UserError(f"{o} sets a key under {above}, which {off[above]} turns off: drop one of the two")
     if not any(override_key(o) == "eval" for o in overrides):
         overrides = [f"eval={DEFAULT_EVAL}", *overrides]
     register()
