@@ -201,6 +201,18 @@ def test_the_plan_says_each_runs_parts_and_cached_baselines_and_writes_nothing(f
         (["eval=nope"], "Could not find 'eval/nope': use one of default, jobs, none, tiny"),
         (["eval.finetune.stepz=3"], "Could not override 'eval.finetune.stepz'. To append to your config use"),
         (
+            ["eval.finetune.steps=abc"],
+            "Error merging override eval.finetune.steps=abc Value 'abc' of type 'str' "
+            "could not be converted to Integer",
+        ),
+        (
+            [
+                "+eval.tasks.x={source: text_files, paths: [STS], test_paths: [/nonexistent/test.jsonl], "
+                "text_field: sentence1, label_field: sentence2}"
+            ],
+            "eval.tasks.x.test_paths: /nonexistent/test.jsonl does not exist",
+        ),
+        (
             ["eval.generation=null", "eval.generation.continuation.max_new_tokens=5"],
             "eval.generation.continuation.max_new_tokens=5 sets a key under eval.generation, which "
             "eval.generation=null turns off: drop one of the two",

@@ -113,9 +113,10 @@ class GenerationJob:
             )
         keys = ["source_field", "target_field"]
 
-        def rows(paths):
+        def rows(paths, listed_by: str):
+            setting = lambda k: self.setting(listed_by if k == "paths" else k)  # noqa: E731  (a missing test file)
             for path in paths:
-                for where, values in records(path, [self.source_field, self.target_field], keys, self.setting):
+                for where, values in records(path, [self.source_field, self.target_field], keys, setting):
                     yield self._example(values, where)
 
         return split_files(self, rows, lambda row: row[0])

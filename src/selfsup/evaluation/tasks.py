@@ -160,8 +160,9 @@ class Task:
                 f"{fields} and '{self.label_field}' fields"
             )
 
-        def rows(paths):
-            return (r for p in paths for r in read_labelled(p, self.fields, self.label_field, self.setting))
+        def rows(paths, listed_by: str):
+            setting = lambda k: self.setting(listed_by if k == "paths" else k)  # noqa: E731  (a missing test file)
+            return (r for p in paths for r in read_labelled(p, self.fields, self.label_field, setting))
 
         return split_files(self, rows, lambda row: "\n".join(parts(row[0])))
 

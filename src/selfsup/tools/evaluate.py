@@ -118,7 +118,8 @@ def eval_config(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(str(CONF_DIR), version_base=None):
             return compose("train", overrides=overrides).eval
     except (HydraException, OmegaConfBaseException) as err:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        said = str(err) + (f"\n{err.__cause__}" if err.__cause__ is not None else "")  # Hydra's "Error merging": why
+        lines = [line.strip() for line in said.splitlines() if line.strip()]
         if "Available options" in str(err):  # eval=<an option that is not there>
             at = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
             options = [line for line in lines[at + 1 :] if not line.startswith(("Config search path", "provider="))]
@@ -143,7 +144,8 @@ def lm_eval_config(overrides: list[str]):
         with initialize_config_dir(str(CONF_DIR), version_base=None):
             lm = instantiate(compose("lm_eval", overrides=overrides).lm_eval, _convert_="all")
     except (HydraException, OmegaConfBaseException) as err:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        said = str(err) + (f"\n{err.__cause__}" if err.__cause__ is not None else "")  # Hydra's "Error merging": why
+        lines = [line.strip() for line in said.splitlines() if line.strip()]
         raise UserError(" ".join(lines[:2])) from None
     lm.check()
     return lm
