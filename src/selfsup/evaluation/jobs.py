@@ -113,8 +113,7 @@ class GenerationJob:
             )
         keys = ["source_field", "target_field"]
 
-        def rows(paths, listed_by: str):
-            setting = lambda k: self.setting(listed_by if k == "paths" else k)  # noqa: E731  (a missing test file)
+        def rows(paths, setting):
             for path in paths:
                 for where, values in records(path, [self.source_field, self.target_field], keys, setting):
                     yield self._example(values, where)

@@ -9,7 +9,8 @@
               tokens; multinomial logistic regression on standardised features (L-BFGS; its L2 penalty `l2`, or
               the best of L2_GRID on a fifth of the training examples)
     finetune  a copy of the model plus a linear head, trained with AdamW (`Finetune`: steps, lr, batch, warmup,
-              weight decay; batches drawn with replacement and grouped by length, `batches`) on a state of the example (`classified`). pooling=hf: the one transformers'
+              weight decay; batches drawn with replacement and grouped by length, `batches`) on a state of the
+              example (`classified`). pooling=hf: the one transformers'
               *ForSequenceClassification classes read: encoder: the first token's (BertForSequenceClassification);
               decoder: the last non-padding token's (GPT2ForSequenceClassification); encoder-decoder: the
               decoder's at the final eos after reading the encoder, its input the example shifted right behind
@@ -178,13 +179,13 @@ def linear_probe(
 @dataclass
 class Finetune:
     """The fine-tuning protocol's settings (`eval.finetune`, FinetuneConfig): AdamW steps of `batch_size` examples
-    drawn with replacement (grouped by length: `batches`), as many as `steps` says, or (steps None) `epochs` passes over the task's training
-    examples, at least `min_steps` and at most `max_steps` (`for_examples`); lr with linear warmup over `warmup` of
-    the steps then cosine decay to 0,
-    `weight_decay`, gradients clipped to norm 1; examples cut to `max_length` tokens; `seeds` fine-tuning seeds
-    of the trained model (their spread is part of the margin's interval; each random-init baseline is fine-tuned
-    once); `pooling` auto (each family's measured better state: AUTO_POOLING) | hf (the family's
-    *ForSequenceClassification state) | mean (the mean of the states)."""
+    drawn with replacement (grouped by length: `batches`), as many as `steps` says, or (steps None) `epochs`
+    passes over the task's training examples, at least `min_steps` and at most `max_steps` (`for_examples`); lr
+    with linear warmup over `warmup` of the steps then cosine decay to 0, `weight_decay`, gradients clipped to norm
+    1; examples cut to `max_length` tokens; `seeds` fine-tuning seeds of the trained model (their spread is part of
+    the margin's interval; each random-init baseline is fine-tuned once); `pooling` auto (each family's measured
+    better state: AUTO_POOLING) | hf (the family's *ForSequenceClassification state) | mean (the mean of the
+    states)."""
 
     steps: int | None = None
     epochs: float = 5.0

@@ -13,18 +13,18 @@ SOURCES = ("builtin", "text_files", "hf_dataset")
 
 def split_files(source, rows, key) -> tuple[list, list]:
     """(train, test) of a task's or job's files (its paths, test_paths, test_fraction, max_*_examples, setting):
-    rows(paths, listed_by) yields the examples of the files that setting (paths or test_paths) lists; without
-    test_paths, an example is a test one when the hash bucket of key(row) is below test_fraction. Each split a
-    Reservoir sample; source.found: the examples each split had before it."""
+    rows(paths, setting) yields the examples of the files, `setting` naming the key that listed them (paths, or
+    test_paths for the test files); without test_paths, an example is a test one when the hash bucket of key(row)
+    is below test_fraction. Each split a Reservoir sample; source.found: the examples each split had before it."""
     train, test = Reservoir(source.max_train_examples), Reservoir(source.max_test_examples)
     if source.test_paths:
-        train.extend(rows(source.text.paths, "paths"))
-        test.extend(rows(source.test_paths, "test_paths"))
+        train.extend(rows(source.text.paths, source.setting))
+        test.extend(rows(source.test_paths, lambda k: source.setting("test_paths" if k == "paths" else k)))
     else:
         if not 0 < source.test_fraction < 1:
             raise EvalError(f"{source.setting('test_fraction')}={source.test_fraction} must be between 0 and 1")
         threshold = source.test_fraction * 10_000
-        for row in rows(source.text.paths, "paths"):
+        for row in rows(source.text.paths, source.setting):
             (test if document_bucket(key(row)) < threshold else train).add(row)
     source.found = train.seen, test.seen
     return train.rows(), test.rows()

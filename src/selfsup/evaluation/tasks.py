@@ -22,10 +22,11 @@ task, GLUE's and SuperGLUE's layouts as they are: RTE and MRPC `sentence1` / `se
 
 Labels are classes: strings, ints or bools (whole-number floats too; a regression label such as STS-B's is
 refused), equal values one class whatever their type (1, 1.0, True, "1": `label_key`, said in one line); examples
-with an empty text or label are left out; test examples that repeat a training text are counted in one line. `max_train_examples` / `max_test_examples` keep at most that many examples: of the
-built-in task the first ones (a sentence and its change stay together), of files and data sets a uniform
-random sample in their order (reservoir sampling with a fixed seed: the same files give the same sample;
-of files only the sample is held). Every problem is one line (an EvalError) before any training starts.
+with an empty text or label are left out; test examples that repeat a training text are counted in one line.
+`max_train_examples` / `max_test_examples` keep at most that many examples: of the built-in task the first ones
+(a sentence and its change stay together), of files and data sets a uniform random sample in their order
+(reservoir sampling with a fixed seed: the same files give the same sample; of files only the sample is held).
+Every problem is one line (an EvalError) before any training starts.
 """
 
 from __future__ import annotations
@@ -160,8 +161,7 @@ class Task:
                 f"{fields} and '{self.label_field}' fields"
             )
 
-        def rows(paths, listed_by: str):
-            setting = lambda k: self.setting(listed_by if k == "paths" else k)  # noqa: E731  (a missing test file)
+        def rows(paths, setting):
             return (r for p in paths for r in read_labelled(p, self.fields, self.label_field, setting))
 
         return split_files(self, rows, lambda row: "\n".join(parts(row[0])))
