@@ -247,7 +247,7 @@ def test_features_do_not_depend_on_padding_or_batching():
         ids = torch.randint(10, 300, (5, 16))
         mask = torch.arange(16)[None] < torch.tensor([3, 16, 7, 1, 9])[:, None]
         ids = ids.masked_fill(~mask, 0)
-        together = features(model, ids, mask, batch_size=5)
+        together = features(model, ids, mask, batch_tokens=80)
         alone = torch.cat(
             [
                 features(model, ids[i : i + 1, : int(mask[i].sum())], mask[i : i + 1, : int(mask[i].sum())])
@@ -488,7 +488,7 @@ def test_the_fixed_exam_reads_at_most_max_tokens_of_the_validation_split():
 
 
 def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
-    """Three seeds of their own (the same for every run of a shape): a run of another seed reads them, another
+    """Two seeds of their own (the same for every run of a shape): a run of another seed reads them, another
     shape makes its own; the margin over them comes with its paired bootstrap interval."""
     from pathlib import Path
 
@@ -504,12 +504,12 @@ def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
     before = set(folder.glob("*.json")) if folder.is_dir() else set()
     evaluation, first = evaluate()
     entries = set(folder.glob("*.json")) - before
-    assert len(entries) == 3  # one per seed
+    assert len(entries) == 2  # one per seed (eval.probe.random_init_seeds)
     stamps = {e: e.stat().st_mtime_ns for e in entries}
     baselines = {k: v for k, v in first.items() if "random_init" in k or "majority" in k}
     _, again = evaluate("seed=1")  # another run seed: the same untrained models, read back
     assert {k: again[k] for k in baselines} == baselines and {e: e.stat().st_mtime_ns for e in entries} == stamps
-    assert evaluation.random_init["probe"].shape == (3, 100)
+    assert evaluation.random_init["probe"].shape == (2, 100)
     m = margin(evaluation.last["probe"], evaluation.random_init["probe"])
     assert (first["eval/probe/margin"], first["eval/probe/margin_low"], first["eval/probe/margin_high"]) == (
         m.value,
@@ -522,7 +522,7 @@ def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
     p = first["eval/probe/accuracy"]  # the test set's binomial error, 100 test examples
     assert first["eval/probe/accuracy_se"] == pytest.approx((p * (1 - p) / 99) ** 0.5)
     evaluate("architecture.d_model=16")  # another shape: its own entries
-    assert len(set(folder.glob("*.json")) - before) == 6
+    assert len(set(folder.glob("*.json")) - before) == 4
     sorted(entries)[0].write_text("{not json")  # a damaged entry is computed again
     assert {k: evaluate()[1][k] for k in baselines} == baselines
 
@@ -630,17 +630,17 @@ def test_the_plan_says_each_part_and_which_baselines_the_cache_holds_or_an_earli
     pending: set = set()
     first, plan = planned(pending=pending)
     assert [s.name for s in plan.steps] == ["the fixed exam", "the minimal pairs", "the held-out text", "task probe"]
-    assert all(s.seconds > 0 for s in plan.steps) and plan.baselines == (0, 6)  # 3 seeds of the pairs, 3 of the probe
+    assert all(s.seconds > 0 for s in plan.steps) and plan.baselines == (0, 5)  # 3 seeds of the pairs, 2 of the probe
     assert re.fullmatch(
         r"plan: the fixed exam \(\d members\); the minimal pairs \(\d+ pairs, 1 scorer, random-init 3 seeds\); the "
-        r"held-out text \(\d+ pieces\); task probe \(linear: random-init 3 seeds, 100 training and 50 test "
+        r"held-out text \(\d+ pieces\); task probe \(linear: random-init 2 seeds, 100 training and 50 test "
         r"examples, 100 of [\d,]+ training examples \(eval.tasks.probe.max_train_examples=null for all\), 50 of "
         r"[\d,]+ test examples \(eval.tasks.probe.max_test_examples=null for all\)(, \d+ reach "
         r"eval.probe.max_length=\d+ tokens \(longer ones cut\))?\); about \d+ s \(a \d+ s warm-up\)",
         plan.line(),
     ), plan.line()
-    assert planned("seed=1", pending=pending)[1].baselines == (6, 6)  # the first run will have written them
-    assert planned("architecture.d_model=16", pending=pending)[1].baselines == (0, 6)  # another shape: its own
+    assert planned("seed=1", pending=pending)[1].baselines == (5, 5)  # the first run will have written them
+    assert planned("architecture.d_model=16", pending=pending)[1].baselines == (0, 5)  # another shape: its own
     said: list[str] = []
     baselines.report_progress(said.append)
     try:
@@ -650,4 +650,4 @@ def test_the_plan_says_each_part_and_which_baselines_the_cache_holds_or_an_earli
     assert not any(line.startswith("plan: ") for line in said)  # said already
     assert first.module.evaluation.estimated == plan.seconds and first.module.evaluation.planned is None
     again = planned()[1]
-    assert again.baselines == (6, 6) and "random-init 3 seeds: 3 cached" in again.line()
+    assert again.baselines == (5, 5) and "random-init 3 seeds: 3 cached" in again.line()

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from selfsup.evaluation.fixed import MASK_RATES, SPAN_LENGTHS, SPAN_RATES
 from selfsup.evaluation.probe import Finetune
+from selfsup.evaluation.scoring import BATCH_TOKENS
 
 
 @dataclass
@@ -17,7 +18,7 @@ class ProbeConfig:
     max_length: int = 64  # linear: tokens per example (longer ones cut longest-first)
     l2: Optional[float] = None  # linear: L2 penalty of the classifier (null: chosen on held-out training examples)
     seed: int = 0  # the fine-tuning seeds' stream and the random-init baselines' weights
-    random_init_seeds: int = 3  # untrained models of the run's shape probed (fine-tuned) the same way (cached)
+    random_init_seeds: int = 2  # untrained models of the run's shape probed (fine-tuned) the same way (cached)
 
 
 @dataclass
@@ -71,7 +72,7 @@ class PairsConfig:
     sets: Dict[str, Any] = field(default_factory=dict)
     random_init_seeds: int = 3  # untrained models of the run's shape scored the same way (cached)
     denoise: bool = True  # encoder-decoders: also the span pseudo-log-likelihood, eval/pairs/denoise/...
-    batch_tokens: int = 16384  # token positions per forward
+    batch_tokens: int = BATCH_TOKENS  # token positions per forward (rows x longest row)
     reference_tokens: int = 10000000  # training tokens the unigram / bigram references count
 
 
@@ -89,7 +90,7 @@ class HeldoutConfig:
     split: str = "validation"
     data_files: Optional[Any] = None  # hf_dataset: local files for a builder such as hf_name=json
     max_bytes: int = 16384  # UTF-8 bytes read, documents in order (the last one cut)
-    batch_tokens: int = 16384  # token positions per forward
+    batch_tokens: int = BATCH_TOKENS  # token positions per forward (rows x longest row)
 
 
 @dataclass

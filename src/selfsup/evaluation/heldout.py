@@ -33,7 +33,7 @@ from selfsup.data.hf_dataset import load_hf, quiet_datasets
 from selfsup.data.records import check_count
 from selfsup.data.sources import DataError, iter_text_file_documents
 from selfsup.evaluation.pairs import FAMILY_ROWS
-from selfsup.evaluation.scoring import score_rows
+from selfsup.evaluation.scoring import BATCH_TOKENS, score_rows
 from selfsup.evaluation.stats import exam_ratio, ratio_scores
 from selfsup.evaluation.tasks import EvalError
 
@@ -56,7 +56,7 @@ class HeldoutText:
         split: str = "validation",
         data_files=None,
         max_bytes: int = 16384,
-        batch_tokens: int = 16384,
+        batch_tokens: int = BATCH_TOKENS,
     ):
         self.text = TextSource.of(source, paths, hf_name, hf_config, data_files)  # where the text is read
         self.text_field, self.split = text_field, split

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.records import check_count
 from selfsup.evaluation.baselines import check_stop
+from selfsup.evaluation.scoring import BATCH_TOKENS, length_batches
 from selfsup.evaluation.tasks import EvalError, Examples, Text, parts
 
 PROTOCOLS = ("linear", "finetune")
@@ -91,19 +92,21 @@ def pooled(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> tor
 
 
 @torch.no_grad()
-def features(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
-    """[N, d_model] pooled features, computed in batches of similar lengths (each cut to its longest text)."""
+def features(
+    model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, batch_tokens: int = BATCH_TOKENS
+) -> torch.Tensor:
+    """[N, d_model] pooled features, computed in batches of similar lengths (each cut to its longest text, at most
+    batch_tokens positions: rows x longest)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    lengths = mask.sum(1)
-    order = torch.argsort(lengths, stable=True)
+    lengths = mask.sum(1).clamp(min=1)
     out = torch.empty(len(ids), model.d_model)
     try:
-        for i in range(0, len(ids), batch_size):
+        for batch in length_batches(lengths.tolist(), batch_tokens):
             check_stop()
-            rows = order[i : i + batch_size]
-            width = max(1, int(lengths[rows].max()))
+            rows = torch.tensor(batch)
+            width = int(lengths[rows].max())
             out[rows] = pooled(model, ids[rows, :width].to(device), mask[rows, :width].to(device)).cpu()
         return out
     finally:

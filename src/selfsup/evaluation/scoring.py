@@ -19,7 +19,7 @@ from selfsup.common.names import ENCODER
 from selfsup.evaluation.baselines import check_stop
 
 TIE = 1e-6  # nats: a smaller difference of two scores is float noise of batched scoring, a tie
-BATCH_TOKENS = 16384  # token positions per forward (rows x longest row)
+BATCH_TOKENS = 4096  # token positions per forward (rows x longest row): on CPU the fastest of 2k-16k (benchmarks.md)
 
 
 def accuracy(good: np.ndarray, bad: np.ndarray) -> np.ndarray:
@@ -28,8 +28,9 @@ def accuracy(good: np.ndarray, bad: np.ndarray) -> np.ndarray:
     return np.where(np.abs(diff) <= TIE, 0.5, (diff > 0).astype(np.float64))
 
 
-def _batches(lengths: list[int], batch_tokens: int):
+def length_batches(lengths, batch_tokens: int = BATCH_TOKENS):
     """Indices of rows in batches of similar length, each at most batch_tokens positions (rows x longest)."""
+    lengths = [int(n) for n in lengths]
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     batch: list[int] = []
     for i in order:
@@ -140,7 +141,7 @@ def score_rows(
     ]
     one_each = getattr(model, "arch", None) == ENCODER and all(len(s) == 1 for s in rows.scored)
     try:
-        for batch in _batches(length, batch_tokens):
+        for batch in length_batches(length, batch_tokens):
             check_stop()
             kwargs = {}
             if rows.encoder:
