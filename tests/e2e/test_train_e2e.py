@@ -158,7 +158,8 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     with np.load(run / "outcomes.npz") as kept:
         for key in ["eval/pairs", "eval/probe"] + (["eval/pairs/denoise"] if encoder_decoder else []):
             n = kept[key].shape[0]
-            assert kept[f"{key}|random_init"].shape == (3, n) and len(str(kept[f"{key}|examples"])) == 64
+            seeds = 2 if key == "eval/probe" else 3  # eval.probe.random_init_seeds, eval.pairs.random_init_seeds
+            assert kept[f"{key}|random_init"].shape == (seeds, n) and len(str(kept[f"{key}|examples"])) == 64
             assert kept[key].mean() == pytest.approx(evaluated[f"{key}/accuracy"], abs=1e-7)  # (the probe's: float32)
     assert 0 < evaluated["eval/probe/accuracy"] < 1 and evaluated["eval/fixed/loss"] > 0
     rows = [r for r in csv.DictReader(open(run / "csv" / "metrics.csv")) if r.get("eval/probe/accuracy")]
