@@ -90,6 +90,27 @@ def test_encoder_positions_give_those_states_alone(positions):
         make("decoder").decoder(torch.zeros(1, 3, TINY["d_model"]), is_causal=True, query=torch.tensor([0]))
 
 
+@pytest.mark.parametrize("positions", ["learned", "relative"])
+@torch.no_grad()
+def test_masked_copies_share_their_first_block_projection_and_give_the_full_forward_states(positions):
+    """A pseudo-log-likelihood's masked copies (a sentence's rows equal but at one position): same_inputs finds
+    each distinct (token, position) once, and the positions= path that projects only those gives the full
+    forward's states."""
+    from selfsup.models.transformer import same_inputs
+
+    sentence = ids()[0]
+    copies = sentence.repeat(L, 1)
+    copies[torch.arange(L), torch.arange(L)] = 3  # the mask token at each position in turn
+    one, each = same_inputs(copies)
+    assert len(one) == 2 * L - int((sentence == 3).sum())  # the sentence's tokens and the mask, at each position
+    assert torch.equal(copies.view(-1)[one][each], copies.view(-1))
+    assert torch.equal(one[each] % L, torch.arange(L * L) % L)  # each row read from one at its own position
+    enc = make("encoder", n_layers=2, positions=positions)
+    mask = torch.ones(L, L, dtype=torch.bool)
+    full = enc(encoder_inputs=copies, encoder_mask=mask)[torch.arange(L), torch.arange(L)]
+    assert torch.allclose(enc(encoder_inputs=copies, encoder_mask=mask, positions=torch.arange(L)), full, atol=ATOL)
+
+
 @torch.no_grad()
 def test_encoder_padding_is_invisible():
     x = ids()

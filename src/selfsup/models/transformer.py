@@ -56,14 +56,16 @@ class Attention(nn.Module):
         self.proj = nn.Linear(d_model, d_model, bias=bias)  # residual output projection
         self.resid_dropout = nn.Dropout(dropout)
 
-    def forward(self, x, context=None, mask=None, is_causal=False, position_bias=None, cache=None):
+    def forward(self, x, context=None, mask=None, is_causal=False, position_bias=None, cache=None, same=None):
         """mask: bool broadcastable to [B, 1, Lq, Lk], True = may attend; position_bias: the stack's float mask
         (fold_mask: a relative position bias with mask and causality folded in), used in their place; cache: a
-        KVCache (decoding), which keeps the keys and values (KVCache.update)."""
+        KVCache (decoding), which keeps the keys and values (KVCache.update); same: (one, each) where x's rows
+        [B * Lq] are x.view(-1, D)[one][each] (identical inputs: the projection computed once for each)."""
         B, Lq, D = x.shape
         H = self.n_heads
         if context is None:
-            q, k, v = (t.view(B, Lq, H, D // H).transpose(1, 2) for t in self.qkv(x).split(D, dim=-1))
+            qkv = self.qkv(x) if same is None else self.qkv(x.reshape(-1, D)[same[0]])[same[1]].view(B, Lq, 3 * D)
+            q, k, v = (t.view(B, Lq, H, D // H).transpose(1, 2) for t in qkv.split(D, dim=-1))
         else:
             w, b = self.qkv.weight, self.qkv.bias
             q = F.linear(x, w[:D], None if b is None else b[:D]).view(B, Lq, H, D // H).transpose(1, 2)
@@ -140,10 +142,20 @@ class Block(nn.Module):
         self.mlp = MLP(d, d_ff, p, bias, c.activation)
 
     def forward(
-        self, x, mask=None, is_causal=False, context=None, context_mask=None, position_bias=None, query=None, cache=None
+        self,
+        x,
+        mask=None,
+        is_causal=False,
+        context=None,
+        context_mask=None,
+        position_bias=None,
+        query=None,
+        cache=None,
+        same=None,
     ):
         """query: a position per row [B] (a non-causal stack): only those positions' states come out, [B, 1, d],
-        each read from its whole row (the block computed at the queries alone); cache: Attention's (decoding)."""
+        each read from its whole row (the block computed at the queries alone); cache: Attention's (decoding);
+        same: Attention's (identical rows of x, the attention's projection computed once for each)."""
         if query is not None:
             h, rows = self.ln_attn(x), torch.arange(len(x), device=x.device)
             if position_bias is not None:  # [1 or B, H, L, L] -> the queries' rows [B, H, 1, L]
@@ -151,7 +163,9 @@ class Block(nn.Module):
             picked = h[rows, query][:, None]
             x = x[rows, query][:, None] + self.attn(picked, context=h, mask=mask, position_bias=position_bias)
             return x + self.mlp(self.ln_mlp(x))
-        x = x + self.attn(self.ln_attn(x), mask=mask, is_causal=is_causal, position_bias=position_bias, cache=cache)
+        x = x + self.attn(
+            self.ln_attn(x), mask=mask, is_causal=is_causal, position_bias=position_bias, cache=cache, same=same
+        )
         if self.cross_attn is not None:
             x = x + self.cross_attn(self.ln_cross(x), context=context, mask=context_mask, cache=cache)
         return x + self.mlp(self.ln_mlp(x))
@@ -185,10 +199,12 @@ class Stack(nn.Module):
         context_mask=None,
         activation_checkpointing=False,
         query=None,
+        same=None,
     ):
         """[B, L, d] final states; query (a position per row [B], non-causal stacks): [B, d], those positions'
         alone, the last block computed at them only (a pseudo-log-likelihood's masked copies: one scored
-        position per row)."""
+        position per row); same: `same_inputs` of the tokens (the first block's attention projection computed
+        once for each distinct token at each position)."""
         L = tok.shape[1]
         bias = None
         if self.rel_bias is not None:  # T5's bias, with the masks folded in once for every layer
@@ -203,7 +219,7 @@ class Stack(nn.Module):
             if activation_checkpointing and self.training and torch.is_grad_enabled():
                 x = checkpoint(block, x, mask, is_causal, context, context_mask, bias, use_reentrant=False)
             else:
-                x = block(x, mask, is_causal, context, context_mask, bias)
+                x = block(x, mask, is_causal, context, context_mask, bias, same=same if i == 0 else None)
         return self.ln_f(x)
 
     def decode(self, tok, positions, cache, context=None, context_mask=None):
@@ -375,6 +391,18 @@ class TransformerModel(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
+def same_inputs(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(one, each): ids.view(-1)[one] holds each distinct (token, position) of ids [B, L] once, and row r of the
+    flattened [B * L] is row each[r] of those: the same token at the same position is the same first-block input.
+    A pseudo-log-likelihood's masked copies of a sentence share all but one: its first block projects ~1/L of them."""
+    L = ids.shape[1]
+    each_key = (ids * L + torch.arange(L, device=ids.device)).view(-1)
+    keys, each = torch.unique(each_key, return_inverse=True)
+    one = torch.empty(len(keys), dtype=torch.long, device=ids.device)
+    one.scatter_(0, each, torch.arange(len(each_key), device=ids.device))
+    return one, each
+
+
 class Encoder(TransformerModel):
     arch = ENCODER
 
@@ -391,6 +419,7 @@ class Encoder(TransformerModel):
             mask=self._key_padding(encoder_mask, encoder_inputs),
             activation_checkpointing=self.activation_checkpointing,
             query=positions,
+            same=same_inputs(encoder_inputs) if positions is not None and not self.training else None,
         )
 
 
