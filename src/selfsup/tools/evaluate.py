@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -274,30 +275,67 @@ def part_of(key: str) -> str:
     return "/".join(parts[: 3 if parts[1:2] == ["lm_eval"] else 2])
 
 
+def check_writable(run_dir: Path) -> None:
+    """UserError unless selfsup-eval can write into run_dir and read the evaluated.json and evaluated_outcomes.npz
+    already there (a damaged pair is refused, never dropped): checked before anything is evaluated."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".selfsup-eval-", delete=True):
+            pass
+    except OSError as err:
+        raise UserError(
+            f"{run_dir} cannot be written ({err.strerror}): selfsup-eval writes its scores there (evaluated.json); "
+            f"copy the run to a writable folder and evaluate the copy"
+        ) from None
+    json_path, npz = run_dir / EVALUATED, run_dir / EVALUATED_OUTCOMES
+    if json_path.exists() and read_evaluated(run_dir) is None:
+        raise UserError(
+            f"{json_path} cannot be read as selfsup-eval's scores (truncated or edited?): restore it, or move it and "
+            f"{EVALUATED_OUTCOMES} aside to evaluate the run anew; nothing was evaluated"
+        )
+    if npz.exists():
+        try:
+            with np.load(npz, allow_pickle=False) as data:
+                for key in data.files:
+                    data[key]
+        except Exception as err:  # noqa: BLE001 - numpy's many ways to say a file is damaged, said in one line
+            raise UserError(
+                f"{npz} cannot be read ({type(err).__name__}: {err}): restore it, or move it and {EVALUATED} aside to "
+                f"evaluate the run anew; nothing was evaluated"
+            ) from None
+
+
 def write_results(run_dir: Path, metrics: dict, outcomes: dict, record: dict) -> dict:
     """Merge this evaluation into <run_dir>/evaluated.json and evaluated_outcomes.npz (the scores it evaluated
-    replaced, the others kept), each written atomically; returns evaluated.json's content."""
+    replaced, the others kept; both files checked readable before the evaluation: check_writable), written as a
+    pair: both new files are written in full before either replaces the old one (a full disk leaves the old pair
+    and no temporary file, said in one line); returns evaluated.json's content."""
     path, npz = run_dir / EVALUATED, run_dir / EVALUATED_OUTCOMES
     old = read_evaluated(run_dir) or {}
     now = evaluated_parts(list(metrics) + list(outcomes))
     kept = {k: v for k, v in (old.get("eval") or {}).items() if part_of(k) not in now}
     arrays = {}
     if npz.is_file():
-        try:
-            with np.load(npz, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files if part_of(k) not in now}
-        except Exception:  # noqa: BLE001 - a damaged file: its scores are dropped with it
-            kept, arrays = {}, {}
+        with np.load(npz, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files if part_of(k) not in now}
     arrays.update(outcomes)
     content = {
         "eval": {**kept, **metrics},
         "pairs_scorers": {**(old.get("pairs_scorers") or {}), **record.pop("pairs_scorers", {})},
         "evaluations": [*(old.get("evaluations") or []), record],
     }
-    tmp = run_dir / f".{EVALUATED_OUTCOMES}.tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, npz)
-    write_json(path, content)
+    tmp_npz, tmp_json = run_dir / f".{EVALUATED_OUTCOMES}.tmp.npz", run_dir / f".{EVALUATED}.new"
+    try:
+        np.savez(tmp_npz, **arrays)
+        write_json(tmp_json, content)
+        os.replace(tmp_npz, npz)
+        os.replace(tmp_json, path)
+    except OSError as err:
+        tmp_npz.unlink(missing_ok=True)
+        tmp_json.unlink(missing_ok=True)
+        raise UserError(
+            f"{run_dir}: {EVALUATED} and {EVALUATED_OUTCOMES} could not be written ({err.strerror or err}): "
+            f"this evaluation of the run was not kept, its former scores are unchanged"
+        ) from None
     return content
 
 
@@ -407,6 +445,8 @@ def main(argv: list[str] | None = None) -> None:
         # everything checked before anything is written
         planned = [Planned(d, evaluation_config) for d in dirs] if evaluation_config is not None else []
         lm_planned = [LMPlanned(d, lm) for d in dirs] if lm is not None else []
+        for d in dirs:
+            check_writable(d)
         if lm_planned and all(p.unsupported for p in lm_planned):
             what = dirs[0] if len(dirs) == 1 else f"every run of {path}"
             raise UserError(f"{what}: {lm_planned[0].architecture}: {lm_planned[0].unsupported}")
@@ -455,6 +495,13 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(
+            "error: interrupted (Ctrl-C): the runs evaluated before it keep their evaluated.json; the run under way "
+            "keeps its former scores",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
     single = dirs == [path]
     rows = [{**RunSummary.read(path).values, "run_dir": str(path)}] if single else read_summaries(path)
     print("\n".join(evaluated_lines(evaluated_rows(rows))))
