@@ -52,8 +52,8 @@ def refused_in_one_line(out: subprocess.CompletedProcess, starts: str) -> None:
 
 
 def nothing_blocks(sweep_dir: Path) -> None:
-    """What selfsup.run.sweep refuses a sweep dir for (a job folder, an optuna.db): none of it was left."""
-    assert not (sweep_dir.is_dir() and [p for p in sweep_dir.iterdir() if p.is_dir() or p.name == "optuna.db"])
+    """A refused sweep leaves its sweep dir as it was: not made (no job folder, no optuna.db, no .selfsup.lock)."""
+    assert not sweep_dir.exists(), sorted(p.name for p in sweep_dir.iterdir())
 
 
 @pytest.mark.parametrize(
@@ -76,6 +76,10 @@ def test_nonsensical_n_trials_is_refused_in_one_line(cache_dir, tmp_path):
     out = run(cache_dir, tmp_path / "sweep", "hydra.sweeper.n_trials=-3")
     refused_in_one_line(out, "error: hydra.sweeper.n_trials=-3: use at least 1 trial")
     nothing_blocks(tmp_path / "sweep")
+    (tmp_path / "empty").mkdir()  # a folder that was there: left empty (before: .selfsup.lock in it)
+    out = run(cache_dir, tmp_path / "empty", "hydra.sweeper.n_trials=0")
+    refused_in_one_line(out, "error: hydra.sweeper.n_trials=0: use at least 1 trial")
+    assert list((tmp_path / "empty").iterdir()) == []
 
 
 def test_a_corrupt_study_database_is_refused_in_one_line(cache_dir, tmp_path):

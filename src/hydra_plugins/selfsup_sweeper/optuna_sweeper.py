@@ -90,8 +90,12 @@ ConfigStore.instance().store(
 
 
 def refuse(problem: str) -> None:
-    """A bad setting of the sweeper: one line, exit 2 (before any storage is created or changed)."""
+    """A bad setting of the sweeper: one line, exit 2 (before any storage is created or changed; the sweep dir's lock
+    taken back)."""
+    from selfsup.run.sweep import take_back_claim
+
     print(f"error: {problem}", file=sys.stderr)
+    take_back_claim()
     raise SystemExit(2)
 
 

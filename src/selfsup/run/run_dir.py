@@ -107,15 +107,21 @@ def unclaim(run_dir: Path, created: list[Path]) -> None:
     """Take back what claiming a refused run's dir made: its lock, then the folders it created, if empty."""
     if not created:  # the dir was there before: it keeps its lock file
         return
-    lock = _claimed.pop(str(run_dir.resolve()), None)
-    if lock is not None:
-        lock.close()
+    if release(run_dir):
         (run_dir / LOCK).unlink(missing_ok=True)
     for folder in created:  # innermost first; a folder something else wrote into stays
         try:
             folder.rmdir()
         except OSError:
             break
+
+
+def release(run_dir: Path) -> bool:
+    """Close this process's lock of run_dir (claim); whether it held one."""
+    lock = _claimed.pop(str(run_dir.resolve()), None)
+    if lock is not None:
+        lock.close()
+    return lock is not None
 
 
 def _file_above(path: Path) -> Path | None:

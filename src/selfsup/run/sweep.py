@@ -32,6 +32,28 @@ from selfsup.results.summary import DEFINITIONS, read_summaries, shown_path, sum
 from selfsup.results.verdict import save_verdict, verdict_lines
 
 
+
+CLAIMED: list = []  # (sweep dir, the folders claiming it made) of this process's sweep, once on_multirun_start ran
+
+
+def take_back_claim() -> None:
+    """A sweep refused after on_multirun_start (the Optuna sweeper checks its settings when Hydra builds it, after
+    the callbacks' start): the lock it took and the empty folders claiming made are taken back, the folder as it
+    was (a lock that was there before stays)."""
+    from selfsup.run.run_dir import LOCK, release
+
+    for sweep_dir, had_lock, created in CLAIMED:
+        release(sweep_dir)
+        if not had_lock:
+            (sweep_dir / LOCK).unlink(missing_ok=True)
+        for folder in created:  # innermost first; a folder something else wrote into stays
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+    CLAIMED.clear()
+
+
 class SweepSummary(Callback):
     """Hydra callback: one line per finished job, and the table of all jobs when the sweep ends (or when a stop
     signal ends it early: then the jobs not run, and how to run them)."""
@@ -59,6 +81,7 @@ class SweepSummary(Callback):
         from selfsup.run.run_dir import LOCK, claim, own
 
         had_lock = (sweep_dir / LOCK).exists()
+        created = [p for p in [sweep_dir, *sweep_dir.parents] if not p.exists()]  # what claiming it makes
         try:  # one sweep at a time in a sweep dir (two launched in the same second share the default one)
             claim(sweep_dir)
         except UserError as err:
@@ -74,6 +97,7 @@ class SweepSummary(Callback):
             )
             raise SystemExit(2)
         own(sweep_dir)
+        CLAIMED[:] = [(sweep_dir, had_lock, created)]
 
     def on_job_start(self, config, **kwargs) -> None:
         """A stop signal between two jobs: this one is not run (its fresh folder, only Hydra's record, removed)."""
