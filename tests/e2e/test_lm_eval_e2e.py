@@ -5,6 +5,7 @@ writes, logs to W&B and the report shows; bad input refused in one line with not
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -245,6 +246,19 @@ def test_a_sweep_is_scored_by_lm_eval_beside_random_init_as_lm_evals_cli_scores_
     assert f"| {before['eval/lm_eval/selfsup_mc/acc']:.4g} |" in row
 
 
+def test_a_run_whose_wandb_id_is_lost_says_its_scores_reached_no_wandb_run(families, tasks, tmp_path):
+    """Before: the lm-eval scores of a W&B-logged run without its wandb-run-id file reached no W&B run, silently."""
+    run = Path(shutil.copytree(families / "1", tmp_path / "run", ignore=shutil.ignore_patterns("evaluated*")))
+    (run / "wandb-run-id").unlink()
+    args = ["lm_eval.tasks=[selfsup_mc]", f"lm_eval.include_path=[{tasks}]", "lm_eval.limit=8"]
+    out = selfsup_eval(run, *args, "lm_eval.random_init_seeds=2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    [line] = [line for line in out.stdout.splitlines() if line.startswith("  lm-eval in ")]
+    assert line.endswith(f"(W&B: not logged, {run / 'wandb-run-id'} is missing: the run's W&B id is unknown; the "
+                         "scores are in evaluated.json)"), line  # fmt: skip
+    assert "eval/lm_eval/selfsup_mc/acc" in json.loads((run / "evaluated.json").read_text())["eval"]
+
+
 @pytest.mark.slow  # the seq2seq backend: the sweep's span corruption run; t5's export: test_t5_e2e.py
 def test_the_t5_preset_is_scored_by_lm_evals_seq2seq_backend(train, tasks, tmp_path):
     run = tmp_path / "t5"
@@ -327,3 +341,30 @@ def test_the_labs_local_tasks_are_written_as_lm_eval_reads_them(tmp_path, capsys
     with pytest.raises(SystemExit) as exit:
         lmeval_main(["task"])
     assert exit.value.code == 2 and capsys.readouterr().err.startswith("usage: python -m selfsup.lmeval tasks FOLDER")
+
+
+def test_the_tasks_into_a_file_is_one_line(tmp_path, capsys):
+    """Before: a traceback (FileExistsError / NotADirectoryError)."""
+    from selfsup.interop.lmeval import main as lmeval_main
+
+    (tmp_path / "afile").write_text("x")
+    for folder in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        with pytest.raises(SystemExit) as exit:
+            lmeval_main(["tasks", str(folder)])
+        err = capsys.readouterr().err
+        assert exit.value.code == 2 and err == (
+            f"error: cannot write the tasks into {folder} ({tmp_path / 'afile'} is a file): pass a writable folder\n"
+        )
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_a_task_yaml_that_cannot_be_parsed_is_named(families, tmp_path, capsys):
+    """Before: `selfsup_broken is not an lm-eval task` (lm-eval skips the file with a log line)."""
+    (tmp_path / "mine").mkdir()
+    broken = tmp_path / "mine" / "selfsup_broken.yaml"
+    broken.write_text("task: selfsup_broken\ndataset_path: json\ndoc_to_text: [unclosed\n")
+    with pytest.raises(SystemExit) as exit:
+        main([str(families / "1"), "lm_eval.tasks=[selfsup_broken]", f"lm_eval.include_path=[{tmp_path / 'mine'}]"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: lm_eval.include_path: {broken} cannot be parsed as YAML (line 4: "), err

@@ -132,6 +132,7 @@ class LMEval:
         known = set(manager.all_tasks)
         for name in self.tasks:
             if name not in known:
+                unreadable(self.include_path)
                 close = sorted(t for t in known if name.lower() in t.lower() or t.lower() in name.lower())[:8]
                 hint = f"close names: {', '.join(close)}" if close else "`lm_eval ls tasks` lists lm-eval's tasks"
                 where = f" or in {', '.join(self.include_path)}" if self.include_path else ""
@@ -427,6 +428,29 @@ TASK_YAML = {
 TASK_DATA = "dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {path}\ntest_split: test\n"
 
 
+def unreadable(folders: list) -> None:
+    """UserError naming the first task YAML under `folders` that cannot be parsed (lm-eval skips such a file with a
+    log line, and its task is then unknown). lm-eval's own tags (`!function`) are accepted."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    for folder in folders:
+        for path in sorted(Path(folder).rglob("*.yaml")):
+            try:
+                yaml.load(path.read_text(), Loader=Loader)  # noqa: S506 - a SafeLoader
+            except (yaml.YAMLError, UnicodeDecodeError) as err:
+                where = getattr(err, "problem_mark", None)
+                at = f"line {where.line + 1}: " if where is not None else ""
+                problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+                raise UserError(
+                    f"lm_eval.include_path: {path} cannot be parsed as YAML ({at}{problem}): lm-eval skips it, so its "
+                    f"task is unknown; fix the file"
+                ) from None
+
+
 def write_tasks(folder: str | Path, n: int = 500) -> list[Path]:
     """Two lm-eval tasks over the lab's held-out text (never in the built-in corpus), as task YAMLs over JSON files
     in `folder` (lm_eval.include_path=[folder], or lm-eval's own --include_path): selfsup_pairs (BLiMP's layout, n
@@ -462,7 +486,13 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
-    written = write_tasks(args[1])
+    try:
+        written = write_tasks(args[1])
+    except OSError as err:
+        blocker = next((p for p in [Path(args[1]), *Path(args[1]).parents] if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file" if blocker is not None else err.strerror
+        print(f"error: cannot write the tasks into {args[1]} ({why}): pass a writable folder", file=sys.stderr)
+        raise SystemExit(2) from None
     print(
         f"wrote {', '.join(p.name for p in written)} to {written[0].parent}: lm_eval.include_path=[{written[0].parent}]"
     )

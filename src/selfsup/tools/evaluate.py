@@ -388,11 +388,13 @@ def log_to_wandb(run_dir: Path, logger: LoggerConfig, metrics: dict) -> str:
     from selfsup.common.wandb_utils import api_key_configured, wandb_mode
 
     id_file = run_dir / WANDB_RUN_ID
-    if not logger.wandb or not id_file.is_file():
+    if not logger.wandb:
         return ""
     mode = wandb_mode(logger.mode or "offline")
     if mode == "disabled":
         return ""
+    if not id_file.is_file():
+        return f" (W&B: not logged, {id_file} is missing: the run's W&B id is unknown; the scores are in {EVALUATED})"
     if mode == "online" and not api_key_configured():
         mode = "offline"
     try:
