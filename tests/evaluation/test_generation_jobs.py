@@ -115,6 +115,12 @@ def test_a_user_job_from_a_datasets_folder(tmp_path):
             {},
             r"rows.jsonl:4: field 'document' holds 7, not text: .* set eval.generation.j.source_field$",
         ),
+        (
+            [*ROWS[:3], {"document": "A text.", "summary": "the ."}],
+            {},
+            r"rows.jsonl:4: field 'summary' holds 'the .', which is empty once normalised \(lower case, punctuation "
+            r"and the articles a/an/the removed, as exact match and F1 read it\): every target needs a word",
+        ),
         (ROWS, {"paths": []}, r"^eval.generation.j.paths is empty: list .jsonl/.csv/.parquet files with 'document'"),
         (ROWS, {"max_new_tokens": 0}, r"^eval.generation.j.max_new_tokens=0 must be at least 1"),
     ],
@@ -130,7 +136,7 @@ def test_a_bad_user_job_is_one_line(tmp_path, rows, settings, message):
     assert "\n" not in str(err.value)
 
 
-def test_examples_are_cut_to_the_models_positions_and_references_kept_whole():
+def test_examples_are_cut_to_the_models_positions_and_references_kept_whole(capsys):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     tokenizer = Tokenizer(models.WordLevel({f"w{i}": i + 3 for i in range(60)} | {"[UNK]": 0}, unk_token="[UNK]"))
@@ -145,6 +151,13 @@ def test_examples_are_cut_to_the_models_positions_and_references_kept_whole():
         else:
             assert job.train.encoder_inputs.shape[1] == width and (job.train.labels[0] != -100).sum() == width
         assert len(job.sources[0]) < width and job.sources[1] == [4, 5]
+        assert capsys.readouterr().err == ""  # no name: not said
+    prepare("decoder", tokenizer, pairs, pairs * 3, 2, 1, 0, 16, 5, name="j")
+    assert capsys.readouterr().err == (
+        "warning: generation job j: 3 of 6 test targets cut to their first 7 tokens (longer than 16 positions "
+        "allow): their exact match and F1 compare what the writer can write with the whole reference; raise "
+        "eval.finetune.max_length (and data.seq_len) or shorten the targets\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------- scored in a run

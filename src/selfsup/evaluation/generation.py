@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import string
+import sys
 from collections import Counter
 from dataclasses import dataclass
 
@@ -254,25 +255,36 @@ def prepare(
     pad_id: int,
     max_length: int,
     max_new_tokens: int,
+    name: str | None = None,
 ) -> Prepared:
     """(source, target) texts tokenised (no special tokens) and cut to fit max_length positions: the target to its
     first max_length // 2 - 1 tokens (decoder) or max_length - 1 (encoder-decoder), the source to its first tokens
-    that fit beside it (decoder: `source eos target eos`) or max_length - 1 (encoder-decoder: `source eos`)."""
+    that fit beside it (decoder: `source eos target eos`) or max_length - 1 (encoder-decoder: `source eos`). Test
+    targets cut are counted in a warning line naming the job `name` (None: not said)."""
     check_writer(arch)
+
+    keep = max(1, max_length // 2 - 1) if arch == DECODER else max_length - 1  # a target's tokens kept
 
     def fitted(pairs):
         sources = [e.ids for e in tokenizer.encode_batch([s for s, _ in pairs], add_special_tokens=False)]
         targets = [e.ids for e in tokenizer.encode_batch([t for _, t in pairs], add_special_tokens=False)]
+        cut = sum(len(t) > keep for t in targets)
+        targets = [t[:keep] for t in targets]
         if arch == DECODER:
-            targets = [t[: max(1, max_length // 2 - 1)] for t in targets]
             sources = [s[: max(1, max_length - len(t) - 2)] for s, t in zip(sources, targets)]
         else:
-            targets = [t[: max_length - 1] for t in targets]
             sources = [s[: max_length - 1] for s in sources]
-        return sources, targets
+        return sources, targets, cut
 
-    train_sources, train_targets = fitted(train)
-    test_sources, test_targets = fitted(test)
+    train_sources, train_targets, _ = fitted(train)
+    test_sources, test_targets, cut = fitted(test)
+    if cut and name is not None:
+        print(
+            f"warning: generation job {name}: {cut} of {len(test)} test targets cut to their first {keep} tokens "
+            f"(longer than {max_length} positions allow): their exact match and F1 compare what the writer can write "
+            f"with the whole reference; raise eval.finetune.max_length (and data.seq_len) or shorten the targets",
+            file=sys.stderr,
+        )
     return Prepared(
         write(arch, train_sources, train_targets, eos_id, bos_id, pad_id),
         write(arch, test_sources, test_targets, eos_id, bos_id, pad_id),

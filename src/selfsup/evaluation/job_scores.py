@@ -62,7 +62,9 @@ class JobScores:
                 continue
             train, test = job.load()
             length = min(self.finetune.max_length, model_length)
-            self.written[name] = prepare(architecture, tokenizer, train, test, *self.ids, length, job.max_new_tokens)
+            self.written[name] = prepare(
+                architecture, tokenizer, train, test, *self.ids, length, job.max_new_tokens, name=name
+            )
             self.fingerprints[name] = hashlib.sha256(json.dumps([train, test, length, job.max_new_tokens]).encode())
             self.fingerprints[name] = self.fingerprints[name].hexdigest()
 

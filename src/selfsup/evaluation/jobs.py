@@ -95,6 +95,8 @@ class GenerationJob:
         return self._loaded
 
     def _example(self, values: tuple, where: str) -> tuple[str, str]:
+        from selfsup.evaluation.generation import normalize_answer
+
         for value, key in zip(values, ("source_field", "target_field")):
             field = getattr(self, key)
             if not isinstance(value, str) or not value.strip():
@@ -103,6 +105,12 @@ class GenerationJob:
                     f"{where}: field '{field}' {what}: every example needs a non-empty source and target text; "
                     f"fix or remove it, or set {self.setting(key)}"
                 )
+        if not normalize_answer(values[1]):  # exact match would count any prediction of no words as right
+            raise EvalError(
+                f"{where}: field '{self.target_field}' holds {values[1]!r:.40}, which is empty once normalised (lower "
+                f"case, punctuation and the articles a/an/the removed, as exact match and F1 read it): every target "
+                f"needs a word; fix or remove it"
+            )
         return values[0], values[1]
 
     def _files(self) -> tuple[list, list]:
