@@ -146,3 +146,29 @@ def test_ctrl_c_while_evaluating_is_one_line_and_keeps_the_former_scores(run):
     out = subprocess.CompletedProcess(process.args, process.returncode, "", stderr)
     assert "interrupted (Ctrl-C): the runs evaluated before it keep their evaluated.json" in one_error_line(out, 130)
     assert snapshot(run) == before
+
+
+def test_a_sweep_with_a_failed_job_and_one_still_training_evaluates_the_finished_one_and_names_the_others(
+    evaluated, tmp_path
+):
+    """Before: the whole sweep refused for the failed job, the one still training skipped without a word, and
+    pointing at it said 'holds no runs'."""
+    import json
+
+    sweep = tmp_path / "sweep"
+    for job in ("0", "1"):
+        shutil.copytree(evaluated, sweep / job, ignore=shutil.ignore_patterns("evaluated*"))
+    summary = json.loads((sweep / "1" / "summary.json").read_text())
+    (sweep / "1" / "summary.json").write_text(json.dumps({**summary, "status": "failed"}))
+    (sweep / "1" / "error.txt").write_text("error: out of memory\n")
+    (sweep / "2" / ".hydra").mkdir(parents=True)  # a job still training: its config, no records yet
+    shutil.copy(evaluated / ".hydra" / "config.yaml", sweep / "2" / ".hydra" / "config.yaml")
+    out = selfsup_eval(sweep, *SMALL)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"left out: {sweep / '1'} (failed: out of memory)\n" in out.stdout
+    assert f"left out: {sweep / '2'} (no summary.json: still training, or stopped before writing it)\n" in out.stdout
+    assert [p.parent.name for p in sorted(sweep.glob("*/evaluated.json"))] == ["0"]
+    out = selfsup_eval(sweep / "2", *SMALL)
+    assert f"{sweep / '2'} did not finish training (no summary.json: still training, or stopped before writing it)" in (
+        one_error_line(out)
+    )

@@ -18,7 +18,8 @@
                                                                  beside random-init models (selfsup.interop.lmeval; lm_eval.*
                                                                  alone runs lm-eval alone; pip install -e '.[lmeval]')
 
-For each run (a run dir, or each job of a sweep dir): its recorded config with its `eval` replaced by the one
+For each run (a run dir, or each job of a sweep dir that finished training; the others are named in a
+`left out:` line with why: failed, preempted, still training): its recorded config with its `eval` replaced by the one
 composed here (the `eval` group's option `jobs` unless `eval=...` names another, and the overrides, which must be
 eval settings); its data prepared as when it trained (the token cache reused; the tasks checked against its
 pretraining documents); the weights it ended with (checkpoints/last.ckpt, what its own scores were measured on);
@@ -74,21 +75,46 @@ USAGE = (
 DEFAULT_EVAL = "jobs"
 
 
-def run_dirs(path: Path) -> list[Path]:
-    """The run dir `path`, or the job dirs of the sweep dir `path` (in job order) that finished training."""
+def run_dirs(path: Path) -> tuple[list[Path], list[str]]:
+    """(the run dir `path`, or the job dirs of the sweep dir `path` that finished training, in job order; each job
+    dir left out with why: `SWEEP/2 (failed: ...)`, `(preempted)`, `(no summary.json: still training, ...)`)."""
     if not path.exists():
         raise UserError(f"{path} does not exist: pass a run dir (outputs/<date>/<time>) or a sweep dir")
     if not path.is_dir():
         raise UserError(f"{path} is a file: pass a run dir (outputs/<date>/<time>) or a sweep dir")
-    if (path / SUMMARY).is_file() or (path / ERROR).is_file():
-        return [path]
+    if any((path / name).is_file() for name in (SUMMARY, ERROR, RECORDED_CONFIG)):
+        return [path], []
     jobs = sorted(
-        (p for p in path.iterdir() if p.is_dir() and ((p / SUMMARY).is_file() or (p / ERROR).is_file())),
+        (p for p in path.iterdir() if p.is_dir() and any((p / n).is_file() for n in (SUMMARY, ERROR, RECORDED_CONFIG))),
         key=lambda p: (len(p.name), p.name),
     )
     if not jobs:
         raise UserError(f"{path} holds no runs (no summary.json in it or its folders): pass a run or sweep dir")
-    return jobs
+    finished, left_out = [], []
+    for job in jobs:
+        why = unfinished(job)
+        if why is None:
+            finished.append(job)
+        else:
+            left_out.append(f"{job} ({why})")
+    if not finished:
+        raise UserError(f"{path}: none of its {len(jobs)} runs finished training: {'; '.join(left_out)}")
+    return finished, left_out
+
+
+def unfinished(run_dir: Path) -> str | None:
+    """Why run_dir holds no finished training (None: it does): failed (its error), preempted, interrupted, no
+    summary.json yet, or an unreadable one."""
+    summary = RunSummary.read(run_dir)
+    error = (run_dir / ERROR).read_text().strip().removeprefix("error: ") if (run_dir / ERROR).is_file() else ""
+    if summary.problem:
+        return summary.problem
+    if not summary.found:
+        return f"failed: {error}" if error else "no summary.json: still training, or stopped before writing it"
+    status = summary.values.get("status")
+    if status == "finished":
+        return None
+    return f"{status}: {error}" if error else str(status)
 
 
 def eval_config(overrides: list[str]) -> DictConfig:
@@ -154,10 +180,10 @@ def lm_eval_config(overrides: list[str]):
 
 def finished_run(run_dir: Path) -> tuple[dict, Path]:
     """A finished run's summary and the weights it ended with (checkpoints/last.ckpt), or one line why not."""
-    summary = RunSummary.read(run_dir)
-    if summary.problem or not summary.found or summary.values.get("status") != "finished":
-        why = summary.problem or (summary.values.get("status") if summary.found else "no summary.json")
+    why = unfinished(run_dir)
+    if why is not None:
         raise UserError(f"{run_dir} did not finish training ({why}): evaluate finished runs only")
+    summary = RunSummary.read(run_dir)
     if not (run_dir / RECORDED_CONFIG).is_file():
         raise UserError(f"{run_dir} is not a selfsup run dir (no .hydra/config.yaml)")
     checkpoint = run_dir / LAST_CHECKPOINT
@@ -438,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         only_plan, args = plan_flag(args)
         path, overrides = Path(args[0]).expanduser(), args[1:]
-        dirs = run_dirs(path)
+        dirs, left_out = run_dirs(path)
         lm_overrides = [o for o in overrides if is_lm_eval(o)]
         overrides = [o for o in overrides if not is_lm_eval(o)]
         lm = lm_eval_config(lm_overrides) if lm_overrides else None
@@ -453,6 +479,8 @@ def main(argv: list[str] | None = None) -> None:
             what = dirs[0] if len(dirs) == 1 else f"every run of {path}"
             raise UserError(f"{what}: {lm_planned[0].architecture}: {lm_planned[0].unsupported}")
         report_progress(lambda line: print(f"  {line}", flush=True))
+        for line in left_out:
+            print(f"left out: {line}", flush=True)
         if planned:
             print_plan(planned)
         if only_plan:
