@@ -212,6 +212,33 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
 
 
+def test_a_second_sigterm_after_a_preempted_run_has_written_its_records_keeps_exit_0(cache_dir, tmp_path):
+    """The exit status agrees with summary.json's status. Before: the second SIGTERM, landing while the interpreter
+    shut down (its handlers back to the default action), killed it: exit -15 beside status `preempted`."""
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    proc = subprocess.Popen(
+        ["selfsup-train", *TINY, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}", "trainer.max_steps=100000",
+         "trainer.val_check_interval=100000"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while not (run / "csv" / "hparams.yaml").is_file() and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("run dir: "):  # the run's last lines: its records are written
+            break
+    time.sleep(0.3)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    output = "".join(seen) + proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, output[-2000:]
+    assert json.loads((run / "summary.json").read_text())["status"] == "preempted"
+
+
 def _mount_small_disk(path: Path, size: str) -> bool:
     path.mkdir()
     done = forked.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)

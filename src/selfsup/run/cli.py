@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 from functools import partial
 from pathlib import Path
@@ -180,6 +182,12 @@ def main() -> None:
             raise  # a bug, not a config mistake: the whole traceback
         print(f"error: {config_error_line(err)}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        # every record is written and the exit status decided: a SIGTERM now (a second one after a preemption)
+        # must not kill the interpreter while it shuts down (Python then restores the default action), which
+        # would exit -15 against a summary.json that says `preempted`
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
