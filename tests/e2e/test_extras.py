@@ -34,7 +34,14 @@ def test_the_lmeval_extra_scores_a_run_on_a_local_task(tmp_path):
         assert done.returncode == 0, done.stderr[-3000:]
         return done
 
-    run("selfsup-train", "debug=tiny", "eval=none", "objective=clm", f"hydra.run.dir={tmp_path / 'run'}")
+    run(
+        "selfsup-train",
+        "debug=tiny",
+        "eval=none",
+        "objective=clm",
+        "data.seq_len=128",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     run(str(bin_ / "python"), "-m", "selfsup.lmeval", "tasks", str(tmp_path / "tasks"))
     out = run(
         "selfsup-eval",

@@ -104,9 +104,9 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
         key.replace("/accuracy", f"/{m}")
         for key in pairs
         if key.endswith("/accuracy")
-        for m in ("margin", "margin_low", "margin_high", "accuracy_se")
+        for m in ("margin", "margin_low", "margin_high", "margin_examples", "accuracy_se")
     }  # beside each accuracy: its margin,
-    # its interval, its standard error
+    # its interval, the test examples it was measured on, its standard error
     split = {"encoder": ["masked", "random", "unchanged"], "encoder_decoder": ["first", "later", "sentinel"]}.get(
         OBJECTIVES[objective], []
     )
@@ -142,6 +142,7 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
         "eval/probe/accuracy_se",
         "eval/probe/margin_low",
         "eval/probe/margin_high",
+        "eval/probe/margin_examples",
         *pairs,
     }
     assert evaluated["eval/fixed/loss_low"] < evaluated["eval/fixed/loss"] < evaluated["eval/fixed/loss_high"]

@@ -519,6 +519,7 @@ def test_the_probe_random_init_baselines_are_computed_once_per_shape(cache_dir):
     assert first["eval/probe/margin"] == pytest.approx(
         first["eval/probe/accuracy"] - first["eval/probe/random_init_accuracy"]
     )
+    assert first["eval/probe/margin_examples"] == 100  # what the verdict's MIN_EXAMPLES reads
     p = first["eval/probe/accuracy"]  # the test set's binomial error, 100 test examples
     assert first["eval/probe/accuracy_se"] == pytest.approx((p * (1 - p) / 99) ** 0.5)
     evaluate("architecture.d_model=16")  # another shape: its own entries

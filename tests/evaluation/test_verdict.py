@@ -455,3 +455,21 @@ def test_a_studys_verdict_compares_the_best_trial_with_random_init_and_the_runne
     assert line.startswith("  pairs: 3 of 4 trials show pretraining. best mlm mask_rate=0.2 +0.")
     assert "(shows pretraining). against the runner-up: mlm mask_rate=0.2 - mlm mask_rate=0.4 " in line
     assert "mask_rate=0.1" not in line and "mask_rate=0.3" not in line
+
+
+def test_a_margin_from_too_few_test_examples_is_not_called(tmp_path):
+    """Issue 66: one generation test example gave `shows pretraining: clm +0.015 [+0.013, +0.018]` (a bootstrap over
+    one example sees no sampling error). Below MIN_EXAMPLES the verdict says so, whatever the interval."""
+    from selfsup.evaluation.stats import MIN_EXAMPLES
+
+    rows = []
+    for name, n, objective in (("a", 1, "clm"), ("b", 2, "mlm"), ("c", MIN_EXAMPLES, "span_corruption")):
+        trained, base = np.ones(n), np.zeros((3, n))
+        row = run(tmp_path, name, trained, base, objective)
+        row["eval"]["eval/pairs/margin_examples"] = float(n)
+        rows.append(row)
+    text = verdict_text(rows)
+    assert "too few test examples (1, fewer than 20) to call: clm +1.000 [+1.000, +1.000]" in text, text
+    assert "too few test examples (2, fewer than 20) to call: mlm +1.000 [+1.000, +1.000]" in text, text
+    assert "shows pretraining: span_corruption +1.000 [+1.000, +1.000]" in text, text
+    assert "clm -" not in text and "mlm -" not in text  # nor compared

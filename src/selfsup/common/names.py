@@ -80,8 +80,9 @@ NUMBERS = (
 )  # fmt: skip
 TEXTS = ("status", "objective", "architecture", "run_dir", "error")
 SCORES = (
-    "/accuracy", "/accuracy_se", "/margin", "/margin_low", "/margin_high", "/loss", "/loss_low", "/loss_high",
-    "/unigram_gap_low", "/random_init_accuracy", "/bits_per_byte", "/bits_per_byte_low", "/bits_per_byte_high",
+    "/accuracy", "/accuracy_se", "/margin", "/margin_low", "/margin_high", "/margin_examples", "/loss", "/loss_low",
+    "/loss_high", "/unigram_gap_low", "/random_init_accuracy", "/bits_per_byte", "/bits_per_byte_low",
+    "/bits_per_byte_high",
 )  # fmt: skip
 
 

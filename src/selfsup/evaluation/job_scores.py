@@ -103,6 +103,7 @@ class JobScores:
             if f"{name}/{s}" in self.random_init:
                 m = margin(outcome, self.random_init[f"{name}/{s}"])
                 out.update({f"eval/{name}/{s}/margin{end}": v for end, v in zip(("", "_low", "_high"), astuple(m))})
+                out[f"eval/{name}/{s}/margin_examples"] = float(values.shape[-1])
         return out
 
     def writer_entry(self, fresh: torch.nn.Module, name: str, k: int) -> Path | None:

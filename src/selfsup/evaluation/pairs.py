@@ -305,6 +305,7 @@ class MinimalPairs:
                 if key in self.random_init:
                     m = margin(outcome, self.random_init[key])
                     out.update({f"{key}/margin": m.value, f"{key}/margin_low": m.low, f"{key}/margin_high": m.high})
+                    out[f"{key}/margin_examples"] = float(len(outcome))
         out.update(self.baselines)
         return out
 

@@ -31,6 +31,9 @@ import numpy as np
 
 REPLICATES = 2000
 LEVEL = 0.95
+# a margin over fewer test examples is not called either way (the verdict says "too few test examples (n) to call"):
+# a bootstrap over 1 or 2 examples cannot see the test set's sampling error (1 example: every replicate the same)
+MIN_EXAMPLES = 20
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,7 @@ class TaskScores:
             out.update(
                 {f"eval/{name}/margin": m.value, f"eval/{name}/margin_low": m.low, f"eval/{name}/margin_high": m.high}
             )
+            out[f"eval/{name}/margin_examples"] = float(np.shape(outcome)[-1])
         return out
 
     def task_entry(self, fresh: torch.nn.Module, name: str) -> Path | None:

@@ -404,6 +404,8 @@ def combine(trained: dict, runs: list[dict]) -> tuple[dict, dict]:
             else:
                 continue  # no stderr (lm-eval's N/A): no interval, so no margin
             metrics.update({f"{key}/margin": value, f"{key}/margin_low": low, f"{key}/margin_high": high})
+            if m.get("docs") is not None:
+                metrics[f"{key}/margin_examples"] = float(len(m["docs"]))
     return metrics, outcomes
 
 

@@ -24,6 +24,12 @@ class Group:
     def margins(self, key: str) -> list[Interval]:
         return [m for m in (run_margin(row, key) for row in self.rows) if m is not None]
 
+    def examples(self, key: str) -> int | None:
+        """The fewest test examples any of the group's margins of `key` was measured on (None: not recorded)."""
+        found = [(row.get("eval") or {}).get(f"{key}/margin_examples") for row in self.rows]
+        found = [int(n) for n in found if isinstance(n, (int, float)) and math.isfinite(n)]
+        return min(found) if found else None
+
     def spread(self, key: str) -> float | None:
         """The range of the group's margins over its seeds; None with one seed."""
         values = [m.value for m in self.margins(key)]

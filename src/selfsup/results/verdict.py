@@ -14,6 +14,10 @@ different families are never ranked. Runs of the same setting at different seeds
     no difference at this scale
                            the interval of the difference holds 0, or the difference is within the seed
                            spread; with one seed per group the spread is not measured and no lead is called
+    too few test examples (n) to call
+                           a margin measured on fewer than MIN_EXAMPLES (20) test examples (`<score>/margin_examples`):
+                           neither shown nor compared, whatever its interval (a bootstrap over 1 or 2 examples
+                           cannot see the test set's sampling error)
 
 The fixed exam (eval/fixed/loss) and the held-out text (eval/heldout/bits_per_byte) are losses, not margins,
 and the same only within a family (the exams and the scorers differ between families): the section of each, per
@@ -39,7 +43,7 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from selfsup.evaluation.stats import Interval, difference, exam_difference
+from selfsup.evaluation.stats import MIN_EXAMPLES, Interval, difference, exam_difference
 from selfsup.results.groups import (
     SITTINGS,
     Group,
@@ -312,12 +316,17 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
     study = is_study(members)
     for key in keys:
         having = [g for g in groups if len(g.margins(key)) == len(g.rows)]
+        few = [g for g in having if (g.examples(key) or MIN_EXAMPLES) < MIN_EXAMPLES]  # not called either way
+        having = [g for g in having if g not in few]
         if study:  # the best first
             having.sort(key=lambda g: -statistics.fmean(m.value for m in g.margins(key)))
         shown = [g for g in having if all(m.low > 0 for m in g.margins(key))]
         held = [g for g in having if g not in shown]
-        parts = []
-        if study:  # the best trial against random-init and the runner-up (the table has every trial)
+        parts = [
+            f"too few test examples ({g.examples(key)}, fewer than {MIN_EXAMPLES}) to call: {describe(g, key)}"
+            for g in few
+        ]
+        if study and having:  # the best trial against random-init and the runner-up (the table has every trial)
             parts.append(f"{len(shown)} of {len(having)} trials show pretraining")
             parts.append(
                 f"best {describe(having[0], key)} ("

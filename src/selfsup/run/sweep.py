@@ -31,8 +31,6 @@ from selfsup.reliability import stop
 from selfsup.results.summary import DEFINITIONS, read_summaries, shown_path, summary_table, value
 from selfsup.results.verdict import save_verdict, verdict_lines
 
-
-
 CLAIMED: list = []  # (sweep dir, the folders claiming it made) of this process's sweep, once on_multirun_start ran
 
 
