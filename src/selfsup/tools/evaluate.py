@@ -145,13 +145,19 @@ def eval_config(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(str(CONF_DIR), version_base=None):
             return compose("train", overrides=overrides).eval
     except (HydraException, OmegaConfBaseException) as err:
-        said = str(err) + (f"\n{err.__cause__}" if err.__cause__ is not None else "")  # Hydra's "Error merging": why
-        lines = [line.strip() for line in said.splitlines() if line.strip()]
-        if "Available options" in str(err):  # eval=<an option that is not there>
-            at = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
-            options = [line for line in lines[at + 1 :] if not line.startswith(("Config search path", "provider="))]
-            raise UserError(f"{lines[0]}: use one of {', '.join(options)}") from None
-        raise UserError(" ".join(lines[:2])) from None
+        raise config_error(err) from None
+
+
+def config_error(err: Exception) -> UserError:
+    """Hydra's or omegaconf's error of composing an override, in one line: its first two lines with the cause of
+    Hydra's "Error merging override" joined; a config option that is not there with the options there are."""
+    said = str(err) + (f"\n{err.__cause__}" if err.__cause__ is not None else "")
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    if "Available options" in str(err):  # eval=<an option that is not there>
+        at = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
+        options = [line for line in lines[at + 1 :] if not line.startswith(("Config search path", "provider="))]
+        return UserError(f"{lines[0]}: use one of {', '.join(options)}")
+    return UserError(" ".join(lines[:2]))
 
 
 def is_lm_eval(override: str) -> bool:
@@ -171,9 +177,7 @@ def lm_eval_config(overrides: list[str]):
         with initialize_config_dir(str(CONF_DIR), version_base=None):
             lm = instantiate(compose("lm_eval", overrides=overrides).lm_eval, _convert_="all")
     except (HydraException, OmegaConfBaseException) as err:
-        said = str(err) + (f"\n{err.__cause__}" if err.__cause__ is not None else "")  # Hydra's "Error merging": why
-        lines = [line.strip() for line in said.splitlines() if line.strip()]
-        raise UserError(" ".join(lines[:2])) from None
+        raise config_error(err) from None
     lm.check()
     return lm
 
