@@ -184,10 +184,17 @@ class Task:
 
     def _encode_labels(self, train: list, test: list) -> tuple[Examples, Examples]:
         written: dict = {}  # each class's labels as the files wrote them, by repr (1 and 1.0 apart)
-        for _, y in train + test:
-            written.setdefault(label_key(y), {})[repr(y)] = y
-        train = unique([(t, label_key(y)) for t, y in train], f"task {self.name}: training examples")
-        test = unique([(t, label_key(y)) for t, y in test], f"task {self.name}: test examples")
+
+        def keyed(examples: list) -> list:
+            out = []
+            for t, y in examples:
+                key = label_key(y)
+                written.setdefault(key, {})[repr(y)] = y
+                out.append((t, key))
+            return out
+
+        train = unique(keyed(train), f"task {self.name}: training examples")
+        test = unique(keyed(test), f"task {self.name}: test examples")
         merged = [" and ".join(sorted(w)) for w in written.values() if len(w) > 1]
         if merged:
             warn_once(f"task {self.name}: labels written differently read as one class each: {'; '.join(merged)}")
@@ -204,7 +211,7 @@ class Task:
                 f"task {self.name} has no {which} examples: add examples"
                 + (f" or change {self.setting('test_fraction')}" if self.text.source == "text_files" else "")
             )
-        values = sorted({y for _, y in train + test}, key=lambda v: (isinstance(v, str), v))
+        values = sorted({y for _, y in train + test}, key=class_order)
         if len(values) < 2:
             raise EvalError(
                 f"task {self.name}: every example has label {min(written[values[0]])}: a task needs at least "
@@ -220,7 +227,7 @@ class Task:
         if unseen:
 
             def shown(keys) -> str:
-                return ", ".join(min(written[k]) for k in sorted(keys, key=lambda v: (isinstance(v, str), v))[:5])
+                return ", ".join(min(written[k]) for k in sorted(keys, key=class_order)[:5])
 
             raise EvalError(
                 f"task {self.name}: test labels {shown(unseen)} never occur in training, whose labels are "
@@ -232,6 +239,11 @@ class Task:
             Examples([t for t, _ in train], [ids[y] for _, y in train]),
             Examples([t for t, _ in test], [ids[y] for _, y in test]),
         )
+
+
+def class_order(key) -> tuple:
+    """The order of label_key's classes: numbers first, by value, then texts."""
+    return isinstance(key, str), key
 
 
 def label_key(value) -> int | str:
