@@ -109,7 +109,13 @@ def unclaim(run_dir: Path, created: list[Path]) -> None:
         return
     if release(run_dir):
         (run_dir / LOCK).unlink(missing_ok=True)
-    for folder in created:  # innermost first; a folder something else wrote into stays
+    remove_empty(created)
+
+
+def remove_empty(created: list[Path]) -> None:
+    """Remove the folders a claim created, innermost first, while they are empty (one something else wrote into
+    stays, with the folders above it)."""
+    for folder in created:
         try:
             folder.rmdir()
         except OSError:

@@ -38,17 +38,13 @@ def take_back_claim() -> None:
     """A sweep refused after on_multirun_start (the Optuna sweeper checks its settings when Hydra builds it, after
     the callbacks' start): the lock it took and the empty folders claiming made are taken back, the folder as it
     was (a lock that was there before stays)."""
-    from selfsup.run.run_dir import LOCK, release
+    from selfsup.run.run_dir import LOCK, release, remove_empty
 
     for sweep_dir, had_lock, created in CLAIMED:
         release(sweep_dir)
         if not had_lock:
             (sweep_dir / LOCK).unlink(missing_ok=True)
-        for folder in created:  # innermost first; a folder something else wrote into stays
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        remove_empty(created)
     CLAIMED.clear()
 
 
