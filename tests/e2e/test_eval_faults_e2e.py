@@ -2,6 +2,7 @@
 writes its scores, Ctrl-C while it evaluates. Each is one `error:` line, a non-zero exit, and the run's files as
 they were: nothing valid dropped, nothing half-written, no temporary file left."""
 
+import json
 import os
 import shutil
 import signal
@@ -49,10 +50,11 @@ def mount(path: Path, options: str) -> None:
 
 @pytest.fixture(scope="module")
 def evaluated(cache_dir, tmp_path_factory) -> Path:
-    """A tiny finished CLM run, evaluated once by selfsup-eval (its evaluated.json and evaluated_outcomes.npz)."""
+    """A tiny finished CLM run (its training-time evaluation: summary.json's scores and outcomes.npz), evaluated
+    once by selfsup-eval (its evaluated.json and evaluated_outcomes.npz)."""
     root = tmp_path_factory.mktemp("evalfaults")
     out = forked.run(
-        ["selfsup-train", "debug=tiny", "eval=none", "objective=clm", f"data.cache_dir={cache_dir}",
+        ["selfsup-train", "debug=tiny", "objective=clm", f"data.cache_dir={cache_dir}",
          f"hydra.run.dir={root / 'run'}"],
         capture_output=True, text=True, env=ENV, timeout=600,
     )  # fmt: skip
@@ -84,6 +86,79 @@ def test_damaged_scores_of_an_earlier_evaluation_are_refused_before_anything_is_
     out = selfsup_eval(run, *SMALL, "eval.finetune.steps=4")
     assert said in one_error_line(out) and "move it and" in out.stderr and "nothing was evaluated" in out.stderr
     assert snapshot(run) == before and "evaluating" not in out.stdout
+
+
+def _edited(key: str, value):
+    def edit(b: bytes) -> bytes:
+        content = json.loads(b)
+        content["eval"][key] = value
+        return json.dumps(content).encode()  # NaN as NaN: what a hand edit or another tool writes
+
+    return edit
+
+
+def _margin(b: bytes) -> bytes:
+    content = json.loads(b)
+    content["eval"].update(
+        {"eval/next_sentence/margin": 5.0, "eval/next_sentence/margin_low": 4.9, "eval/next_sentence/margin_high": 5.1}
+    )
+    return json.dumps(content).encode()
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        (lambda b: b[: len(b) // 2], "evaluated.json unreadable: "),
+        (lambda b: b"[1, 2]", "evaluated.json unreadable: a JSON list, not an object"),
+        (lambda b: b'{"eval": null}', "evaluated.json unreadable: eval is missing or null"),
+        (_edited("eval/next_sentence/margin", "high"), "evaluated.json unreadable: eval eval/next_sentence/margin is "),
+        (_edited("eval/next_sentence/margin", float("nan")), "eval/next_sentence/margin is nan, not a finite number"),
+        (_margin, "outcomes do not match evaluated.json's eval/next_sentence/margin"),
+    ],
+)
+def test_the_report_names_a_run_whose_evaluated_json_is_damaged_or_contradicts_its_outcomes(
+    run, tmp_path, damage, said
+):
+    """Before: the run vanished from the report's 'Evaluated after training' section and its verdict without a
+    word, or its edited margin (5.0 [4.9, 5.1]) was shown there as 'shows pretraining'."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    shutil.move(run, sweep / "0")
+    (sweep / "0" / "evaluated.json").write_bytes(damage((sweep / "0" / "evaluated.json").read_bytes()))
+    out = forked.run(
+        ["selfsup-report", str(sweep), "--format", "md", "--out", str(tmp_path / "r.md")],
+        capture_output=True, text=True, env=ENV, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = (tmp_path / "r.md").read_text()
+    section = report.split("## Evaluated after training", 1)[1].split("\n## ", 1)[0]
+    left_out = [line for line in section.splitlines() if line.startswith("- left out: clm (0): ")]
+    assert len(left_out) == 1 and said in left_out[0], section
+    assert "+5.000" not in report and "shows pretraining" not in section
+
+
+@pytest.mark.parametrize("edit", ["margin", "interval"])
+def test_a_run_whose_summary_json_contradicts_its_outcomes_shows_no_scores_and_is_named(run, tmp_path, edit):
+    """Before: a margin edited in summary.json (5.0 [4.9, 5.1]), or its interval alone, reached the report's table
+    and verdict."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    shutil.move(run, sweep / "0")
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    if edit == "margin":
+        summary["eval"].update({"eval/pairs/margin": 5.0, "eval/pairs/margin_low": 4.9, "eval/pairs/margin_high": 5.1})
+    else:
+        summary["eval"]["eval/pairs/margin_high"] += 0.25
+    (sweep / "0" / "summary.json").write_text(json.dumps(summary))
+    out = forked.run(
+        ["selfsup-report", str(sweep), "--format", "md", "--out", str(tmp_path / "r.md")],
+        capture_output=True, text=True, env=ENV, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = (tmp_path / "r.md").read_text()
+    why = "outcomes do not match summary.json's eval/pairs/margin" + ("" if edit == "margin" else "_high")
+    assert f"- left out: clm (0): {why}" in report.splitlines(), report
+    assert "+5.000" not in report and f"{summary['eval']['eval/pairs/margin_high']:+.3f}" not in report
 
 
 def test_a_run_dir_that_cannot_be_written_is_refused_before_anything_is_evaluated(evaluated, tmp_path):

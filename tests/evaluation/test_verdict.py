@@ -8,6 +8,7 @@ import pytest
 
 from selfsup.common.names import OUTCOMES
 from selfsup.evaluation.stats import difference, exam_difference, margin
+from selfsup.results.groups import with_margins
 from selfsup.results.verdict import NO_LEAD, held_equal, verdict_lines, verdict_text
 
 N = 1000
@@ -34,11 +35,15 @@ def run(
     run_dir = tmp_path / name
     run_dir.mkdir()
     m = margin(trained, random_init)
+    evaluated = {
+        "eval/pairs/accuracy": float(trained.mean()),
+        "eval/pairs/margin": m.value,
+        "eval/pairs/margin_low": m.low,
+        "eval/pairs/margin_high": m.high,
+    }
     if keep:
-        np.savez(
-            run_dir / OUTCOMES,
-            **{"eval/pairs": trained, "eval/pairs|random_init": random_init, "eval/pairs|examples": np.array(examples)},
-        )
+        kept = {"eval/pairs": trained, "eval/pairs|random_init": random_init, "eval/pairs|examples": np.array(examples)}
+        np.savez(run_dir / OUTCOMES, **with_margins(kept, evaluated))
     return {
         "status": "finished",
         "objective": objective,
@@ -49,12 +54,7 @@ def run(
         "flops_seen": flops,
         "targets_seen": steps * 300,
         "pairs_scorers": {"eval/pairs": "summed log-prob"},
-        "eval": {
-            "eval/pairs/accuracy": float(trained.mean()),
-            "eval/pairs/margin": m.value,
-            "eval/pairs/margin_low": m.low,
-            "eval/pairs/margin_high": m.high,
-        },
+        "eval": evaluated,
     }
 
 
@@ -203,7 +203,6 @@ def test_the_verdict_names_each_run_it_left_out_and_why(tmp_path):
 @pytest.mark.parametrize(
     "damage,why",
     [
-        ("swapped", "outcomes do not match summary.json"),
         ("truncated", "outcomes.npz unreadable (BadZipFile)"),
         ("shape", "outcomes.npz holds arrays of the wrong shape"),
         ("nan", "outcomes.npz holds values that are not finite"),
@@ -219,9 +218,7 @@ def test_outcomes_that_do_not_agree_with_the_summary_bound_nothing(tmp_path, dam
         for i, (a, o) in enumerate([(0.9, "clm"), (0.5, "mlm")])
     ]
     path = tmp_path / "r1" / OUTCOMES
-    if damage == "swapped":  # mlm's file holds clm's outcomes: its mean is not mlm's accuracy
-        path.write_bytes((tmp_path / "r0" / OUTCOMES).read_bytes())
-    elif damage == "truncated":
+    if damage == "truncated":
         path.write_bytes(path.read_bytes()[:100])
     else:
         trained = outcomes(rng, 0.5)
@@ -232,6 +229,34 @@ def test_outcomes_that_do_not_agree_with_the_summary_bound_nothing(tmp_path, dam
     text = verdict_text(rows)
     assert "clm - mlm " in text and f", not bounded ({why}): no lead called" in text, text
     assert "shows pretraining: clm" in text  # the rest of the verdict stands
+
+
+@pytest.mark.parametrize(
+    "edit,why",
+    [
+        ("swapped", "outcomes do not match summary.json"),  # mlm's file holds clm's outcomes
+        ("margin", "outcomes do not match summary.json's eval/pairs/margin"),  # 5.0 [4.9, 5.1] written by hand
+        ("interval", "outcomes do not match summary.json's eval/pairs/margin_low"),  # only the interval widened
+    ],
+)
+def test_a_run_whose_summary_contradicts_its_outcomes_is_left_out_and_named(tmp_path, edit, why):
+    """A margin or interval edited in summary.json never reaches the verdict: the run is left out, with what
+    disagrees; the other runs' verdict stands."""
+    rng = np.random.default_rng(8)
+    base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
+    rows = [run(tmp_path, f"r{i}", outcomes(rng, a), base, o) for i, (a, o) in enumerate([(0.9, "clm"), (0.6, "mlm")])]
+    if edit == "swapped":
+        (tmp_path / "r1" / OUTCOMES).write_bytes((tmp_path / "r0" / OUTCOMES).read_bytes())
+    elif edit == "margin":
+        rows[1]["eval"].update({"eval/pairs/margin": 5.0, "eval/pairs/margin_low": 4.9, "eval/pairs/margin_high": 5.1})
+    else:
+        rows[1]["eval"]["eval/pairs/margin_low"] -= 0.05
+    text = verdict_text(rows)
+    assert text.splitlines()[-1] == f"  left out: mlm (r1): {why}", text
+    assert "shows pretraining: clm +0.4" in text and "mlm" not in "".join(text.splitlines()[:-1])
+    assert verdict_text(rows[1:]) == (  # alone, it is still named: the verdict never shows its margin
+        f"Verdict (margin over random-init, 95% paired-bootstrap interval):\n  left out: mlm (r1): {why}"
+    )
 
 
 def test_the_sweep_table_reads_outcomes_from_where_the_sweep_is_now(tmp_path):
@@ -379,11 +404,12 @@ def test_pairs_below_the_count_models_are_told_so_in_words(tmp_path):
     assert "below a unigram" not in text and "clm: below a bigram count model's accuracy" in text
 
 
-def test_damaged_exam_sums_bound_nothing(tmp_path):
+def test_exam_sums_that_contradict_the_summary_leave_the_run_out(tmp_path):
     rows = [exam_run(tmp_path, f"a{s}", 5.0, s, 0.15) for s in range(2)]
     rows += [exam_run(tmp_path, f"b{s}", 5.5, s, 0.4) for s in range(2)]
     rows[3]["eval"]["eval/fixed/loss"] += 0.1  # the summary says another loss than its sums
-    assert "not bounded (fixed exam outcomes do not match summary.json): no lead called" in verdict_text(rows)
+    text = verdict_text(rows)
+    assert text.splitlines()[-1] == "  left out: mlm mask_rate=0.4 (b1): fixed exam outcomes do not match summary.json"
 
 
 def test_a_difference_between_families_on_the_pairs_says_the_scorers_differ(tmp_path):

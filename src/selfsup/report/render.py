@@ -162,7 +162,7 @@ def _tasks_html(runs: list[Run]) -> str:
 
 def _evaluated_html(runs: list[Run], keys: list[str]) -> str:
     tables, lines = evaluated(runs, keys)
-    if not tables:
+    if not tables and not lines:
         return ""
     esc = html.escape
     sections = [
@@ -250,7 +250,7 @@ def render_markdown(
             if rows:
                 lines += _md_task(task, rows, columns)
     tables, found = evaluated(runs, keys)
-    if tables:
+    if tables or found:
         lines += ["## Evaluated after training", "", evaluated_note(tables), ""]
         if found:
             lines += [f"**{found[0]}**", "", *[f"- {line.strip()}" for line in found[1:]], ""]

@@ -19,6 +19,7 @@ from selfsup.report.model import (
     Run,
     _number,
 )
+from selfsup.results.groups import checked
 from selfsup.results.summary import _job_key
 from selfsup.run.run_dir import command_swept
 
@@ -205,6 +206,10 @@ def load_run(run: Run) -> Run:
     job = run.path
     read = RunSummary.read(job)
     summary, corrupt = read.values, read.problem
+    wrong = checked({**summary, "run_dir": str(job)}).get("left_out")  # its outcomes where the run is now
+    if wrong:  # its scores contradict its outcomes: none shown, the verdict says why
+        summary = {**summary, "eval": {}, "left_out": wrong}
+        run.note = "; ".join(filter(None, [run.note, f"scores left out: {wrong}"]))
     run.summary = summary
     error_file = job / ERROR
     run.status = summary.get("status") or ("failed" if error_file.is_file() else "incomplete")

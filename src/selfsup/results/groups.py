@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from selfsup.common.names import OUTCOMES, shown
+from selfsup.common.names import EVALUATED, OUTCOMES, SUMMARY, shown
 from selfsup.evaluation.generation import SCORES
 from selfsup.evaluation.stats import Interval, exam_ratio
 
@@ -67,12 +67,31 @@ def groups_of(rows: list[dict]) -> list[Group]:
 
 
 # ------------------------------------------------------------------------------------------ the per-example outcomes
+class Contradiction(str):
+    """What load_outcomes found wrong when a run's outcomes and the scores its summary records disagree (an edited
+    accuracy, margin or interval): the verdict leaves that run out and says why. Other problems (an unreadable
+    file) are plain strings: the run's margins are shown, its comparisons not bounded."""
+
+
+def with_margins(outcomes: dict[str, np.ndarray], evaluated: dict) -> dict[str, np.ndarray]:
+    """The outcomes to save, with each score's margin and interval as recorded beside them (K|margin: [value, low,
+    high]): load_outcomes checks the summary's interval against it, its value against the outcomes themselves."""
+    out = dict(outcomes)
+    for key in [k for k in outcomes if "|" not in k]:
+        found = [evaluated.get(f"{key}/margin{end}") for end in ("", "_low", "_high")]
+        if None not in found:
+            out[f"{key}|margin"] = np.asarray(found, dtype=np.float64)
+    return out
+
+
 def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
     """A run's per-example outcomes (selfsup.evaluation.Evaluation.outcomes) from its run dir, checked against its
-    summary: None where it kept none, else what is wrong with them in a few words (read by compare)."""
+    summary (selfsup-eval's: evaluated.json against evaluated_outcomes.npz): None where it kept none, else what is
+    wrong with them in a few words (read by compare; a Contradiction where they disagree)."""
     path = Path(row.get("outcomes_path") or Path(row.get("run_dir") or "") / OUTCOMES)  # selfsup-eval's: their own
     if not (row.get("run_dir") or row.get("outcomes_path")) or not path.is_file():
         return None
+    summary = EVALUATED if row.get("outcomes_path") else SUMMARY
     try:
         with np.load(path, allow_pickle=False) as data:
             found = {k: data[k] for k in data.files}
@@ -93,9 +112,41 @@ def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
         if not (np.isfinite(trained).all() and np.isfinite(untrained).all()):
             return "outcomes.npz holds values that are not finite"
         for array, expected in expected_means(key, trained, untrained, evaluated):
-            if expected is not None and abs(float(array.mean()) - expected) > 1e-6 * max(1.0, abs(expected)):
-                return "outcomes do not match summary.json"
-    return _check_exam(found, evaluated) or found
+            if expected is not None and not close(float(array.mean()), expected):
+                return Contradiction(f"outcomes do not match {summary}")
+        wrong = margin_contradiction(key, found, evaluated)
+        if wrong:
+            return Contradiction(f"outcomes do not match {summary}'s {wrong}")
+    wrong = _check_exam(found, evaluated)
+    return (Contradiction(wrong.replace(SUMMARY, summary)) if "do not match" in wrong else wrong) if wrong else found
+
+
+def checked(row: dict) -> dict:
+    """A finished run's row as read, or, where its summary's scores contradict its outcomes (load_outcomes), the row
+    without its scores, saying why (`left_out`: the tables show none of them, the verdict names the run)."""
+    wrong = load_outcomes(row) if row.get("status") == "finished" and row.get("eval") else None
+    return {**row, "eval": {}, "left_out": str(wrong)} if isinstance(wrong, Contradiction) else row
+
+
+def close(found: float, expected) -> bool:
+    return isinstance(expected, (int, float)) and abs(found - expected) <= 1e-6 * max(1.0, abs(expected))
+
+
+def margin_contradiction(key: str, found: dict, evaluated: dict) -> str | None:
+    """Which of score `key`'s margin, low or high the summary records otherwise than its outcomes say (the margin:
+    the outcomes' mean minus their random-init mean; its interval: as recorded beside them, K|margin), or None."""
+    recorded = [evaluated.get(f"{key}/margin{end}") for end in ("", "_low", "_high")]
+    if recorded == [None] * 3:
+        return None
+    trained = np.asarray(found[key], dtype=np.float64)
+    expected = [float(trained.mean() - np.asarray(found[f"{key}|random_init"], dtype=np.float64).mean())]
+    stored = found.get(f"{key}|margin")
+    if stored is not None and stored.shape == (3,) and np.issubdtype(stored.dtype, np.number):
+        expected += [float(stored[1]), float(stored[2])]
+    for end, value, want in zip(("margin", "margin_low", "margin_high"), recorded, expected):
+        if not close(want, value):
+            return f"{key}/{end}"
+    return None
 
 
 def expected_means(key: str, trained, untrained, evaluated: dict) -> list:

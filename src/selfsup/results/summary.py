@@ -18,13 +18,14 @@ from selfsup.common.names import (
     PAIRS_MARGIN,
     PROBE,
     RunSummary,
+    mistyped,
 )
 from selfsup.evaluation.fixed import split_lines
 from selfsup.evaluation.heldout import heldout_line
 from selfsup.evaluation.pairs import pair_lines
 from selfsup.evaluation.stats import Interval
 from selfsup.results.columns import LABELS, PROBE_MARGIN
-from selfsup.results.groups import SITTINGS, exam_of, run_margin
+from selfsup.results.groups import SITTINGS, checked, exam_of, run_margin
 from selfsup.results.verdict import count, verdict_lines
 
 COLUMNS = [
@@ -300,36 +301,52 @@ def _job_key(path: Path):
     return (len(path.name), path.name)
 
 
-def read_evaluated(run_dir: Path) -> dict | None:
-    """<run_dir>/evaluated.json (selfsup-eval's scores of a run; its values that are not numbers left out), or None
-    where there is none or it cannot be read."""
+def read_evaluated(run_dir: Path) -> tuple[dict | None, str | None]:
+    """<run_dir>/evaluated.json, selfsup-eval's scores of a run, as (its content, None) with its values that are not
+    numbers left out; (None, None) where there is none; (None, what is wrong in a few words) where it cannot be
+    read as selfsup-eval's scores (truncated, not an object, eval not {metric: number}, a score not a finite
+    number)."""
+    path = Path(run_dir) / EVALUATED
+    if not path.is_file():
+        return None, None
     try:
-        content = json.loads((Path(run_dir) / EVALUATED).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(content, dict) or not isinstance(content.get("eval"), dict):
-        return None
-    numbers = {k: v for k, v in content["eval"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return {**content, "eval": numbers}
+        content = json.loads(path.read_text())
+    except (OSError, ValueError) as err:  # (a torn write, binary garbage: UnicodeDecodeError)
+        return None, str(err).splitlines()[0] if str(err) else type(err).__name__
+    if not isinstance(content, dict):
+        return None, f"a JSON {type(content).__name__}, not an object"
+    evaluated = content.get("eval")
+    wrong = mistyped({"eval": evaluated}) if evaluated is not None else "eval is missing or null"
+    for key, kind in (("evaluations", list), ("pairs_scorers", dict)):
+        if not wrong and content.get(key) is not None and not isinstance(content[key], kind):
+            wrong = f"{key} is a {type(content[key]).__name__}, not a {kind.__name__}"
+    if wrong:
+        return None, wrong
+    numbers = {k: v for k, v in evaluated.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {**content, "eval": numbers}, None
 
 
 def evaluated_rows(rows: list[dict]) -> list[dict]:
     """The rows (summary.json dicts with run_dir) of the runs selfsup-eval scored, each with its evaluated.json's
     scores as `eval`, its evaluations (when, overrides, seconds) and its outcomes file: what the table and the
-    verdict read."""
+    verdict read. A finished run whose evaluated.json cannot be read is a row without scores that says why
+    (`left_out`: the verdict names it)."""
     found = []
     for row in rows:
-        content = read_evaluated(row.get("run_dir") or "")
-        if content is not None and row.get("status") == "finished":
-            found.append(
-                {
-                    **row,
-                    "eval": content["eval"],
-                    "pairs_scorers": content.get("pairs_scorers") or {},
-                    "evaluations": content.get("evaluations") or [],
-                    "outcomes_path": str(Path(row["run_dir"]) / EVALUATED_OUTCOMES),
-                }
-            )
+        if row.get("status") != "finished":
+            continue
+        content, problem = read_evaluated(row.get("run_dir") or "")
+        if problem:
+            found.append({**row, "eval": {}, "left_out": f"{EVALUATED} unreadable: {problem}"})
+        elif content is not None:
+            evaluated = {
+                **row,
+                "eval": content["eval"],
+                "pairs_scorers": content.get("pairs_scorers") or {},
+                "evaluations": content.get("evaluations") or [],
+                "outcomes_path": str(Path(row["run_dir"]) / EVALUATED_OUTCOMES),
+            }
+            found.append(checked(evaluated))
     return found
 
 
@@ -342,7 +359,7 @@ def read_summaries(sweep_dir: Path) -> list[dict]:
                 {"status": "failed", "error": f"summary.json unreadable: {summary.problem}", "run_dir": str(job)}
             )
         elif summary.found:  # its outcomes are read from where it is now (a sweep moved or copied), not where it ran
-            rows.append({**summary.values, "run_dir": str(job)})
+            rows.append(checked({**summary.values, "run_dir": str(job)}))
         elif error.is_file():
             rows.append({"status": "failed", "error": error.read_text().strip(), "run_dir": str(job)})
     return rows

@@ -46,6 +46,7 @@ from pathlib import Path
 from selfsup.evaluation.stats import MIN_EXAMPLES, Interval, difference, exam_difference
 from selfsup.results.groups import (
     SITTINGS,
+    Contradiction,
     Group,
     Sitting,
     exam_mean,
@@ -63,6 +64,7 @@ from selfsup.results.groups import (
 VERDICT = "verdict.json"  # a sweep's, in its sweep dir
 EQUAL_WITHIN = 0.01  # FLOPs and tokens differ by up to a step when trainer.max_flops / max_tokens stops a run
 NO_LEAD = "no difference at this scale"
+VERDICT_HEAD = "Verdict (margin over random-init, 95% paired-bootstrap interval"
 
 
 def score_label(key: str) -> str:
@@ -296,23 +298,26 @@ def describe(group: Group, key: str) -> str:
 def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
     """The verdict of runs (summary.json dicts): what was held equal; per score, which groups show pretraining
     and which do not yet; between groups, the leader's margin against each other's (see the module's doc)."""
-    groups = groups_of(rows)
+    outcomes = {id(row): load_outcomes(row) for row in rows if row.get("status") == "finished" and row.get("eval")}
+    rows = [  # a run whose summary says other scores than its outcomes: left out, with what disagrees
+        {**row, "left_out": outcomes[id(row)]} if isinstance(outcomes.get(id(row)), Contradiction) else row
+        for row in rows
+    ]
+    groups = groups_of([row for row in rows if not row.get("left_out")])
     members = [row for g in groups for row in g.rows]
     keys = list(dict.fromkeys(k for row in members for k in score_keys(row)))
     keys.sort(key=lambda k: not k.startswith("eval/pairs"))  # the pairs' scorers, then the probe tasks
     out = [row for row in rows if not any(row is m for m in members)]
+    said = [row for row in out if row.get("left_out")]  # the sweep's footer lists the runs that did not finish
     if not keys and not any(exam_of(row, sitting) is not None for row in members for sitting in SITTINGS):
-        return []  # nothing to read (the sweep's footer lists the runs that did not finish)
+        return [VERDICT_HEAD + "):", *_wrapped(left_out(said), width)] if said else []  # nothing else to read
     equal = held_equal(members)
     lines = textwrap.wrap(
-        "Verdict (margin over random-init, 95% paired-bootstrap interval" + (f"; {equal}):" if equal else "):"),
+        VERDICT_HEAD + (f"; {equal}):" if equal else "):"),
         width,
         subsequent_indent="    ",
         break_on_hyphens=False,
     )
-    outcomes = {}
-    if len(groups) > 1:
-        outcomes = {id(row): load_outcomes(row) for row in members}
     study = is_study(members)
     for key in keys:
         having = [g for g in groups if len(g.margins(key)) == len(g.rows)]
@@ -358,10 +363,12 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
         lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
     lines += exam_lines(groups, outcomes, width, study)
     if out:
-        lines += textwrap.wrap(
-            left_out(out), width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
-        )
+        lines += _wrapped(left_out(out), width)
     return lines
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
 
 
 def is_study(rows: list[dict]) -> bool:
@@ -375,7 +382,7 @@ def left_out(rows: list[dict]) -> str:
     reasons = []
     for row in rows:
         status = row.get("status") or "failed"
-        why = {
+        why = row.get("left_out") or {
             "finished": "no evaluation scores",
             "preempted": f"preempted by {row.get('preempted_by') or 'a signal'} at step {row.get('steps')}",
             "pruned": "pruned by the sweeper",

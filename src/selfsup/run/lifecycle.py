@@ -29,6 +29,7 @@ from selfsup.common.version import code_version
 from selfsup.errors import UserError, error_line
 from selfsup.reliability import stop
 from selfsup.reliability.checkpoints import check_resume_compatible, resume_state
+from selfsup.results.groups import with_margins
 from selfsup.results.verdict import verdict_text
 from selfsup.run.build import (
     build,
@@ -187,7 +188,7 @@ def train_and_evaluate(
     summary["status"] = status
     outcomes = module.evaluation.outcomes() if rank_zero and module.evaluation is not None else {}
     if outcomes:
-        save_outcomes(run_dir, outcomes)
+        save_outcomes(run_dir, with_margins(outcomes, summary.get("eval") or {}))
     if status == "finished":
         summary["verdict"] = verdict_text([{**summary, "status": status}])
         wandb_summary(loggers, {"verdict": summary["verdict"]})

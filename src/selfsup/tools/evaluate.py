@@ -63,6 +63,7 @@ from selfsup.common.names import (
     write_json,
 )
 from selfsup.errors import UserError
+from selfsup.results.groups import with_margins
 from selfsup.results.summary import evaluated_rows, read_evaluated
 
 if TYPE_CHECKING:
@@ -317,9 +318,10 @@ def check_writable(run_dir: Path) -> None:
             f"copy the run to a writable folder and evaluate the copy"
         ) from None
     json_path, npz = run_dir / EVALUATED, run_dir / EVALUATED_OUTCOMES
-    if json_path.exists() and read_evaluated(run_dir) is None:
+    problem = read_evaluated(run_dir)[1]
+    if problem:
         raise UserError(
-            f"{json_path} cannot be read as selfsup-eval's scores (truncated or edited?): restore it, or move it and "
+            f"{json_path} cannot be read as selfsup-eval's scores ({problem}): restore it, or move it and "
             f"{EVALUATED_OUTCOMES} aside to evaluate the run anew; nothing was evaluated"
         )
     if npz.exists():
@@ -340,14 +342,14 @@ def write_results(run_dir: Path, metrics: dict, outcomes: dict, record: dict) ->
     pair: both new files are written in full before either replaces the old one (a full disk leaves the old pair
     and no temporary file, said in one line); returns evaluated.json's content."""
     path, npz = run_dir / EVALUATED, run_dir / EVALUATED_OUTCOMES
-    old = read_evaluated(run_dir) or {}
+    old = read_evaluated(run_dir)[0] or {}
     now = evaluated_parts(list(metrics) + list(outcomes))
     kept = {k: v for k, v in (old.get("eval") or {}).items() if part_of(k) not in now}
     arrays = {}
     if npz.is_file():
         with np.load(npz, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files if part_of(k) not in now}
-    arrays.update(outcomes)
+    arrays.update(with_margins(outcomes, metrics))
     content = {
         "eval": {**kept, **metrics},
         "pairs_scorers": {**(old.get("pairs_scorers") or {}), **record.pop("pairs_scorers", {})},
