@@ -170,7 +170,7 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     assert tokens == sorted(tokens) and tokens[-1] == summary["tokens_seen"]
 
 
-def test_sweep_jobs_share_one_wandb_group_and_print_a_table(sweep):
+def test_sweep_jobs_share_one_wandb_group_and_print_a_table(sweep, cache_dir):
     root, out = sweep
     runs = [wandb_run_record(root / str(job)) for job in range(len(OBJECTIVES))]
     assert len({r["run_group"] for r in runs}) == 1 and runs[0]["run_group"].startswith("sweep-")
@@ -182,11 +182,13 @@ def test_sweep_jobs_share_one_wandb_group_and_print_a_table(sweep):
     assert "val loss" in out.stdout and "signal/token" in out.stdout and "tokens/s" in out.stdout
     assert "fixed loss" in out.stdout and "probe acc" in out.stdout and "pairs acc" in out.stdout
     assert "pairs margin" in out.stdout and "probe margin" in out.stdout and "FLOPs" in out.stdout
-    lines = out.stdout.replace(str(root), "outputs/multirun/2026-12-04/16-00-00").splitlines()  # as a user's
+    lines = (out.stdout + out.stderr).replace(str(root), "outputs/multirun/2026-12-04/16-00-00").splitlines()
     tables = [line for line in lines if " | " in line or "-+-" in line]
     assert tables and max(map(len, tables)) <= 160  # the console's tables: 160 columns, its prose: 100
-    long = [line for line in lines if line not in tables and len(line) > 100 and "[HYDRA]" not in line]
-    assert not long, long  # (Hydra's own launcher lines aside)
+    long = [line for line in lines if line not in tables and len(line.expandtabs()) > 100]
+    assert not long, long  # Hydra's own lines too (`#0 : objective=... data.cache_dir=...`, wrapped)
+    launched = out.stdout.split("#0 : ", 1)[1].split("\n[", 1)[0]  # Hydra's line of job 0, wrapped
+    assert f"data.cache_dir={cache_dir}" in launched.replace("\n    ", " ") and "\n    " in launched
     # the sweep's verdict, as printed, is the one kept in verdict.json
     verdict = json.loads((root / "verdict.json").read_text())["verdict"]
     assert verdict.startswith("Verdict (margin over random-init, 95% paired-bootstrap interval; held equal: 6 steps")

@@ -32,7 +32,7 @@ from selfsup.report.tables import (
     verdict,
 )
 from selfsup.results.columns import COST, NUMERIC
-from selfsup.results.summary import JOB_NOTE
+from selfsup.results.summary import JOB_NOTE, column_chunks
 
 CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2em auto; max-width: 1200px;
@@ -188,28 +188,43 @@ def _predictions_html(runs: list[Run]) -> str:
     )
 
 
+MD_WIDTH = 200  # the Markdown's table rows (its prose is not wrapped)
+
+
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(_md_cell(h) for h in header) + " |",
-        "|" + "|".join("---:" if h in NUMERIC or h.endswith((" acc", " margin")) else "---" for h in header) + "|",
-        *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
-    ]
+def _md_row(cells: list[str], width: int = MD_WIDTH) -> str:
+    """A Markdown table row within `width` columns: the longest text cut (with …) until it fits."""
+    cells = [str(c) for c in cells]
+    while True:
+        line = "| " + " | ".join(_md_cell(c) for c in cells) + " |"
+        longest = max(range(len(cells)), key=lambda i: len(cells[i]))
+        if len(line) <= width or len(cells[longest]) <= 2:
+            return line
+        cells[longest] = cells[longest][: max(1, len(cells[longest]) - (len(line) - width) - 1)] + "…"
+
+
+def _md_table(header: list[str], rows: list[list[str]], align=None) -> list[str]:
+    """A Markdown table, split into several (each repeating the first two columns) where one would be wider than
+    MD_WIDTH; a row still too wide has its longest text cut."""
+    align = align or (lambda i, h: "---:" if h in NUMERIC or h.endswith((" acc", " margin")) else "---")
+    widths = [max(len(_md_cell(str(r[i]))) for r in [header, *rows]) for i in range(len(header))]
+    out = []
+    for chunk in column_chunks(widths, min(2, len(header)), MD_WIDTH):
+        out += [""] if out else []
+        out += [
+            _md_row([header[i] for i in chunk]),
+            "|" + "|".join(align(i, header[i]) for i in chunk) + "|",
+            *[_md_row([row[i] for i in chunk]) for row in rows],
+        ]
+    return out
 
 
 def _md_task(task: str, rows: list[list[str]], columns: list[str] = TASK_COLUMNS) -> list[str]:
     """A task's (a generation job's) section: its heading and its table."""
-    return [
-        f"### {task}",
-        "",
-        "| " + " | ".join(columns) + " |",
-        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(columns))) + "|",
-        *["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows],
-        "",
-    ]
+    return [f"### {task}", "", *_md_table(columns, rows, lambda i, h: "---" if i < 2 else "---:"), ""]
 
 
 def render_markdown(
@@ -237,6 +252,7 @@ def render_markdown(
     lines += _md_table([header[i] for i in cost], [[row[i] for i in cost] for row in rows])
     lines += ["", VALUES_NOTE, ""]
     lines += [f"- **{r.label}**: {r.note}" for r in runs if r.note]
+    lines += [f"- **{r.label}** {r.status}: {r.error}" for r in runs if r.error]  # whole (the table's may be cut)
     lines += ["", "## How to compare", "", COMPARISON_NOTE, ""]
     found = verdict(runs, keys)
     if found:
@@ -275,8 +291,7 @@ def render_markdown(
             "",
             PREDICTIONS_NOTE,
             "",
-            "| " + " | ".join(PREDICTION_COLUMNS) + " |",
-            "|" + "|".join("---" for _ in PREDICTION_COLUMNS) + "|",
+            *_md_table(PREDICTION_COLUMNS, predictions, lambda i, h: "---"),
+            "",
         ]
-        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in predictions] + [""]
     return "\n".join(lines), files

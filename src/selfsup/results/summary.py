@@ -289,12 +289,33 @@ def summary_table(rows: list[dict]) -> str:
     return _table(rows, scores) + "\n\n" + _table(rows, facts)
 
 
-def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+TABLE_WIDTH = 160  # the console's tables (its other lines: 100)
+
+
+def column_chunks(widths: list[int], keep: int, width: int, sep: int = 3) -> list[list[int]]:
+    """The columns of a table too wide for `width` as several tables, each the first `keep` columns (what tells
+    the rows apart) and as many of the others, in order, as fit (one at least)."""
+    chunks, current = [], []
+    base = sum(widths[:keep]) + sep * keep
+    for i in range(keep, len(widths)):
+        if current and base + sum(widths[j] + sep for j in current) + widths[i] > width:
+            chunks.append(current)
+            current = []
+        current.append(i)
+    return [list(range(keep)) + c for c in chunks + [current]]
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str]], keep: int = 2) -> str:
+    """The rows as a console table of `columns`, split into several (each repeating the first `keep` columns)
+    where one would be wider than TABLE_WIDTH."""
     cells = [[title for _, title in columns]] + [[_fmt(k, value(r, k)) for k, _ in columns] for r in rows]
     width = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    lines = [" | ".join(c.ljust(w) for c, w in zip(row, width)).rstrip() for row in cells]
-    lines.insert(1, "-+-".join("-" * w for w in width))
-    return "\n".join(lines)
+    tables = []
+    for chunk in column_chunks(width, min(keep, len(columns)), TABLE_WIDTH):
+        lines = [" | ".join(row[i].ljust(width[i]) for i in chunk).rstrip() for row in cells]
+        lines.insert(1, "-+-".join("-" * width[i] for i in chunk))
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)
 
 
 def _job_key(path: Path):

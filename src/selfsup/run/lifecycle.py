@@ -305,11 +305,17 @@ def strategy(settings: RunSettings, run_dir: Path, rank_zero: bool):
     return strategy_for(settings.trainer.strategy, run_dir)
 
 
+def not_an_advert(record: logging.LogRecord) -> bool:
+    return "litlogger" not in record.getMessage()
+
+
 def make_trainer(settings: RunSettings, run_dir: Path, loggers: list, callbacks: list, rank_zero: bool):
     """Lightning's Trainer from the trainer group: no sanity validation, no model summary, the lab's own
-    distributed sampler, checkpoint IO and strategies."""
+    distributed sampler, checkpoint IO and strategies; without Lightning's advertisement for its cloud logger (a
+    line of 232 columns: the console's lines fit 100)."""
     import lightning as L
 
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(not_an_advert)
     t = settings.trainer
     return L.Trainer(
         accelerator=t.accelerator,

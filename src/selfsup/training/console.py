@@ -23,11 +23,11 @@ from datetime import timedelta
 from lightning.pytorch.callbacks.progress import ProgressBar
 
 from selfsup.common.names import FIXED_LOSS, HELDOUT_BPB, PAIRS, VAL_LOSS
+from selfsup.common.width import WIDTH
 from selfsup.evaluation.baselines import report_progress
 from selfsup.evaluation.pairs import pair_lines
 from selfsup.training.throughput import TokenThroughput
 
-WIDTH = 100
 # the validation line, most important first (a narrow terminal drops the last ones)
 VALIDATION = [
     (VAL_LOSS, "loss", ".3f"),
