@@ -85,6 +85,21 @@ def test_null_results_say_no_pretraining_shown_yet(tmp_path):
     assert line.endswith(NO_LEAD)
 
 
+def test_a_margin_wholly_below_zero_says_random_init_does_better(tmp_path):
+    """Before: worded like a null result ("no pretraining shown yet")."""
+    rng = np.random.default_rng(1)
+    base = np.stack([outcomes(rng, 0.6) for _ in range(3)])
+    rows = [run(tmp_path, "a", outcomes(rng, 0.4), base, "span"), run(tmp_path, "b", outcomes(rng, 0.6), base, "clm")]
+    m = rows[0]["eval"]
+    assert m["eval/pairs/margin_high"] < 0 < m["eval/pairs/margin_low"] + 0.3  # (a clearly negative margin)
+    [_, line] = verdict_lines(rows, width=10_000)
+    shown = f"{m['eval/pairs/margin']:+.3f} [{m['eval/pairs/margin_low']:+.3f}, {m['eval/pairs/margin_high']:+.3f}]"
+    assert f"random-init does better: span {shown}" in line
+    assert "no pretraining shown yet: clm " in line and "no pretraining shown yet: span" not in line
+    seeds = [run(tmp_path, f"s{k}", outcomes(rng, 0.4), base, "span", seed=k) for k in range(2)]
+    assert "  pairs: random-init does better: span mean -0.2" in verdict_text(seeds)  # at every seed
+
+
 def test_a_clear_lead_over_seeds_is_called_with_its_interval_and_spread(tmp_path):
     rng = np.random.default_rng(2)
     base = np.stack([outcomes(rng, 0.5) for _ in range(3)])

@@ -9,6 +9,9 @@ of the run's shape) with its paired bootstrap 95% interval (selfsup.evaluation.s
 different families are never ranked. Runs of the same setting at different seeds form one group.
 
     shows pretraining      the interval lies above 0 at every seed of the group
+    random-init does better
+                           the interval lies below 0 at every seed of the group (untrained models of the run's
+                           shape score higher); otherwise: no pretraining shown yet
     A leads B              the difference of their margins has an interval that excludes 0 and exceeds
                            the seed spread (the larger range of either group's margins over its seeds)
     no difference at this scale
@@ -326,7 +329,8 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
         if study:  # the best first
             having.sort(key=lambda g: -statistics.fmean(m.value for m in g.margins(key)))
         shown = [g for g in having if all(m.low > 0 for m in g.margins(key))]
-        held = [g for g in having if g not in shown]
+        worse = [g for g in having if all(m.high < 0 for m in g.margins(key))]  # untrained models score higher
+        held = [g for g in having if g not in shown and g not in worse]
         parts = [
             f"too few test examples ({g.examples(key)}, fewer than {MIN_EXAMPLES}) to call: {describe(g, key)}"
             for g in few
@@ -335,7 +339,13 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
             parts.append(f"{len(shown)} of {len(having)} trials show pretraining")
             parts.append(
                 f"best {describe(having[0], key)} ("
-                + ("shows pretraining" if having[0] in shown else "no pretraining shown yet")
+                + (
+                    "shows pretraining"
+                    if having[0] in shown
+                    else "random-init does better"
+                    if having[0] in worse
+                    else "no pretraining shown yet"
+                )
                 + ")"
             )
         else:
@@ -343,6 +353,8 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
                 parts.append("shows pretraining: " + "; ".join(describe(g, key) for g in shown))
             if held:
                 parts.append("no pretraining shown yet: " + "; ".join(describe(g, key) for g in held))
+            if worse:
+                parts.append("random-init does better: " + "; ".join(describe(g, key) for g in worse))
         if len(having) > 1:
             best = max(having, key=lambda g: statistics.fmean(m.value for m in g.margins(key)))
             others = having[1:2] if study else [g for g in having if g is not best]
