@@ -311,3 +311,32 @@ def test_a_training_run_scores_a_generation_job_and_logs_its_predictions_to_wand
 
     expected = GenerationJob(max_test_examples=8).load()[1]
     assert [(r[2], r[3]) for r in logged["data"]] == expected and all(r[0] == 6 for r in logged["data"])
+
+
+def test_help_names_every_argument_eval_option_group_builtin_task_and_job_with_three_examples():
+    """Before: a usage line alone."""
+    from dataclasses import fields
+
+    from selfsup.evaluation.config import EvalConfig
+    from selfsup.evaluation.jobs import GENERATION_JOBS
+    from selfsup.evaluation.tasks import BUILTIN_TASKS
+    from selfsup.interop.lmeval import LMEval
+
+    out = forked.run(["selfsup-eval", "--help"], capture_output=True, text=True, env=ENV, timeout=120)
+    assert out.returncode == 0 and not out.stderr.strip(), out.stderr[-2000:]
+    text = out.stdout
+    for argument in ("RUN_OR_SWEEP_DIR", "--plan", "-h, --help", "eval overrides", "lm_eval overrides"):
+        assert f"\n  {argument} " in text, argument
+    options = text.split("eval options with their defaults", 1)[1].split("selfsup-eval's default", 1)[0]
+    for f in fields(EvalConfig):
+        if not f.name.startswith("_"):
+            assert f"\n  {f.name}:" in options, f.name  # every eval option group, with its defaults below it
+    assert "\n    mask_rates:" in options and "\n    random_init_seeds:" in options  # (their own options)
+    lm = text.split("lm_eval options with their defaults", 1)[1]
+    assert all(f"\n  {f.name}:" in lm for f in fields(LMEval) if not f.name.startswith("_"))
+    assert all(name in text for name in (*BUILTIN_TASKS, *GENERATION_JOBS))
+    assert "eval=NAME picks the group's option (default, jobs, none, tiny; default jobs)" in " ".join(text.split())
+    assert max(map(len, text.splitlines())) <= 100
+    examples = " ".join(text.split("examples:", 1)[1].split())
+    assert "label_field: label" in examples and "text_fields: [sentence1, sentence2]" in examples
+    assert "'lm_eval.tasks=[arc_easy]'" in examples

@@ -456,6 +456,13 @@ def test_a_users_task_is_in_the_closing_lines_the_sweep_table_the_report_and_the
         f"{evaluated['eval/order/random_init_accuracy']:.4f} +- {evaluated['eval/order/random_init_accuracy_sd']:.4f}"
     )
     assert "order:" in text.split('<div id="verdict">', 1)[1].split("</div>", 1)[0]
+    # the simple baseline beside it (TF-IDF + logistic regression): its accuracy and the run's difference
+    tfidf = [evaluated[f"eval/order/tfidf_accuracy{end}"] for end in ("", "_low", "_high")]
+    gap = [evaluated[f"eval/order/vs_tfidf{end}"] for end in ("", "_low", "_high")]
+    assert tfidf[1] < tfidf[0] < tfidf[2] and gap[0] == pytest.approx(evaluated["eval/order/accuracy"] - tfidf[0])
+    assert rows[0]["TF-IDF + LR [95%]"] == f"{tfidf[0]:.3f} [{tfidf[1]:.3f}, {tfidf[2]:.3f}]"
+    assert rows[0]["vs TF-IDF [95%]"] == f"{gap[0]:+.3f} [{gap[1]:+.3f}, {gap[2]:+.3f}]"
+    assert "order tf-idf" in columns
 
 
 def _legend_outside(fig) -> None:

@@ -138,6 +138,8 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
         "eval/probe/random_init_accuracy_sd",
         "eval/probe/random_init_macro_f1",
         "eval/probe/majority_accuracy",
+        *(f"eval/probe/{k}{e}" for k in ("tfidf_accuracy", "vs_tfidf") for e in ("", "_low", "_high")),  # the
+        # simple baseline (TF-IDF + logistic regression) and the run against it
         "eval/probe/margin",
         "eval/probe/accuracy_se",
         "eval/probe/margin_low",

@@ -570,8 +570,9 @@ def test_the_evaluation_says_each_part_as_it_goes_with_the_time_the_last_one_too
     assert said[1].startswith("evaluating: the held-out text  (the fixed exam: ")
     assert said[2].startswith("evaluating: the tasks' random-init seed 1 of 2  (the held-out text: ")
     assert said[3].startswith("evaluating: the tasks' random-init seed 2 of 2  (the tasks' random-init seed 1 of 2: ")
-    assert said[4].startswith("evaluating: task probe  (the tasks' random-init seed 2 of 2: ")
-    assert said[-1].startswith("evaluated in ") and said[-1].endswith(" s)") and len(said) == 6
+    assert said[4].startswith("evaluating: task probe's TF-IDF + logistic regression  (the tasks' random-init seed 2")
+    assert said[5].startswith("evaluating: task probe  (task probe's TF-IDF + logistic regression: ")
+    assert said[-1].startswith("evaluated in ") and said[-1].endswith(" s)") and len(said) == 7
     seconds = [float(line.rsplit(": ", 1)[1].removesuffix(" s)")) for line in said[1:]]
     total = float(said[-1].split()[2])
     # each part and the total are printed to 0.1 s: their rounding adds up to 0.05 s each

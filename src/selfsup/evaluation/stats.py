@@ -111,6 +111,14 @@ def margin(trained, random_init, replicates: int = REPLICATES, seed: int = 0) ->
     return _interval(trained.mean() - random_init.mean(), np.concatenate(draws))
 
 
+def mean_interval(outcomes, replicates: int = REPLICATES, seed: int = 0) -> Interval:
+    """The mean of per-example outcomes [n] (a baseline's accuracy) with its bootstrap 95% interval over examples."""
+    outcomes = np.asarray(outcomes, dtype=np.float64)
+    n, rng = len(outcomes), np.random.default_rng(seed)
+    draws = np.concatenate([counts @ outcomes / n for counts in _counts(n, replicates, rng)])
+    return _interval(float(outcomes.mean()), draws, signed=False)
+
+
 def difference(a, a_random_init, b, b_random_init, replicates: int = REPLICATES, seed: int = 0) -> Interval:
     """The margin of run a minus the margin of run b, scored on the same examples, with its interval (the
     examples drawn once per replicate for both; each run's random-init seeds drawn on their own, or once for

@@ -96,6 +96,7 @@ class Evaluation(TaskScores, JobScores):
         self.part_seconds: dict[str, float] = {}  # plan, fixed, pairs, heldout, probe, generation: over its evaluations
         self.item_seconds: dict[str, float] = {}  # each task's and job's, and their random-init baselines' seconds
         self.random_init: dict[str, np.ndarray] = {}  # per task: random-init outcomes [seeds, test examples]
+        self.simple: dict[str, np.ndarray] = {}  # per task: the TF-IDF baseline's outcomes [test examples]
         self.last: dict[str, np.ndarray] = {}  # per task: the last evaluated model's outcomes
         self.fingerprints: dict[str, str] = {}  # per task: a hash of its examples
         self.planned: Plan | None = None  # the next evaluation's plan, when said already (plan)

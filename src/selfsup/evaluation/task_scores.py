@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +13,10 @@ import torch
 from selfsup.evaluation.baselines import boundary, cached, untrained_key
 from selfsup.evaluation.pairs import mean_sd
 from selfsup.evaluation.probe import READING, encode, features, finetune, linear_probe, majority, scores
+from selfsup.evaluation.simple import NAME as SIMPLE
+from selfsup.evaluation.simple import simple_key, tfidf_predictions
 from selfsup.evaluation.splits import held_out
-from selfsup.evaluation.stats import margin, standard_error
+from selfsup.evaluation.stats import margin, mean_interval, standard_error
 from selfsup.evaluation.tasks import Examples, Task, parts
 from selfsup.loss import stream_seed
 
@@ -125,6 +127,11 @@ class TaskScores:
                 {f"eval/{name}/margin": m.value, f"eval/{name}/margin_low": m.low, f"eval/{name}/margin_high": m.high}
             )
             out[f"eval/{name}/margin_examples"] = float(np.shape(outcome)[-1])
+        if name in self.simple:  # the run against the simple baseline, on the same test examples
+            d = margin(outcome, self.simple[name][None, :])
+            out.update(
+                {f"eval/{name}/vs_tfidf{end}": v for end, v in zip(("", "_low", "_high"), (d.value, d.low, d.high))}
+            )
         return out
 
     def task_entry(self, fresh: torch.nn.Module, name: str) -> Path | None:
@@ -141,12 +148,32 @@ class TaskScores:
         key = untrained_key(fresh, probe=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name])
         return self.cache_dir / "probe-random-init" / f"{key}.json"
 
+    def simple_outcomes(self, name: str) -> np.ndarray:
+        """Task `name`'s simple baseline (selfsup.evaluation.simple) per test example, 1 right, 0 wrong: it reads
+        no model, so computed once per task's examples (<cache_dir>/simple/)."""
+        task = self.encoded[name]
+
+        def read(p: Path, n=len(task.test_labels)):
+            labels = json.loads(p.read_text())
+            return np.asarray(labels) if len(labels) == n else None
+
+        predicted = cached(
+            None
+            if self.cache_dir is None
+            else self.cache_dir / "simple" / f"{simple_key(self.fingerprints[name])}.json",
+            lambda: tfidf_predictions(task.train, task.test),
+            read,
+            lambda value, f: f.write(json.dumps(np.asarray(value).tolist()).encode()),
+        )
+        return (np.asarray(predicted) == task.test_labels.numpy()).astype(float)
+
     def random_init_and_majority(self, model: torch.nn.Module) -> dict[str, float]:
         """The baselines of every task: the same probe or fine-tuning of models of the same shape, freshly
         initialised from eval.probe.random_init_seeds seeds of their own (the same for every run of that shape; read
         from <cache_dir>/probe-random-init/ when an earlier run computed them; each fine-tuned from fine-tuning seed
         k): accuracy and macro_f1 as the mean over seeds, the accuracy's sd, the per-seed outcomes kept in
-        self.random_init; and the majority class."""
+        self.random_init; the majority class; and the simple baseline (selfsup.evaluation.simple), its outcomes
+        kept in self.simple."""
         out = {}
         runs: dict[str, list] = {name: [] for name in self.encoded}
         for k in range(self.random_init_seeds):
@@ -183,4 +210,8 @@ class TaskScores:
                 }
             )
             out[f"eval/{name}/majority_accuracy"] = majority(task.train, task.test, task.n_classes)["accuracy"]
+            boundary(f"task {name}'s {SIMPLE}")
+            self.simple[name] = self.simple_outcomes(name)
+            found = mean_interval(self.simple[name])
+            out.update({f"eval/{name}/tfidf_accuracy{end}": v for end, v in zip(("", "_low", "_high"), astuple(found))})
         return out

@@ -33,7 +33,9 @@ TASK_NOTE = (
     "Each evaluation task (the built-in probe, and every eval.tasks.NAME) beside its baselines: the "
     "majority class's accuracy, and random-init: the same probe on untrained models of the run's shape "
     "(mean +- sd over seeds); the margin is the accuracy minus random-init, with its paired bootstrap 95% "
-    "interval."
+    "interval; and the simple baseline a reviewer asks for first, TF-IDF features and a logistic regression "
+    "(sentence pairs: each text's TF-IDF, their product and word overlap), with its accuracy's interval and the "
+    "run's difference from it, paired over the same test examples."
 )
 
 

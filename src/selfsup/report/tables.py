@@ -82,7 +82,21 @@ def table_rows(runs: list[Run], keys: list[str]) -> tuple[list[str], list[list[s
     return header, rows
 
 
-TASK_COLUMNS = ["run", "objective", "accuracy", "macro F1", "majority", "random-init", "margin [95%]"]
+TASK_COLUMNS = [
+    "run", "objective", "accuracy", "macro F1", "majority", "random-init", "margin [95%]", "TF-IDF + LR [95%]",
+    "vs TF-IDF [95%]",
+]  # fmt: skip
+
+
+def simple_cells(value) -> list[str]:
+    """The simple baseline's accuracy and the run's difference from it, each with its interval (selfsup.evaluation.
+    simple), from `value(end)`: the task's recorded value of eval/<task>/<end>; '-' where not recorded."""
+    found = [value(f"tfidf_accuracy{end}") for end in ("", "_low", "_high")]
+    gap = [value(f"vs_tfidf{end}") for end in ("", "_low", "_high")]
+    return [
+        "-" if None in found else str(Interval(*found, signed=False)),
+        "-" if None in gap else str(Interval(*gap)),
+    ]
 
 
 def task_rows(runs: list[Run], task: str) -> list[list[str]]:
@@ -108,6 +122,7 @@ def task_rows(runs: list[Run], task: str) -> list[list[str]]:
                 shown["majority_accuracy"],
                 baseline,
                 run.margin(f"eval/{task}/accuracy") or "-",
+                *simple_cells(lambda end: run.task_value(f"eval/{task}/{end}")),
             ]
         )
     return rows
@@ -219,6 +234,7 @@ def evaluated(runs: list[Run], keys: list[str]) -> tuple[list[tuple[str, list[st
                     shown["majority_accuracy"],
                     shown["random_init_accuracy"] + ("" if sd is None else f" +- {sd:.4f}"),
                     "-" if m is None else str(m),
+                    *simple_cells(lambda end: row["eval"].get(f"eval/{task}/{end}")),
                 ]
             )
         tables.append((task, TASK_COLUMNS, table))

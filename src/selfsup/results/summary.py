@@ -79,13 +79,15 @@ def task_names(keys) -> list[str]:
 
 
 def task_columns(rows: list[dict]) -> list[tuple[str, str]]:
-    """(key, title) of the accuracy and margin of each task beside the probe, in the order first seen."""
-    names = task_names(k for r in rows for k in (r.get("eval") or {}))
+    """(key, title) of the accuracy, margin and simple baseline's accuracy (TF-IDF + logistic regression, where
+    recorded) of each task beside the probe, in the order first seen."""
+    keys = {k for r in rows for k in (r.get("eval") or {})}
     return [
         (f"eval/{n}/{part}", f"{n} {title}")
-        for n in names
+        for n in task_names(keys)
         if n != "probe"
-        for part, title in (("accuracy", "acc"), ("margin", "margin"))
+        for part, title in (("accuracy", "acc"), ("margin", "margin"), ("tfidf_accuracy", "tf-idf"))
+        if part != "tfidf_accuracy" or f"eval/{n}/tfidf_accuracy" in keys
     ]
 
 

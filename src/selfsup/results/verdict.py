@@ -32,7 +32,8 @@ seeds), else "no difference at this scale".
 
 References in words: a group whose every run scores the exam worse than the training split's unigram on the
 same targets (eval/fixed/unigram_gap's interval above 0), or the pairs below the unigram or bigram counts'
-accuracy by more than 1.96 standard errors, is said to be so in words.
+accuracy by more than 1.96 standard errors, is said to be so in words; so is a task's accuracy below the simple
+baseline's (TF-IDF + logistic regression, `<task>/vs_tfidf`: its interval below 0 at every seed).
 
 The first line says what the runs held equal (steps, input tokens, FLOPs) and what they did not; the last
 names each run it left out and why (preempted, interrupted, failed, pruned, no scores).
@@ -46,6 +47,7 @@ import statistics
 import textwrap
 from pathlib import Path
 
+from selfsup.evaluation.simple import NAME as SIMPLE
 from selfsup.evaluation.stats import MIN_EXAMPLES, Interval, difference, exam_difference
 from selfsup.results.groups import (
     SITTINGS,
@@ -271,6 +273,21 @@ def below_counts(group: Group, key: str) -> str | None:
     return None
 
 
+def below_simple(group: Group, key: str) -> str | None:
+    """`clm by 0.363 [0.330, 0.398]`: how far a task's accuracy lies below the simple baseline's
+    (selfsup.evaluation.simple), where the interval of the difference lies below 0 at every seed; else None."""
+    found = [
+        [(row.get("eval") or {}).get(f"{key}/vs_tfidf{end}") for end in ("", "_low", "_high")] for row in group.rows
+    ]
+    if not found or any(None in f or f[2] >= 0 for f in found):
+        return None
+    if len(found) == 1:
+        value, low, high = found[0]
+        return f"{group.label} by {Interval(-value, -high, -low, signed=False)}"
+    gaps = [-f[0] for f in found]
+    return f"{group.label} by a mean {statistics.fmean(gaps):.3f} ({min(gaps):.3f} to {max(gaps):.3f} over {len(gaps)} seeds)"
+
+
 def joined(found: list[tuple[str, str | None]]) -> str:
     """The comparisons, those that share a note followed by it once."""
     parts, pending = [], []
@@ -362,6 +379,9 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
                 ("against the runner-up: " if study else "") + joined([compare(best, g, key, outcomes) for g in others])
             )
             parts.append(scorers_differ(having, key) or "")
+        below = [g for g in having if below_simple(g, key)]
+        if below:
+            parts.append(f"below {SIMPLE}: " + "; ".join(below_simple(g, key) for g in below))
         for order in ("unigram", "bigram"):
             below = [g.label for g in having if below_counts(g, key) == order]
             if below:

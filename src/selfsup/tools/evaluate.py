@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import textwrap
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -457,12 +458,76 @@ def log_to_wandb(run_dir: Path, logger: LoggerConfig, metrics: dict) -> str:
     return f" and W&B run {id_file.read_text().strip()} ({mode})"
 
 
+EXAMPLES = """examples:
+  a classification task of your own (a text and a label per line; a test file, or test_fraction):
+    selfsup-eval SWEEP '+eval.tasks.topic={source: text_files, paths: [train.jsonl], test_paths: [test.jsonl],
+        text_field: text, label_field: label}'
+  a sentence-pair task in GLUE's layout (RTE: sentence1, sentence2, label):
+    selfsup-eval SWEEP '+eval.tasks.rte={source: text_files, paths: [rte/train.jsonl],
+        test_paths: [rte/validation.jsonl], text_fields: [sentence1, sentence2]}'
+  an lm-evaluation-harness task on each run's export (pip install -e '.[lmeval]'):
+    selfsup-eval SWEEP 'lm_eval.tasks=[arc_easy]' lm_eval.limit=200"""
+
+
+def help_text() -> str:
+    """selfsup-eval --help: the usage, the arguments, the built-in tasks and jobs, three examples, and every eval
+    and lm_eval option with its default (composed as a run would compose them)."""
+    from hydra import compose, initialize_config_dir
+
+    from selfsup.evaluation.jobs import GENERATION_JOBS
+    from selfsup.evaluation.tasks import BUILTIN_TASKS
+    from selfsup.run.cli import CONF_DIR
+
+    every = eval_config(["eval=default"])
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        lm = compose("lm_eval").lm_eval
+    groups = sorted(p.stem for p in (CONF_DIR / "eval").glob("*.yaml"))
+    jobs = (CONF_DIR / "eval" / f"{DEFAULT_EVAL}.yaml").read_text()
+    lines = [
+        __doc__.split("\n\n")[0].strip(),
+        "",
+        USAGE,
+        "",
+        "arguments:",
+        "  RUN_OR_SWEEP_DIR    a run dir, or a sweep dir (each job that finished training; the others named)",
+        "  --plan              the plan (each run's parts, what the cache holds, an estimate), then stop",
+        "  -h, --help          this help",
+        "  eval overrides      key=value of the eval options below; eval=NAME picks the group's option "
+        f"({', '.join(groups)}; default {DEFAULT_EVAL}); '+eval.tasks.NAME={{...}}' adds a task, "
+        "'~eval.tasks.NAME' drops one",
+        "  lm_eval overrides   lm_eval.KEY=value of the lm_eval options below (lm-eval on each run's export)",
+        "",
+        f"built-in tasks (source: builtin, task: NAME): {', '.join(BUILTIN_TASKS)}",
+        f"built-in generation jobs (source: builtin, job: NAME): {', '.join(GENERATION_JOBS)}",
+        "",
+        EXAMPLES,
+        "",
+        "eval options with their defaults (eval=default: every part on; key=value overrides any):",
+        *["  " + line for line in OmegaConf.to_yaml(every).splitlines()],
+        "",
+        f"selfsup-eval's default, eval={DEFAULT_EVAL} (conf/eval/{DEFAULT_EVAL}.yaml), sets:",
+        *["  " + line for line in jobs.splitlines() if line.strip() and not line.startswith("#")],
+        "",
+        "lm_eval options with their defaults (conf/lm_eval.yaml):",
+        *["  " + line for line in OmegaConf.to_yaml(lm).splitlines()],
+    ]
+    indent = lambda line: " " * (len(line) - len(line.lstrip()) + 4)  # noqa: E731 - a line's rest, indented
+    return "\n".join(
+        out
+        for line in lines
+        for out in (textwrap.wrap(line, 100, subsequent_indent=indent(line), break_on_hyphens=False) or [""])
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(__doc__.split("\n\n")[0].strip() + "\n\n" + USAGE)
-        if not args:
-            raise SystemExit(2)
+    if not args:
+        print(
+            __doc__.split("\n\n")[0].strip() + "\n\n" + USAGE + "\n\nselfsup-eval --help: the arguments, every option"
+        )
+        raise SystemExit(2)
+    if args[0] in ("-h", "--help"):
+        print(help_text())
         return
     from selfsup.evaluation.baselines import report_progress
     from selfsup.results.summary import read_summaries
