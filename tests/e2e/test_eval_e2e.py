@@ -275,12 +275,22 @@ def test_a_sweep_is_scored_on_generation_jobs_and_an_encoder_is_not(families, tm
             assert outcomes["eval/sum/token_f1|random_init"].shape[0] == 2
         gain = scores["eval/sum/random_init_loss"] - scores["eval/sum/loss"]
         assert scores["eval/sum/loss/margin"] == pytest.approx(gain)
+        for baseline in ("copy", "frequent"):  # the simple baselines, and the run against them
+            low, value, high = (scores[f"eval/sum/{baseline}_token_f1{e}"] for e in ("_low", "", "_high"))
+            assert 0 <= low <= value <= high <= 1
+            gap = scores["eval/sum/token_f1"] - value
+            assert scores[f"eval/sum/token_f1/vs_{baseline}"] == pytest.approx(gap)
     text = report(families, tmp_path / "r.md")
     section = text[text.index("### continuation") :]
     assert "| 0 | mlm | an encoder does not write text |" in section
     row = [line for line in section.splitlines() if line.startswith("| 1 | clm |")][0]
     scores = json.loads((families / "1" / "evaluated.json").read_text())["eval"]
     assert f"| {scores['eval/continuation/loss']:.4f} |" in row
+    copy = [scores[f"eval/continuation/copy_token_f1{e}"] for e in ("", "_low", "_high")]
+    parts = [line for line in section.split("\n### ", 1)[0].splitlines() if line.startswith("| 1 | clm |")]
+    assert "copy-input F1 [95%]" in section and any(
+        f"| {copy[0]:.3f} [{copy[1]:.3f}, {copy[2]:.3f}] |" in r for r in parts
+    )
 
 
 def test_a_training_run_scores_a_generation_job_and_logs_its_predictions_to_wandb(train, tmp_path):

@@ -65,3 +65,25 @@ def test_the_verdict_says_where_a_run_is_below_the_simple_baseline():
     seeds = verdict_text([row(0, -0.3, -0.35, -0.25), row(1, -0.2, -0.25, -0.15)])
     assert "below TF-IDF + logistic regression: clm by a mean 0.250 (0.200 to 0.300 over 2 seeds)" in seeds
     assert "below TF-IDF" not in verdict_text([row(0, -0.3, -0.35, -0.25), row(1, -0.1, -0.2, 0.01)])
+
+
+def test_a_generation_jobs_baselines_copy_the_input_and_write_the_most_frequent_target():
+    from selfsup.evaluation.simple import written_outcomes
+
+    found = written_outcomes(
+        ["the parser reads data", "a b"], ["parser reads", "x y"], ["x y", "q", "x y"]
+    )  # F1 of "the parser reads data" against "parser reads" (SQuAD's normalising drops "the"): 2 * 2/3 * 1 / (5/3)
+    assert found["copy"]["exact_match"].tolist() == [0.0, 0.0]
+    assert np.allclose(found["copy"]["token_f1"], [0.8, 0.0])
+    assert found["frequent"]["exact_match"].tolist() == [0.0, 1.0] and found["frequent"]["token_f1"].tolist() == [0, 1]
+
+
+def test_the_verdict_says_where_a_writer_is_below_copying_its_input():
+    evaluated = {"eval/sum/token_f1": 0.05, "eval/sum/token_f1/margin": 0.03, "eval/sum/token_f1/margin_low": 0.01,
+                 "eval/sum/token_f1/margin_high": 0.05, "eval/sum/token_f1/vs_copy": -0.26,
+                 "eval/sum/token_f1/vs_copy_low": -0.3, "eval/sum/token_f1/vs_copy_high": -0.22,
+                 "eval/sum/token_f1/vs_frequent": 0.01, "eval/sum/token_f1/vs_frequent_low": -0.01,
+                 "eval/sum/token_f1/vs_frequent_high": 0.03}  # fmt: skip
+    text = verdict_text([{"status": "finished", "objective": "clm", "run_dir": "s/0", "eval": evaluated}])
+    assert "below copying the input: clm by 0.260 [0.220, 0.300]" in text
+    assert "most frequent" not in text  # its interval holds 0

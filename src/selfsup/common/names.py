@@ -83,7 +83,8 @@ SCORES = (
     "/accuracy", "/accuracy_se", "/margin", "/margin_low", "/margin_high", "/margin_examples", "/loss", "/loss_low",
     "/loss_high", "/unigram_gap_low", "/random_init_accuracy", "/bits_per_byte", "/bits_per_byte_low",
     "/bits_per_byte_high", "/tfidf_accuracy", "/tfidf_accuracy_low", "/tfidf_accuracy_high", "/vs_tfidf",
-    "/vs_tfidf_low", "/vs_tfidf_high",
+    "/vs_tfidf_low", "/vs_tfidf_high", "/vs_copy", "/vs_copy_low", "/vs_copy_high", "/vs_frequent",
+    "/vs_frequent_low", "/vs_frequent_high",
 )  # fmt: skip
 
 

@@ -14,8 +14,9 @@ from selfsup.data.records import EvalError
 from selfsup.evaluation.baselines import boundary, cached, untrained_key
 from selfsup.evaluation.generation import NOT_A_WRITER, SCORES, WRITERS, finetune_writer, prepare, score
 from selfsup.evaluation.pairs import mean_sd
+from selfsup.evaluation.simple import written_outcomes
 from selfsup.evaluation.splits import held_out
-from selfsup.evaluation.stats import margin, standard_error
+from selfsup.evaluation.stats import margin, mean_interval, standard_error
 from selfsup.loss import stream_seed
 
 WRITTEN_COLUMNS = ["step", "example", "source", "target", "prediction", "exact_match", "token_f1"]
@@ -67,6 +68,8 @@ class JobScores:
             )
             self.fingerprints[name] = hashlib.sha256(json.dumps([train, test, length, job.max_new_tokens]).encode())
             self.fingerprints[name] = self.fingerprints[name].hexdigest()
+            w = self.written[name]
+            self.simple_jobs[name] = written_outcomes(w.source_texts, w.references, [t for _, t in train])
 
     def write(self, model: torch.nn.Module, name: str, seed: int) -> tuple[dict[str, torch.Tensor], list[str]]:
         """A copy of `model` fine-tuned on generation job `name` from fine-tuning seed `seed`, scored on its test
@@ -104,6 +107,10 @@ class JobScores:
                 m = margin(outcome, self.random_init[f"{name}/{s}"])
                 out.update({f"eval/{name}/{s}/margin{end}": v for end, v in zip(("", "_low", "_high"), astuple(m))})
                 out[f"eval/{name}/{s}/margin_examples"] = float(values.shape[-1])
+            for b, found in (self.simple_jobs.get(name) or {}).items():  # the run against each simple baseline
+                if s in found:
+                    d = margin(outcome, found[s][None, :])
+                    out.update({f"eval/{name}/{s}/vs_{b}{end}": v for end, v in zip(("", "_low", "_high"), astuple(d))})
         return out
 
     def writer_entry(self, fresh: torch.nn.Module, name: str, k: int) -> Path | None:
@@ -148,4 +155,10 @@ class JobScores:
                 mean, sd = mean_sd(values.mean(1).tolist())
                 out[f"eval/{name}/random_init_{s}"] = mean
                 out[f"eval/{name}/random_init_{s}_sd"] = sd
+            for b, scored in self.simple_jobs[name].items():  # copying the input, the most frequent target
+                for s, outcomes in scored.items():
+                    found = mean_interval(outcomes)
+                    out.update(
+                        {f"eval/{name}/{b}_{s}{end}": v for end, v in zip(("", "_low", "_high"), astuple(found))}
+                    )
         return out

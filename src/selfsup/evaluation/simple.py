@@ -1,8 +1,9 @@
-"""The simple baseline a reviewer asks for first, beside every task's margin: TF-IDF features of the task's texts
-and a logistic regression (scikit-learn's TfidfVectorizer and LogisticRegression). A sentence-pair task's features
-are each text's TF-IDF, their product (the words both share, weighted) and their word overlap. It reads no model:
-the same for every run of a sweep, so each run's accuracy is compared with it on the same test examples
-(`vs_tfidf`: the run's accuracy minus the baseline's, paired bootstrap 95% interval)."""
+"""The simple baselines a reviewer asks for first, beside every margin. A task's: TF-IDF features of its texts and
+a logistic regression (scikit-learn's TfidfVectorizer and LogisticRegression; a sentence-pair task's features are
+each text's TF-IDF, their product (the words both share, weighted) and their word overlap). A generation job's:
+copying the input, and writing the most frequent training target, each scored by exact match and token F1. They
+read no model: the same for every run of a sweep, so each run is compared with them on the same test examples
+(`vs_<baseline>`: the run's score minus the baseline's, paired bootstrap 95% interval)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import numpy as np
 from selfsup.evaluation.tasks import Examples, parts
 
 NAME = "TF-IDF + logistic regression"
+SIMPLE = {"tfidf": NAME, "copy": "copying the input", "frequent": "the most frequent training target"}
+WRITTEN = ("copy", "frequent")  # a generation job's, on its exact match and token F1
 
 
 def _overlap(first: list[str], second: list[str]) -> np.ndarray:
@@ -59,3 +62,19 @@ def tfidf_predictions(train: Examples, test: Examples) -> np.ndarray:
     classifier = LogisticRegression(max_iter=1000)
     classifier.fit(x_train, np.asarray(train.labels))
     return classifier.predict(x_test)
+
+
+def written_outcomes(sources: list[str], references: list[str], targets: list[str]) -> dict[str, dict]:
+    """A generation job's simple baselines per test example: {baseline: {exact_match: [n], token_f1: [n]}}, copying
+    each test source, and writing the most frequent of the training targets (`targets`; the first of a tie)."""
+    from collections import Counter
+
+    from selfsup.evaluation.generation import exact_match, token_f1
+
+    top = Counter(targets).most_common(1)[0][0] if targets else ""
+    written = {"copy": sources, "frequent": [top] * len(references)}
+    return {
+        b: {s: np.asarray([f(p, r) for p, r in zip(out, references)], dtype=np.float64) for s, f in SCORED}
+        for b, out in written.items()
+        for SCORED in [(("exact_match", exact_match), ("token_f1", token_f1))]
+    }

@@ -97,6 +97,7 @@ class Evaluation(TaskScores, JobScores):
         self.item_seconds: dict[str, float] = {}  # each task's and job's, and their random-init baselines' seconds
         self.random_init: dict[str, np.ndarray] = {}  # per task: random-init outcomes [seeds, test examples]
         self.simple: dict[str, np.ndarray] = {}  # per task: the TF-IDF baseline's outcomes [test examples]
+        self.simple_jobs: dict[str, dict] = {}  # per generation job: selfsup.evaluation.simple.written_outcomes
         self.last: dict[str, np.ndarray] = {}  # per task: the last evaluated model's outcomes
         self.fingerprints: dict[str, str] = {}  # per task: a hash of its examples
         self.planned: Plan | None = None  # the next evaluation's plan, when said already (plan)

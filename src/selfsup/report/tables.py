@@ -139,7 +139,15 @@ JOB_COLUMNS = [
     "token F1",
     "random-init F1",
     "F1 margin [95%]",
+    "copy-input F1 [95%]",
+    "frequent-target F1 [95%]",
 ]
+
+
+def bounded(get, key: str) -> str:
+    """`0.310 [0.290, 0.330]`: a recorded score and its interval (key_low, key_high), or '-'."""
+    found = [get(key + end) for end in ("", "_low", "_high")]
+    return "-" if None in found else str(Interval(*found, signed=False))
 
 
 def job_rows(items: list[tuple], job: str) -> list[list[str]]:
@@ -173,6 +181,7 @@ def job_rows(items: list[tuple], job: str) -> list[list[str]]:
                 number("token_f1"),
                 number("random_init_token_f1"),
                 margin("token_f1"),
+                *(bounded(get, f"eval/{job}/{b}_token_f1") for b in ("copy", "frequent")),
             ]
         )
     return rows

@@ -47,7 +47,7 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from selfsup.evaluation.simple import NAME as SIMPLE
+from selfsup.evaluation.simple import SIMPLE
 from selfsup.evaluation.stats import MIN_EXAMPLES, Interval, difference, exam_difference
 from selfsup.results.groups import (
     SITTINGS,
@@ -273,11 +273,12 @@ def below_counts(group: Group, key: str) -> str | None:
     return None
 
 
-def below_simple(group: Group, key: str) -> str | None:
-    """`clm by 0.363 [0.330, 0.398]`: how far a task's accuracy lies below the simple baseline's
-    (selfsup.evaluation.simple), where the interval of the difference lies below 0 at every seed; else None."""
+def below_simple(group: Group, key: str, baseline: str = "tfidf") -> str | None:
+    """`clm by 0.363 [0.330, 0.398]`: how far a score lies below a simple baseline's (selfsup.evaluation.simple:
+    tfidf, copy, frequent), where the interval of the difference lies below 0 at every seed; else None."""
     found = [
-        [(row.get("eval") or {}).get(f"{key}/vs_tfidf{end}") for end in ("", "_low", "_high")] for row in group.rows
+        [(row.get("eval") or {}).get(f"{key}/vs_{baseline}{end}") for end in ("", "_low", "_high")]
+        for row in group.rows
     ]
     if not found or any(None in f or f[2] >= 0 for f in found):
         return None
@@ -379,9 +380,10 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
                 ("against the runner-up: " if study else "") + joined([compare(best, g, key, outcomes) for g in others])
             )
             parts.append(scorers_differ(having, key) or "")
-        below = [g for g in having if below_simple(g, key)]
-        if below:
-            parts.append(f"below {SIMPLE}: " + "; ".join(below_simple(g, key) for g in below))
+        for baseline, title in SIMPLE.items():
+            below = [g for g in having if below_simple(g, key, baseline)]
+            if below:
+                parts.append(f"below {title}: " + "; ".join(below_simple(g, key, baseline) for g in below))
         for order in ("unigram", "bigram"):
             below = [g.label for g in having if below_counts(g, key) == order]
             if below:
