@@ -88,6 +88,23 @@ def test_damaged_scores_of_an_earlier_evaluation_are_refused_before_anything_is_
     assert snapshot(run) == before and "evaluating" not in out.stdout
 
 
+def in_a_sweep(run: Path, tmp_path: Path) -> Path:
+    """A sweep folder holding the run (moved) as its job 0."""
+    (tmp_path / "sweep").mkdir()
+    shutil.move(run, tmp_path / "sweep" / "0")
+    return tmp_path / "sweep"
+
+
+def markdown_report(sweep: Path, out: Path) -> str:
+    """selfsup-report's Markdown of the sweep, written to `out`: its text."""
+    done = forked.run(
+        ["selfsup-report", str(sweep), "--format", "md", "--out", str(out)],
+        capture_output=True, text=True, env=ENV, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out.read_text()
+
+
 def _edited(key: str, value):
     def edit(b: bytes) -> bytes:
         content = json.loads(b)
@@ -121,16 +138,9 @@ def test_the_report_names_a_run_whose_evaluated_json_is_damaged_or_contradicts_i
 ):
     """Before: the run vanished from the report's 'Evaluated after training' section and its verdict without a
     word, or its edited margin (5.0 [4.9, 5.1]) was shown there as 'shows pretraining'."""
-    sweep = tmp_path / "sweep"
-    sweep.mkdir()
-    shutil.move(run, sweep / "0")
+    sweep = in_a_sweep(run, tmp_path)
     (sweep / "0" / "evaluated.json").write_bytes(damage((sweep / "0" / "evaluated.json").read_bytes()))
-    out = forked.run(
-        ["selfsup-report", str(sweep), "--format", "md", "--out", str(tmp_path / "r.md")],
-        capture_output=True, text=True, env=ENV, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = (tmp_path / "r.md").read_text()
+    report = markdown_report(sweep, tmp_path / "r.md")
     section = report.split("## Evaluated after training", 1)[1].split("\n## ", 1)[0]
     left_out = [line for line in section.splitlines() if line.startswith("- left out: clm (0): ")]
     assert len(left_out) == 1 and said in left_out[0], section
@@ -141,21 +151,14 @@ def test_the_report_names_a_run_whose_evaluated_json_is_damaged_or_contradicts_i
 def test_a_run_whose_summary_json_contradicts_its_outcomes_shows_no_scores_and_is_named(run, tmp_path, edit):
     """Before: a margin edited in summary.json (5.0 [4.9, 5.1]), or its interval alone, reached the report's table
     and verdict."""
-    sweep = tmp_path / "sweep"
-    sweep.mkdir()
-    shutil.move(run, sweep / "0")
+    sweep = in_a_sweep(run, tmp_path)
     summary = json.loads((sweep / "0" / "summary.json").read_text())
     if edit == "margin":
         summary["eval"].update({"eval/pairs/margin": 5.0, "eval/pairs/margin_low": 4.9, "eval/pairs/margin_high": 5.1})
     else:
         summary["eval"]["eval/pairs/margin_high"] += 0.25
     (sweep / "0" / "summary.json").write_text(json.dumps(summary))
-    out = forked.run(
-        ["selfsup-report", str(sweep), "--format", "md", "--out", str(tmp_path / "r.md")],
-        capture_output=True, text=True, env=ENV, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = (tmp_path / "r.md").read_text()
+    report = markdown_report(sweep, tmp_path / "r.md")
     why = "outcomes do not match summary.json's eval/pairs/margin" + ("" if edit == "margin" else "_high")
     assert f"- left out: clm (0): {why}" in report.splitlines(), report
     assert "+5.000" not in report and f"{summary['eval']['eval/pairs/margin_high']:+.3f}" not in report
