@@ -117,8 +117,7 @@ def load_outcomes(row: dict) -> dict[str, np.ndarray] | str | None:
         wrong = margin_contradiction(key, found, evaluated)
         if wrong:
             return Contradiction(f"outcomes do not match {summary}'s {wrong}")
-    wrong = _check_exam(found, evaluated)
-    return (Contradiction(wrong.replace(SUMMARY, summary)) if "do not match" in wrong else wrong) if wrong else found
+    return _check_exam(found, evaluated, summary) or found
 
 
 def checked(row: dict) -> dict:
@@ -161,7 +160,7 @@ def expected_means(key: str, trained, untrained, evaluated: dict) -> list:
     return [(a, None if v is None else sign * v) for a, v in zip((trained, untrained), found)]
 
 
-def _check_exam(found: dict, evaluated: dict) -> str | None:
+def _check_exam(found: dict, evaluated: dict, summary: str = SUMMARY) -> str | None:
     """What is wrong with the per-unit arrays of outcomes.npz of each sitting (None: nothing, or none kept)."""
     for sitting in SITTINGS:
         at = sitting.prefix + "|"
@@ -180,7 +179,7 @@ def _check_exam(found: dict, evaluated: dict) -> str | None:
             and found_value is not None
             and abs(found_value - expected) > 1e-6 * max(1.0, abs(expected))
         ):
-            return f"{sitting.title} outcomes do not match summary.json"
+            return Contradiction(f"{sitting.title} outcomes do not match {summary}")
     return None
 
 
