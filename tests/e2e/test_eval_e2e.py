@@ -5,6 +5,7 @@ input refused in one line with nothing written."""
 import json
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -331,6 +332,7 @@ def test_help_names_every_argument_eval_option_group_builtin_task_and_job_with_t
     from selfsup.evaluation.jobs import GENERATION_JOBS
     from selfsup.evaluation.tasks import BUILTIN_TASKS
     from selfsup.interop.lmeval import LMEval
+    from selfsup.tools.evaluate import eval_config
 
     out = forked.run(["selfsup-eval", "--help"], capture_output=True, text=True, env=ENV, timeout=120)
     assert out.returncode == 0 and not out.stderr.strip(), out.stderr[-2000:]
@@ -346,7 +348,11 @@ def test_help_names_every_argument_eval_option_group_builtin_task_and_job_with_t
     assert all(f"\n  {f.name}:" in lm for f in fields(LMEval) if not f.name.startswith("_"))
     assert all(name in text for name in (*BUILTIN_TASKS, *GENERATION_JOBS))
     assert "eval=NAME picks the group's option (default, jobs, none, tiny; default jobs)" in " ".join(text.split())
-    assert max(map(len, text.splitlines())) <= 100
-    examples = " ".join(text.split("examples:", 1)[1].split())
-    assert "label_field: label" in examples and "text_fields: [sentence1, sentence2]" in examples
-    assert "'lm_eval.tasks=[arc_easy]'" in examples
+    # every line within 100 columns but the examples' commands, each one line as a shell reads it, and each runs:
+    # its overrides compose (a command wrapped inside its quotes would not)
+    commands = [line.strip() for line in text.splitlines() if line.startswith("    selfsup-eval ")]
+    assert len(commands) == 3 and max(len(line) for line in text.splitlines() if line.strip() not in commands) <= 100
+    assert "label_field: label" in commands[0] and "text_fields: [sentence1, sentence2]" in commands[1]
+    assert commands[2] == "selfsup-eval SWEEP 'lm_eval.tasks=[arc_easy]' lm_eval.limit=200"
+    for command in commands[:2]:
+        assert eval_config(shlex.split(command)[2:]).tasks, command

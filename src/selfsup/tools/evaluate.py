@@ -458,13 +458,11 @@ def log_to_wandb(run_dir: Path, logger: LoggerConfig, metrics: dict) -> str:
     return f" and W&B run {id_file.read_text().strip()} ({mode})"
 
 
-EXAMPLES = """examples:
+EXAMPLES = """examples (each command on one line, as a shell reads it):
   a classification task of your own (a text and a label per line; a test file, or test_fraction):
-    selfsup-eval SWEEP '+eval.tasks.topic={source: text_files, paths: [train.jsonl], test_paths: [test.jsonl],
-        text_field: text, label_field: label}'
+    selfsup-eval SWEEP '+eval.tasks.topic={source: text_files, paths: [train.jsonl], test_paths: [test.jsonl], text_field: text, label_field: label}'
   a sentence-pair task in GLUE's layout (RTE: sentence1, sentence2, label):
-    selfsup-eval SWEEP '+eval.tasks.rte={source: text_files, paths: [rte/train.jsonl],
-        test_paths: [rte/validation.jsonl], text_fields: [sentence1, sentence2]}'
+    selfsup-eval SWEEP '+eval.tasks.rte={source: text_files, paths: [rte/train.jsonl], test_paths: [rte/validation.jsonl], text_fields: [sentence1, sentence2]}'
   an lm-evaluation-harness task on each run's export (pip install -e '.[lmeval]'):
     selfsup-eval SWEEP 'lm_eval.tasks=[arc_easy]' lm_eval.limit=200"""
 
@@ -500,7 +498,7 @@ def help_text() -> str:
         f"built-in tasks (source: builtin, task: NAME): {', '.join(BUILTIN_TASKS)}",
         f"built-in generation jobs (source: builtin, job: NAME): {', '.join(GENERATION_JOBS)}",
         "",
-        EXAMPLES,
+        *EXAMPLES.splitlines(),
         "",
         "eval options with their defaults (eval=default: every part on; key=value overrides any):",
         *["  " + line for line in OmegaConf.to_yaml(every).splitlines()],
@@ -515,7 +513,11 @@ def help_text() -> str:
     return "\n".join(
         out
         for line in lines
-        for out in (textwrap.wrap(line, 100, subsequent_indent=indent(line), break_on_hyphens=False) or [""])
+        for out in (
+            [line]  # an example's command stays one line: a command wrapped inside its quotes would not run
+            if line.startswith("    selfsup-eval ")
+            else textwrap.wrap(line, 100, subsequent_indent=indent(line), break_on_hyphens=False) or [""]
+        )
     )
 
 
