@@ -36,9 +36,11 @@ def train(cache_dir, tmp_path):
     return run
 
 
-def wandb_summary(run_dir: Path) -> dict:
-    """What W&B recorded, read back from the offline run files with wandb's own inspector."""
-    [offline] = list((run_dir / "wandb").glob("offline-run-*"))
+def wandb_summary(run_dir: Path, offline: Path | None = None) -> dict:
+    """What W&B recorded, read back from the offline run files (of one of them: `offline`) with wandb's own
+    inspector."""
+    if offline is None:
+        [offline] = list((run_dir / "wandb").glob("offline-run-*"))
     out = forked.run(
         [sys.executable, "-m", "wandb", "leet", "inspect", "--summary", "--json", str(offline)],
         capture_output=True,

@@ -12,6 +12,7 @@ from pathlib import Path
 import forked
 import numpy as np
 import pytest
+from conftest import wandb_run_record, wandb_summary
 from helpers import write_records
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
@@ -131,6 +132,27 @@ def test_a_sweep_is_scored_on_rte_and_the_builtin_pair_task_without_training_aga
     assert (
         "rte: " in out.stdout and "next_sentence: " in out.stdout and "Verdict (margin over random-init" in out.stdout
     )
+    # in W&B: an evaluation run beside each training run (job_type eval, the sweep's group), read back from its files
+    for job in range(3):
+        run = families / str(job)
+        trained = wandb_run_record(
+            run, next((run / "wandb").glob(f"offline-run-*-{(run / 'wandb-run-id').read_text()}"))
+        )
+        [line] = [line for line in out.stdout.splitlines() if f"-> {run / 'evaluated.json'} and W&B run " in line]
+        found = re.search(r"and W&B run (\w+) \(offline, job_type eval, group (\S+); upload: wandb sync (\S+)\)$", line)
+        assert found and found[2] == trained["run_group"], line
+        record = wandb_run_record(run, Path(found[3]))
+        assert (record["run_id"], record["job_type"], record["run_group"]) == (found[1], "eval", trained["run_group"])
+        assert record["display_name"] == f"{trained['display_name']}-eval" and record["tags"] == [
+            *trained["tags"],
+            "eval",
+        ]
+        config = record["config"]["update"]
+        assert config["trained_run_id"] == trained["run_id"] and "rte" in config["eval"]["tasks"]
+        scores = json.loads((run / "evaluated.json").read_text())["eval"]
+        logged = wandb_summary(run, Path(found[3]))["summary"]
+        assert logged["eval/rte/accuracy"] == pytest.approx(scores["eval/rte/accuracy"])
+        assert logged["eval/next_sentence/margin_high"] == pytest.approx(scores["eval/next_sentence/margin_high"])
 
     # again, the built-in task alone with other settings: its scores replaced, rte's kept
     before = json.loads((families / "0" / "evaluated.json").read_text())["eval"]

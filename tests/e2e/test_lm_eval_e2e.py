@@ -13,6 +13,7 @@ from pathlib import Path
 import forked
 import numpy as np
 import pytest
+from conftest import wandb_run_record, wandb_summary
 from helpers import write_records
 
 from selfsup.tools.evaluate import main
@@ -142,17 +143,6 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def wandb_summary(offline: Path) -> dict:
-    out = forked.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--summary", "--json", str(offline)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
 def test_a_sweep_is_scored_by_lm_eval_beside_random_init_as_lm_evals_cli_scores_it(
     families, tasks, cache_dir, tmp_path
 ):
@@ -200,12 +190,15 @@ def test_a_sweep_is_scored_by_lm_eval_beside_random_init_as_lm_evals_cli_scores_
             assert scores[f"eval/lm_eval/{task}/{metric}"] == pytest.approx(cli[task][f"{metric},none"], rel=1e-9)
         assert scores["eval/lm_eval/selfsup_mc/acc_stderr"] == pytest.approx(cli["selfsup_mc"]["acc_stderr,none"])
 
-        # logged to the run's own W&B run, resumed by its id
+        # in W&B: an evaluation run beside the training run (job_type eval, its group), read back from its files
         run_id = (run / "wandb-run-id").read_text().strip()
-        offline = sorted((run / "wandb").glob(f"offline-run-*-{run_id}"))
-        assert len(offline) == 2  # training's, then selfsup-eval's
-        logged = wandb_summary(offline[-1])
-        assert logged["run_id"] == run_id
+        [line] = [line for line in out.stdout.splitlines() if f"-> {run / 'evaluated.json'} and W&B run " in line]
+        eval_id = line.split(" and W&B run ")[1].split()[0]
+        offline = sorted((run / "wandb").glob(f"offline-run-*-{eval_id}"))
+        record = wandb_run_record(run, offline[-1])
+        assert record["job_type"] == "eval" and record["config"]["update"]["trained_run_id"] == run_id
+        assert record["config"]["update"]["lm_eval"]["tasks"] == ["selfsup_mc", "selfsup_ll"]
+        logged = wandb_summary(run, offline[-1])
         assert logged["summary"]["eval/lm_eval/selfsup_mc/acc"] == pytest.approx(scores["eval/lm_eval/selfsup_mc/acc"])
         [table] = (offline[-1] / "files" / "media" / "table" / "eval" / "lm_eval").glob("results_*.table.json")
         rows = json.loads(table.read_text())["data"]

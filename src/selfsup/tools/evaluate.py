@@ -39,6 +39,7 @@ time left of the estimate.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
@@ -58,7 +59,6 @@ from selfsup.common.names import (
     LAST_CHECKPOINT,
     RECORDED_CONFIG,
     SUMMARY,
-    WANDB_RUN_ID,
     RunSummary,
     override_key,
     write_json,
@@ -68,7 +68,7 @@ from selfsup.results.groups import with_margins
 from selfsup.results.summary import evaluated_rows, read_evaluated
 
 if TYPE_CHECKING:
-    from selfsup.run.schema import LoggerConfig
+    pass
 
 USAGE = (
     "usage: selfsup-eval RUN_OR_SWEEP_DIR [--plan] [eval overrides, e.g. eval.finetune.steps=600 "
@@ -414,50 +414,6 @@ def evaluated_lines(rows: list[dict], width: int = 100) -> list[str]:
     return lines + verdict_lines(rows, width=width)
 
 
-def log_to_wandb(run_dir: Path, logger: LoggerConfig, metrics: dict) -> str:
-    """The metrics into the summary of the run's own W&B run, resumed by its id (<run_dir>/wandb-run-id, in the
-    run's W&B mode; offline without an API key), with a W&B Table of the lm-eval metrics (eval/lm_eval/results).
-    Returns what was done, for the console line ("" where the run logs no W&B run); W&B failing is said, not raised."""
-    from selfsup.common.wandb_utils import api_key_configured, wandb_mode
-
-    id_file = run_dir / WANDB_RUN_ID
-    if not logger.wandb:
-        return ""
-    mode = wandb_mode(logger.mode or "offline")
-    if mode == "disabled":
-        return ""
-    if not id_file.is_file():
-        return f" (W&B: not logged, {id_file} is missing: the run's W&B id is unknown; the scores are in {EVALUATED})"
-    if mode == "online" and not api_key_configured():
-        mode = "offline"
-    try:
-        import wandb
-
-        os.environ.setdefault("WANDB_SILENT", "true")
-        run = wandb.init(
-            id=id_file.read_text().strip(),
-            resume="allow",
-            dir=str(run_dir),
-            project=logger.project,
-            entity=logger.entity,
-            mode=mode,
-        )
-        run.summary.update(metrics)
-        rows = []
-        for key, value in metrics.items():
-            parts = key.split("/")
-            if len(parts) == 4 and not parts[3].startswith("random_init_") and not parts[3].endswith("_stderr"):
-                got = [metrics.get(f"{key}{end}") for end in ("_stderr", "/margin", "/margin_low", "/margin_high")]
-                base = metrics.get(f"eval/lm_eval/{parts[2]}/random_init_{parts[3]}")
-                rows.append([parts[2], parts[3], value, got[0], base, *got[1:]])
-        columns = ["task", "metric", "value", "stderr", "random_init", "margin", "margin_low", "margin_high"]
-        run.log({"eval/lm_eval/results": wandb.Table(columns=columns, data=rows)})
-        run.finish()
-    except Exception as err:  # noqa: BLE001 - W&B failing: the scores are in evaluated.json
-        return f" (W&B: not logged, {type(err).__name__}: {str(err).splitlines()[0][:120]})"
-    return f" and W&B run {id_file.read_text().strip()} ({mode})"
-
-
 EXAMPLES = """examples (each command on one line, as a shell reads it):
   a classification task of your own (a text and a label per line; a test file, or test_fraction):
     selfsup-eval SWEEP '+eval.tasks.topic={source: text_files, paths: [train.jsonl], test_paths: [test.jsonl], text_field: text, label_field: label}'
@@ -533,6 +489,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     from selfsup.evaluation.baselines import report_progress
     from selfsup.results.summary import read_summaries
+    from selfsup.tools.eval_wandb import lm_eval_table, log_evaluation
 
     try:
         only_plan, args = plan_flag(args)
@@ -577,7 +534,8 @@ def main(argv: list[str] | None = None) -> None:
                 "pairs_scorers": plan.evaluation.pair_scorers(),
             }
             write_results(plan.run_dir, metrics, outcomes, record)
-            print(f"  evaluated in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}", flush=True)
+            logged = log_evaluation(plan.run_dir, plan.settings.logger, plan.settings.resolved, metrics, {})
+            print(f"  evaluated in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}{logged}", flush=True)
         for plan in lm_planned:
             head = f"{plan.run_dir}: {plan.summary.get('objective')} on {plan.architecture}"
             if plan.unsupported:
@@ -593,7 +551,10 @@ def main(argv: list[str] | None = None) -> None:
                 seconds=round(time.perf_counter() - started, 1),
             )
             write_results(plan.run_dir, metrics, outcomes, record)
-            logged = log_to_wandb(plan.run_dir, plan.settings.logger, metrics)
+            config = {**plan.settings.resolved, "lm_eval": dataclasses.asdict(plan.lm)}
+            table = lm_eval_table(metrics)
+            tables = {"eval/lm_eval/results": table} if table else {}
+            logged = log_evaluation(plan.run_dir, plan.settings.logger, config, metrics, tables)
             print(f"  lm-eval in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}{logged}", flush=True)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
