@@ -303,7 +303,47 @@ def test_a_sweep_is_scored_on_generation_jobs_and_an_encoder_is_not(families, tm
             assert 0 <= low <= value <= high <= 1
             gap = scores["eval/sum/token_f1"] - value
             assert scores[f"eval/sum/token_f1/vs_{baseline}"] == pytest.approx(gap)
+    # the shown examples: 5 of the 12 test examples, the same for both writers, with what each and random-init wrote
+    from selfsup.evaluation import GenerationJob
+
+    test = GenerationJob(max_test_examples=12).load()[1]
+    kept = {}
+    for job in ("1", "2"):
+        run = families / job
+        evaluation = json.loads((run / "evaluated.json").read_text())["evaluations"][-1]
+        rows = evaluation["written_examples"]["continuation"]
+        assert len(rows) == 5 and all(
+            isinstance(r["prediction"], str) and isinstance(r["random_init"], str) for r in rows
+        )
+        assert [(r["source"], r["reference"]) for r in rows] == [test[r["example"]] for r in rows]
+        kept[job] = rows
+        # the console's short view: the first of them
+        first = rows[0]
+        at = out.stdout.index(f"-> {run / 'evaluated.json'}")
+        view = out.stdout[at:].split("\n", 1)[1]
+        assert view.startswith(f"  continuation, test example {first['example']} (1 of 5 shown in evaluated.json):\n")
+        assert f"    reference:   {' '.join(first['reference'].split())!r}" in view
+        # and W&B's evaluation run holds them as a Table
+        eval_id = out.stdout[at:].split(" and W&B run ", 1)[1].split()[0]
+        [offline] = (run / "wandb").glob(f"offline-run-*-{eval_id}")
+        [table] = (offline / "files" / "media" / "table" / "eval" / "continuation").glob("predictions_*.table.json")
+        logged = json.loads(table.read_text())
+        assert logged["columns"] == [
+            "example",
+            "source",
+            "reference",
+            "prediction",
+            "random_init",
+            "exact_match",
+            "token_f1",
+        ]
+        assert logged["data"] == [list(r.values()) for r in rows]
+    assert [r["example"] for r in kept["1"]] == [r["example"] for r in kept["2"]]  # fixed by the eval seed
     text = report(families, tmp_path / "r.md")
+    shown = text[text.index("### Generated examples") :].split("\n## ", 1)[0]
+    for job, label in (("1", "1"), ("2", "2")):
+        for r in kept[job]:
+            assert f"| continuation | {label} | {r['example']} | " in shown
     section = text[text.index("### continuation") :]
     assert "| 0 | mlm | an encoder does not write text |" in section
     row = [line for line in section.splitlines() if line.startswith("| 1 | clm |")][0]
@@ -339,11 +379,13 @@ def test_a_training_run_scores_a_generation_job_and_logs_its_predictions_to_wand
     [offline] = (run / "wandb").glob("offline-run-*")
     [table] = (offline / "files" / "media" / "table" / "eval" / "c").glob("predictions_*.table.json")
     logged = json.loads(table.read_text())
-    assert logged["columns"] == ["step", "example", "source", "target", "prediction", "exact_match", "token_f1"]
+    columns = ["step", "example", "source", "reference", "prediction", "random_init", "exact_match", "token_f1"]
+    assert logged["columns"] == columns
     from selfsup.evaluation import GenerationJob
 
-    expected = GenerationJob(max_test_examples=8).load()[1]
-    assert [(r[2], r[3]) for r in logged["data"]] == expected and all(r[0] == 6 for r in logged["data"])
+    test = GenerationJob(max_test_examples=10).load()[1]
+    assert len(logged["data"]) == 5 and all(r[0] == 6 for r in logged["data"])
+    assert [(r[2], r[3]) for r in logged["data"]] == [test[r[1]] for r in logged["data"]]
 
 
 def test_help_names_every_argument_eval_option_group_builtin_task_and_job_with_three_examples():

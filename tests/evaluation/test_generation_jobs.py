@@ -193,11 +193,19 @@ def test_a_writer_is_fine_tuned_and_scored_beside_random_init(tmp_path, objectiv
     assert metrics["eval/c/loss/margin"] == pytest.approx(loss_gain)
     assert 0 < metrics["eval/c/loss"] < 2 * math.log(512)
     assert 0 <= metrics["eval/c/exact_match"] <= metrics["eval/c/token_f1"] <= 1
-    rows = evaluation.written_examples["c"]  # the W&B Table's rows
-    assert len(rows) == 8 and all(len(r) == 6 for r in rows)
-    assert [r[2] for r in rows] == [t for _, t in GenerationJob(max_test_examples=8).load()[1]]
+    rows = evaluation.written_examples["c"]  # the shown examples (the W&B Table's rows, evaluated.json's)
+    test = GenerationJob(max_test_examples=24).load()[1]
+    assert len(rows) == 5 and all(len(r) == 7 for r in rows)  # examples_shown=5 of the 24, in test order
+    assert [r[0] for r in rows] == sorted({r[0] for r in rows}) and [r[0] for r in rows] != [0, 1, 2, 3, 4]
+    assert [(r[1], r[2]) for r in rows] == [test[r[0]] for r in rows]
+    assert all(isinstance(r[3], str) and isinstance(r[4], str) for r in rows)  # the run's and random-init's writing
     again = evaluation(model)  # the same seeds: the same fine-tunes
     assert again["eval/c/token_f1"] == metrics["eval/c/token_f1"] and again["eval/c/loss"] == metrics["eval/c/loss"]
+    # another run of the shape (its random-init writers from the cache) shows the same examples, random-init's
+    # writing read back with them
+    other = build(RunSettings.of(cfg)).module.evaluation
+    other(model)
+    assert other.written_examples["c"] == rows
 
 
 def test_the_verdict_checks_a_jobs_outcomes_against_its_summary(tmp_path):

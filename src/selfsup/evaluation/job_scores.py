@@ -19,8 +19,9 @@ from selfsup.evaluation.splits import held_out
 from selfsup.evaluation.stats import margin, mean_interval, standard_error
 from selfsup.loss import stream_seed
 
-WRITTEN_COLUMNS = ["step", "example", "source", "target", "prediction", "exact_match", "token_f1"]
-WRITTEN_SHOWN = 8  # test examples of each generation job in its W&B Table
+# a generation job's shown test examples (GenerationJob.examples_shown): its W&B Table's columns (after `step`) and
+# evaluated.json's keys; random_init: what the random-init writer of seed 0 (fine-tuning seed 0) writes
+WRITTEN_COLUMNS = ["example", "source", "reference", "prediction", "random_init", "exact_match", "token_f1"]
 
 
 class JobScores:
@@ -90,11 +91,11 @@ class JobScores:
             found, predictions = self.write(model, name, k)
             runs.append(found)
             if not k:
-                job = self.written[name]
+                job, untrained = self.written[name], self.random_init_written.get(name) or {}
                 self.written_examples[name] = [
-                    [i, job.source_texts[i], job.references[i], predictions[i]]
+                    [i, job.source_texts[i], job.references[i], predictions[i], untrained.get(i)]
                     + [round(float(found[s][i]), 4) for s in ("exact_match", "token_f1")]
-                    for i in range(min(WRITTEN_SHOWN, len(predictions)))
+                    for i in self.shown(name)
                 ]
         out = {}
         for s in SCORES:
@@ -113,11 +114,19 @@ class JobScores:
                     out.update({f"eval/{name}/{s}/vs_{b}{end}": v for end, v in zip(("", "_low", "_high"), astuple(d))})
         return out
 
+    def shown(self, name: str) -> list[int]:
+        """The test examples of job `name` shown with their outputs: examples_shown of them drawn by the eval seed
+        (the same for every run of a sweep), in test order."""
+        n = len(self.written[name].sources)
+        rng = np.random.default_rng(stream_seed("shown-examples", self.seed))
+        return sorted(rng.choice(n, size=min(self.jobs[name].examples_shown, n), replace=False).tolist())
+
     def writer_entry(self, fresh: torch.nn.Module, name: str, k: int) -> Path | None:
         """The cache entry of job `name`'s writer fine-tuned from the untrained `fresh` with fine-tuning seed k."""
         if self.cache_dir is None:
             return None
-        how = ["generation", self.seed, k, self.finetune.for_examples(len(self.written[name].train.inputs)).settings()]
+        settings = self.finetune.for_examples(len(self.written[name].train.inputs)).settings()
+        how = ["generation", self.seed, k, settings, "predictions"]  # an entry holds the scores and what it wrote
         key = untrained_key(fresh, generation=how, tokenizer=self.tokenizer_hash, examples=self.fingerprints[name])
         return self.cache_dir / "generation-random-init" / f"{key}.json"
 
@@ -136,17 +145,20 @@ class JobScores:
 
                 def read(p: Path, n=len(self.written[name].sources)):
                     found = json.loads(p.read_text())
-                    ok = set(found) == set(SCORES) and all(len(v) == n for v in found.values())
-                    return {s: torch.tensor(v, dtype=torch.float64) for s, v in found.items()} if ok else None
+                    ok = set(found) == {*SCORES, "predictions"} and all(len(v) == n for v in found.values())
+                    if not ok or not all(isinstance(t, str) for t in found["predictions"]):
+                        return None
+                    return {s: torch.tensor(found[s], dtype=torch.float64) for s in SCORES}, found["predictions"]
 
-                runs[name].append(
-                    cached(
-                        path,
-                        lambda name=name, k=k: self.write(fresh, name, k)[0],
-                        read,
-                        lambda value, f: f.write(json.dumps({s: v.tolist() for s, v in value.items()}).encode()),
+                def write(value, f):
+                    f.write(
+                        json.dumps({**{s: v.tolist() for s, v in value[0].items()}, "predictions": value[1]}).encode()
                     )
-                )
+
+                scores, predictions = cached(path, lambda name=name, k=k: self.write(fresh, name, k), read, write)
+                runs[name].append(scores)
+                if not k:
+                    self.random_init_written[name] = {i: predictions[i] for i in self.shown(name)}
         out = {}
         for name, found in runs.items():
             for s in SCORES:
@@ -162,3 +174,22 @@ class JobScores:
                         {f"eval/{name}/{b}_{s}{end}": v for end, v in zip(("", "_low", "_high"), astuple(found))}
                     )
         return out
+
+
+def written_lines(written_examples: dict[str, list[list]], width: int = 100) -> list[str]:
+    """The console's short view of each job's shown examples: its first one, each text cut to fit `width`."""
+
+    def cut(text, room: int) -> str:
+        text = repr(" ".join(str(text).split())) if text is not None else "-"
+        return text if len(text) <= room else text[: room - 4] + "...'"
+
+    lines = []
+    for name, rows in written_examples.items():
+        if not rows:
+            continue
+        i, source, reference, prediction, untrained = rows[0][:5]
+        lines.append(f"  {name}, test example {i} (1 of {len(rows)} shown in evaluated.json):")
+        for label, text in (("source", source), ("reference", reference), ("this run", prediction)):
+            lines.append(f"    {label + ':':12} {cut(text, width - 17)}")
+        lines.append(f"    {'random-init:':12} {cut(untrained, width - 17)}")
+    return lines

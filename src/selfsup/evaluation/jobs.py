@@ -44,6 +44,7 @@ class GenerationJob:
         max_train_examples: int | None = 2000,
         max_test_examples: int | None = 500,
         max_new_tokens: int = 24,
+        examples_shown: int = 5,
         name: str = "job",
     ):
         self.text = TextSource.of(source, paths, hf_name, hf_config, data_files)  # where its examples are read
@@ -54,6 +55,9 @@ class GenerationJob:
         self.max_train_examples, self.max_test_examples = max_train_examples, max_test_examples
         self.found: tuple[int, int] | None = None  # (training, test) examples before the max_*_examples caps
         self.max_new_tokens = max_new_tokens
+        # test examples kept with what the run and random-init write (evaluated.json, the console, the report, W&B),
+        # the same ones for every run: drawn by the eval seed (eval.probe.seed)
+        self.examples_shown = examples_shown
         self.name = name
         self._loaded: tuple[list, list] | None = None
 
@@ -69,6 +73,7 @@ class GenerationJob:
         for key in ("max_train_examples", "max_test_examples"):
             check_count(self.setting(key), getattr(self, key), optional=True)
         check_count(self.setting("max_new_tokens"), self.max_new_tokens)
+        check_count(self.setting("examples_shown"), self.examples_shown)
         if self.text.source == "builtin":
             if self.job not in GENERATION_JOBS:
                 raise EvalError(

@@ -79,6 +79,14 @@ PREDICTIONS_NOTE = (
 )
 
 
+WRITTEN_NOTE = (
+    "What each run wrote on its generation jobs' shown test examples (eval.generation.<job>.examples_shown, the "
+    "same examples for every run, drawn by the eval seed), beside the reference and what an untrained model of the "
+    "run's shape wrote after the same fine-tuning (random-init seed 0); F1: the run's token F1 on the example. "
+    "All of them are in each run's evaluated.json (written_examples)."
+)
+
+
 def evaluated_note(tables: list[tuple]) -> str:
     """EVALUATED_NOTE, and JOB_NOTE and LM_EVAL_NOTE where a generation job or an lm-eval task was evaluated."""
     jobs = any(columns is JOB_COLUMNS for _, columns, _ in tables)

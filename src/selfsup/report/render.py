@@ -13,6 +13,7 @@ from selfsup.report.notes import (
     PREDICTIONS_NOTE,
     TASK_NOTE,
     VALUES_NOTE,
+    WRITTEN_NOTE,
     _counts,
     _title,
     code_line,
@@ -23,6 +24,7 @@ from selfsup.report.tables import (
     JOB_COLUMNS,
     PREDICTION_COLUMNS,
     TASK_COLUMNS,
+    WRITTEN_TABLE,
     evaluated,
     prediction_rows,
     run_jobs,
@@ -30,6 +32,7 @@ from selfsup.report.tables import (
     task_rows,
     tasks,
     verdict,
+    written_rows,
 )
 from selfsup.results.columns import COST, NUMERIC
 from selfsup.results.summary import JOB_NOTE, column_chunks
@@ -173,6 +176,19 @@ def _evaluated_html(runs: list[Run], keys: list[str]) -> str:
     return (
         f'<h2>Evaluated after training</h2>\n<p class="small">{esc(evaluated_note(tables))}</p>\n{verdict_html}\n'
         + "\n".join(sections)
+        + _written_html(runs, keys)
+    )
+
+
+def _written_html(runs: list[Run], keys: list[str]) -> str:
+    rows = written_rows(runs, keys)
+    if not rows:
+        return ""
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in WRITTEN_TABLE)
+    body = "\n".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<h3>Generated examples</h3>\n<p class="small">{esc(WRITTEN_NOTE)}</p>\n' + _box(
+        f'<table id="generated-examples"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
     )
 
 
@@ -272,6 +288,9 @@ def render_markdown(
             lines += [f"**{found[0]}**", "", *[f"- {line.strip()}" for line in found[1:]], ""]
         for task, columns, rows in tables:
             lines += _md_task(task, rows, columns)
+        written = written_rows(runs, keys)
+        if written:
+            lines += ["### Generated examples", "", WRITTEN_NOTE, "", *_md_table(WRITTEN_TABLE, written), ""]
     lines += ["## Plots", ""]
     files = []
     for name, caption, png in plots:

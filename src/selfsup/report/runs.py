@@ -11,7 +11,17 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from selfsup.common.names import CSV_DIR, ERROR, METRICS_CSV, RECORDED_CONFIG, SUMMARY, TRACEBACK, WANDB_DIR, RunSummary
+from selfsup.common.names import (
+    CSV_DIR,
+    ERROR,
+    METRICS_CSV,
+    RECORDED_CONFIG,
+    SUMMARY,
+    TRACEBACK,
+    WANDB_DIR,
+    WANDB_RUN_ID,
+    RunSummary,
+)
 from selfsup.report.model import (
     IGNORED_KEYS,
     IGNORED_PREFIXES,
@@ -97,15 +107,22 @@ def _read_config(job: Path) -> dict:
 
 
 def _wandb_run_dirs(job: Path) -> list[Path]:
-    """The W&B run folders inside the job dir, oldest first (a resumed run adds one per resume; only inside
-    the job dir, so that a copied or moved sweep reads its own files)."""
+    """The training run's W&B run folders inside the job dir, oldest first (a resumed run adds one per resume; only
+    inside the job dir, so that a copied or moved sweep reads its own files): those of its id (wandb-run-id), not
+    selfsup-eval's evaluation runs beside them."""
     wandb_dir = job / WANDB_DIR
     if not wandb_dir.is_dir():
         return []
+    id_file = job / WANDB_RUN_ID
+    own = id_file.read_text().strip() if id_file.is_file() else None
     runs = [
         p
         for p in wandb_dir.iterdir()
-        if p.is_dir() and not p.is_symlink() and p.name.startswith(("offline-run-", "run-")) and any(p.glob("*.wandb"))
+        if p.is_dir()
+        and not p.is_symlink()
+        and p.name.startswith(("offline-run-", "run-"))
+        and (own is None or p.name.endswith(f"-{own}"))
+        and any(p.glob("*.wandb"))
     ]
     return sorted(runs, key=lambda p: p.name.split("-", 2)[-1])
 

@@ -322,3 +322,29 @@ def prediction_rows(runs: list[Run], per_run: int = 2, width: int = 160) -> list
                 ]
             )
     return rows
+
+
+WRITTEN_TABLE = ["job", "run", "example", "source", "reference", "this run wrote", "random-init wrote", "F1"]
+
+
+def written_rows(runs: list[Run], keys: list[str], width: int = 60) -> list[list[str]]:
+    """Each generation job's shown test examples (selfsup-eval's newest evaluation that kept them): [job, run,
+    example, source, reference, the run's output, random-init's output, the run's token F1], texts cut to width."""
+
+    def cut(text) -> str:
+        text = "-" if text is None else " ".join(str(text).split()) or "(nothing)"
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    labels = {str(r.path): r.label for r in runs}
+    out = []
+    for row in evaluated_rows(summary_rows(runs, keys)):
+        kept = next((e["written_examples"] for e in reversed(row["evaluations"]) if e.get("written_examples")), {})
+        for job, examples in kept.items():
+            for x in examples:
+                shown = [x.get(k) for k in ("source", "reference", "prediction", "random_init")]
+                f1 = x.get("token_f1")
+                out.append(
+                    [job, labels.get(row["run_dir"], row["run_dir"]), str(x.get("example", "")), *map(cut, shown)]
+                    + ["-" if f1 is None else f"{f1:.3f}"]
+                )
+    return sorted(out, key=lambda r: r[0])  # by job, each job's runs in their order

@@ -488,6 +488,7 @@ def main(argv: list[str] | None = None) -> None:
         print(help_text())
         return
     from selfsup.evaluation.baselines import report_progress
+    from selfsup.evaluation.job_scores import WRITTEN_COLUMNS, written_lines
     from selfsup.results.summary import read_summaries
     from selfsup.tools.eval_wandb import lm_eval_table, log_evaluation
 
@@ -519,6 +520,7 @@ def main(argv: list[str] | None = None) -> None:
             started = time.perf_counter()
             print(f"{plan.run_dir}: {plan.summary.get('objective')} on {plan.settings.family}", flush=True)
             metrics, outcomes = plan.run()
+            written = plan.evaluation.written_examples
             record = {
                 "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "checkpoint": str(plan.checkpoint),
@@ -532,10 +534,17 @@ def main(argv: list[str] | None = None) -> None:
                     k: round(v, 1) for k, v in {**plan.evaluation.part_seconds, **plan.evaluation.item_seconds}.items()
                 },
                 "pairs_scorers": plan.evaluation.pair_scorers(),
+                # each generation job's shown test examples: what the run and random-init wrote
+                "written_examples": {
+                    job: [dict(zip(WRITTEN_COLUMNS, row)) for row in rows] for job, rows in written.items()
+                },
             }
             write_results(plan.run_dir, metrics, outcomes, record)
-            logged = log_evaluation(plan.run_dir, plan.settings.logger, plan.settings.resolved, metrics, {})
+            tables = {f"eval/{job}/predictions": (WRITTEN_COLUMNS, rows) for job, rows in written.items()}
+            logged = log_evaluation(plan.run_dir, plan.settings.logger, plan.settings.resolved, metrics, tables)
             print(f"  evaluated in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}{logged}", flush=True)
+            for line in written_lines(written):
+                print(line, flush=True)
         for plan in lm_planned:
             head = f"{plan.run_dir}: {plan.summary.get('objective')} on {plan.architecture}"
             if plan.unsupported:

@@ -297,7 +297,7 @@ class SelfSupModule(L.LightningModule):
                 if self.evaluation.examples:
                     self.log_examples("eval/predictions", EXAMPLE_COLUMNS, self.evaluation.examples)
                 for name, rows in self.evaluation.written_examples.items():
-                    self.log_examples(f"eval/{name}/predictions", WRITTEN_COLUMNS, rows)
+                    self.log_examples(f"eval/{name}/predictions", ["step", *WRITTEN_COLUMNS], rows)
 
     def log_examples(self, key: str, columns: list[str], rows: list[list]) -> None:
         """An evaluation's example predictions as the W&B Table `key` (one per evaluation): eval/predictions (the
