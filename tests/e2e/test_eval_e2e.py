@@ -420,3 +420,40 @@ def test_help_names_every_argument_eval_option_group_builtin_task_and_job_with_t
     assert commands[2] == "selfsup-eval SWEEP 'lm_eval.tasks=[arc_easy]' lm_eval.limit=200"
     for command in commands[:2]:
         assert eval_config(shlex.split(command)[2:]).tasks, command
+
+
+def test_a_three_class_task_keeps_its_per_class_results_and_the_report_plots_its_confusion(families, tmp_path):
+    topics = {"files": ["open", "read", "write"], "network": ["socket", "connect", "send"], "time": ["clock", "sleep"]}
+    rows = [
+        {"text": f"example {i}: the {words[i % len(words)]} call {'returns' if i % 2 else 'raises'}", "label": topic}
+        for i in range(30)
+        for topic, words in topics.items()
+    ]
+    path = write_records(tmp_path / "topics.jsonl", rows)
+    task = f"+eval.tasks.topic={{source: text_files, paths: [{path}], test_fraction: 0.3}}"
+    run = families / "1"
+    small = [a for a in SMALL if not a.startswith("eval.tasks.next_sentence.")] + ["~eval.tasks.next_sentence"]
+    out = selfsup_eval(run, task, *small)
+    assert out.returncode == 0, out.stderr[-3000:]
+    evaluated = json.loads((run / "evaluated.json").read_text())
+    found = evaluated["evaluations"][-1]["per_class"]["topic"]
+    assert found["classes"] == ["files", "network", "time"] and found["fine_tuning_seeds"] == 2
+    matrix = np.array(found["confusion"])
+    n = sum(found["test_examples"])
+    assert matrix.shape == (3, 3) and matrix.sum() == 2 * n  # every test example, once per fine-tuning seed
+    assert list(matrix.sum(1)) == [2 * k for k in found["test_examples"]]
+    # the task's accuracy is the matrix's diagonal share; each class's, its row's
+    assert np.trace(matrix) / matrix.sum() == pytest.approx(evaluated["eval"]["eval/topic/accuracy"])
+    assert found["accuracy"] == [round(matrix[i, i] / matrix[i].sum(), 4) for i in range(3)]
+    # and W&B's evaluation run holds them as a Table
+    eval_id = out.stdout.split(" and W&B run ", 1)[1].split()[0]
+    [offline] = (run / "wandb").glob(f"offline-run-*-{eval_id}")
+    [table] = (offline / "files" / "media" / "table" / "eval" / "topic").glob("per_class_*.table.json")
+    logged = json.loads(table.read_text())
+    assert logged["columns"] == ["class", "test_examples", "accuracy", "f1"]
+    assert logged["data"][2] == ["time", found["test_examples"][2], found["accuracy"][2], found["f1"][2]]
+    text = report(families, tmp_path / "r.md")
+    section = text[text.index("### Per-class results") :].split("\n### ", 1)[0]
+    label = [r for r in section.splitlines() if r.startswith("| topic | 1 | network |")]
+    assert len(label) == 1 and f"| {found['test_examples'][1]} | {found['accuracy'][1]:.3f} |" in label[0]
+    assert "![confusion_topic](r-confusion_topic.png)" in text and (tmp_path / "r-confusion_topic.png").stat().st_size

@@ -653,3 +653,21 @@ def test_the_plan_says_each_part_and_which_baselines_the_cache_holds_or_an_earli
     assert first.module.evaluation.estimated == plan.seconds and first.module.evaluation.planned is None
     again = planned()[1]
     assert again.baselines == (5, 5) and "random-init 3 seeds: 3 cached" in again.line()
+
+
+def test_per_class_results_from_confusion_matrices_summed_over_seeds():
+    """Three classes, two fine-tuning seeds: each class's accuracy (recall) and F1 from the summed matrix, as
+    worked by hand; a class without test examples has no accuracy."""
+    from selfsup.evaluation.probe import confusion, per_class
+
+    labels = torch.tensor([0, 0, 0, 1, 1, 2])
+    seed0 = torch.tensor([0, 0, 1, 1, 2, 2])  # class 0: 2 of 3 right; 1: 1 of 2; 2: 1 of 1
+    seed1 = torch.tensor([0, 1, 1, 1, 1, 0])  # class 0: 1 of 3; 1: 2 of 2; 2: 0 of 1
+    found = per_class([confusion(p, labels, 3) for p in (seed0, seed1)], ["a", "b", "c"])
+    assert found["confusion"] == [[3, 3, 0], [0, 3, 1], [1, 0, 1]]  # rows true, columns predicted; 2 seeds summed
+    assert found["test_examples"] == [3, 2, 1] and found["fine_tuning_seeds"] == 2
+    assert found["accuracy"] == [0.5, 0.75, 0.5]  # 3/6, 3/4, 1/2
+    # F1 = 2PR/(P+R): a: P 3/4, R 1/2 -> 0.6; b: P 3/6, R 3/4 -> 0.6; c: P 1/2, R 1/2 -> 0.5
+    assert found["f1"] == [0.6, 0.6, 0.5]
+    empty = per_class([confusion(torch.tensor([0, 1]), torch.tensor([0, 0]), 3)], ["a", "b", "c"])
+    assert empty["accuracy"] == [0.5, None, None] and empty["f1"] == [pytest.approx(0.6667, abs=1e-4), 0.0, 0.0]

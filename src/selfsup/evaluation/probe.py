@@ -338,6 +338,33 @@ def scores(predicted: torch.Tensor, labels: torch.Tensor, n_classes: int) -> dic
     }
 
 
+def per_class(confusions: list[torch.Tensor], classes: list[str]) -> dict:
+    """A task's per-class results from its confusion matrices (torchmetrics': rows the true class, columns the
+    predicted; one per fine-tuning seed): the matrix summed over seeds, and each class's test examples, accuracy
+    (recall: its examples predicted as it) and F1, from the summed matrix."""
+    matrix = torch.stack(confusions).sum(0).double()
+    right, true, predicted = matrix.diagonal(), matrix.sum(1), matrix.sum(0)
+    recall = torch.where(true > 0, right / true.clamp(min=1), torch.nan)
+    precision = torch.where(predicted > 0, right / predicted.clamp(min=1), 0.0)
+    f1 = torch.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
+    rounded = lambda t: [None if v != v else round(float(v), 4) for v in t]  # noqa: E731 - NaN: no test example
+    return {
+        "classes": list(classes),
+        "test_examples": [int(n) // len(confusions) for n in true],
+        "fine_tuning_seeds": len(confusions),
+        "accuracy": rounded(recall),
+        "f1": rounded(f1),
+        "confusion": matrix.long().tolist(),  # [true][predicted], summed over the fine-tuning seeds
+    }
+
+
+def confusion(predicted: torch.Tensor, labels: torch.Tensor, n_classes: int) -> torch.Tensor:
+    """The confusion matrix [true, predicted] (torchmetrics)."""
+    from torchmetrics.functional.classification import multiclass_confusion_matrix
+
+    return multiclass_confusion_matrix(predicted, labels, n_classes)
+
+
 def majority(train: Examples, test: Examples, n_classes: int) -> dict[str, float]:
     """Scores of always answering the most frequent training class."""
     top = max(range(n_classes), key=train.labels.count)

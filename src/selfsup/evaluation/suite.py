@@ -84,6 +84,7 @@ class Evaluation(TaskScores, JobScores):
         self.not_written: dict[str, str] = {}  # per job the run's family cannot write: why (NOT_A_WRITER)
         self.job_baselines: dict[str, float] = {}
         self.written_examples: dict[str, list[list]] = {}  # per job: the last evaluation's WRITTEN_COLUMNS rows
+        self.per_class: dict[str, dict] = {}  # per task: the last evaluation's per-class results (probe.per_class)
         self.random_init_written: dict[str, dict[int, str]] = {}  # per job: random-init's writing of its shown examples
         self.exam: FixedExam | None = None
         self.encoded: dict[str, Encoded] = {}

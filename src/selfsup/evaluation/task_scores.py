@@ -12,7 +12,17 @@ import torch
 
 from selfsup.evaluation.baselines import boundary, cached, untrained_key
 from selfsup.evaluation.pairs import mean_sd
-from selfsup.evaluation.probe import READING, encode, features, finetune, linear_probe, majority, scores
+from selfsup.evaluation.probe import (
+    READING,
+    confusion,
+    encode,
+    features,
+    finetune,
+    linear_probe,
+    majority,
+    per_class,
+    scores,
+)
 from selfsup.evaluation.simple import NAME as SIMPLE
 from selfsup.evaluation.simple import simple_key, tfidf_predictions
 from selfsup.evaluation.splits import held_out
@@ -108,13 +118,15 @@ class TaskScores:
         resampled)."""
         task = self.encoded[name]
         seeds = self.finetune.seeds if task.protocol == "finetune" else 1
-        outcomes, runs = [], []
+        outcomes, runs, confusions = [], [], []
         for k in range(seeds):
             if k:
                 boundary(f"task {name}'s fine-tuning seed {k + 1} of {seeds}")
             predicted = self.predict(model, name, k).cpu()
             runs.append(scores(predicted, task.test_labels, task.n_classes))
             outcomes.append((predicted == task.test_labels).double().numpy())
+            confusions.append(confusion(predicted, task.test_labels, task.n_classes))
+        self.per_class[name] = per_class(confusions, self.tasks[name].classes)
         out = {f"eval/{name}/{key}": float(np.mean([r[key] for r in runs])) for key in runs[0]}
         outcome = np.stack(outcomes) if seeds > 1 else outcomes[0]
         self.last[name] = outcome

@@ -295,3 +295,30 @@ def setting_figure(runs: list[Run], keys: list[str], metric: str, title: str, yl
     if found:
         outside_legend(ax, 8)
     return fig
+
+
+def confusion_figure(task: str, results: list[tuple[str, dict]], most: int = 6):
+    """A task's confusion matrices, one panel per run (the first `most`): each row the share of a true class's test
+    examples predicted as each class (summed over fine-tuning seeds)."""
+    import numpy as np
+
+    plt = _pyplot()
+    shown = results[:most]
+    fig, axes = plt.subplots(1, len(shown), figsize=(3.4 * len(shown) + 0.6, 3.4), squeeze=False)
+    for ax, (label, r) in zip(axes[0], shown):
+        matrix = np.asarray(r["confusion"], dtype=float)
+        share = matrix / np.maximum(matrix.sum(1, keepdims=True), 1)
+        ax.imshow(share, vmin=0, vmax=1, cmap="Blues")
+        classes = [str(c)[:12] for c in r["classes"]]
+        ax.set_xticks(range(len(classes)), classes, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(classes)), classes, fontsize=7)
+        ax.set_xlabel("predicted", fontsize=8)
+        ax.set_ylabel("true", fontsize=8)
+        ax.set_title(f"{task}, run {label}", fontsize=8)
+        if len(classes) <= 10:
+            for i in range(len(classes)):
+                for j in range(len(classes)):
+                    ax.text(j, i, f"{share[i, j]:.2f}", ha="center", va="center", fontsize=6,
+                            color="white" if share[i, j] > 0.5 else "black")  # fmt: skip
+    fig.tight_layout()
+    return fig

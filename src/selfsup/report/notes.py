@@ -87,6 +87,13 @@ WRITTEN_NOTE = (
 )
 
 
+PER_CLASS_NOTE = (
+    "Each selfsup-eval task's classes: accuracy is the share of a class's test examples the run predicts as that "
+    "class, F1 the class's F1, both from the confusion matrix summed over fine-tuning seeds (in evaluated.json's "
+    "per_class, with the matrix; a task of more than 2 classes has its matrices plotted under Plots)."
+)
+
+
 def evaluated_note(tables: list[tuple]) -> str:
     """EVALUATED_NOTE, and JOB_NOTE and LM_EVAL_NOTE where a generation job or an lm-eval task was evaluated."""
     jobs = any(columns is JOB_COLUMNS for _, columns, _ in tables)

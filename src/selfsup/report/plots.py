@@ -6,6 +6,7 @@ from selfsup.common.names import PAIRS, PROBE
 from selfsup.report.figures import (
     _png,
     _pyplot,
+    confusion_figure,
     curves_figure,
     knob_figure,
     setting_figure,
@@ -14,6 +15,7 @@ from selfsup.report.figures import (
 from selfsup.report.model import MASK_RATE, SPAN_LENGTH, Run, _finite, _number
 from selfsup.report.plot_data import BASELINES, METRIC_KEYS, baselines, setting_of, trial_baseline
 from selfsup.report.studies import study_importances
+from selfsup.report.tables import per_class_results
 
 
 def baseline_words(found: list[dict]) -> str:
@@ -130,6 +132,21 @@ def settings_words(runs: list[Run], keys: list[str]) -> str:
     return f" Settings: {'; '.join(dict.fromkeys(setting_of(r, keys) for r in runs))}."
 
 
+def plot_confusions(runs: list[Run], keys: list[str], most: int = 6) -> list[tuple[str, str, bytes]]:
+    """Each selfsup-eval task of more than 2 classes: its confusion matrices, a panel per run."""
+    plots = []
+    for task, results in per_class_results(runs, keys).items():
+        if len(results[0][1]["classes"]) <= 2:
+            continue
+        left = f" (the first {most} of {len(results)} runs; all in evaluated.json)" if len(results) > most else ""
+        caption = (
+            f"Task {task}: which class each run predicts for each true class's test examples (a row's shares sum to "
+            f"1; summed over fine-tuning seeds){left}. The diagonal is each class's accuracy."
+        )
+        plots.append((f"confusion_{task}", caption, _png(confusion_figure(task, results, most))))
+    return plots
+
+
 def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]:
     """[(name, caption, png bytes)]; a plot not drawn is (name, the line saying why, b"")."""
     plots = []
@@ -218,4 +235,4 @@ def make_plots(runs: list[Run], keys: list[str]) -> list[tuple[str, str, bytes]]
                 + settings_words(chosen, keys)
             )
             plots.append((f"{name}_by_setting", caption, _png(fig)))
-    return plots
+    return plots + plot_confusions(runs, keys)

@@ -10,6 +10,7 @@ from pathlib import Path
 from selfsup.report.model import Run
 from selfsup.report.notes import (
     COMPARISON_NOTE,
+    PER_CLASS_NOTE,
     PREDICTIONS_NOTE,
     TASK_NOTE,
     VALUES_NOTE,
@@ -22,10 +23,13 @@ from selfsup.report.notes import (
 )
 from selfsup.report.tables import (
     JOB_COLUMNS,
+    PER_CLASS_TABLE,
     PREDICTION_COLUMNS,
     TASK_COLUMNS,
     WRITTEN_TABLE,
     evaluated,
+    per_class_results,
+    per_class_rows,
     prediction_rows,
     run_jobs,
     table_rows,
@@ -176,6 +180,7 @@ def _evaluated_html(runs: list[Run], keys: list[str]) -> str:
     return (
         f'<h2>Evaluated after training</h2>\n<p class="small">{esc(evaluated_note(tables))}</p>\n{verdict_html}\n'
         + "\n".join(sections)
+        + _per_class_html(runs, keys)
         + _written_html(runs, keys)
     )
 
@@ -189,6 +194,18 @@ def _written_html(runs: list[Run], keys: list[str]) -> str:
     body = "\n".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f'<h3>Generated examples</h3>\n<p class="small">{esc(WRITTEN_NOTE)}</p>\n' + _box(
         f'<table id="generated-examples"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
+    )
+
+
+def _per_class_html(runs: list[Run], keys: list[str]) -> str:
+    rows = per_class_rows(per_class_results(runs, keys))
+    if not rows:
+        return ""
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in PER_CLASS_TABLE)
+    body = "\n".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<h3>Per-class results</h3>\n<p class="small">{esc(PER_CLASS_NOTE)}</p>\n' + _box(
+        f'<table id="per-class"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
     )
 
 
@@ -288,6 +305,9 @@ def render_markdown(
             lines += [f"**{found[0]}**", "", *[f"- {line.strip()}" for line in found[1:]], ""]
         for task, columns, rows in tables:
             lines += _md_task(task, rows, columns)
+        per_class = per_class_rows(per_class_results(runs, keys))
+        if per_class:
+            lines += ["### Per-class results", "", PER_CLASS_NOTE, "", *_md_table(PER_CLASS_TABLE, per_class), ""]
         written = written_rows(runs, keys)
         if written:
             lines += ["### Generated examples", "", WRITTEN_NOTE, "", *_md_table(WRITTEN_TABLE, written), ""]

@@ -348,3 +348,32 @@ def written_rows(runs: list[Run], keys: list[str], width: int = 60) -> list[list
                     + ["-" if f1 is None else f"{f1:.3f}"]
                 )
     return sorted(out, key=lambda r: r[0])  # by job, each job's runs in their order
+
+
+PER_CLASS_TABLE = ["task", "run", "class", "test examples", "accuracy", "F1"]
+
+
+def per_class_results(runs: list[Run], keys: list[str]) -> dict[str, list[tuple[str, dict]]]:
+    """{task: [(run label, its per-class results)]} of selfsup-eval's newest evaluation of each task
+    (evaluated.json's per_class: classes, test_examples, accuracy, f1, confusion)."""
+    labels = {str(r.path): r.label for r in runs}
+    found: dict[str, list[tuple[str, dict]]] = {}
+    for row in evaluated_rows(summary_rows(runs, keys)):
+        seen = set()
+        for evaluation in reversed(row["evaluations"]):
+            for task, result in (evaluation.get("per_class") or {}).items():
+                if task not in seen and isinstance(result, dict) and result.get("classes"):
+                    seen.add(task)
+                    found.setdefault(task, []).append((labels.get(row["run_dir"], row["run_dir"]), result))
+    return found
+
+
+def per_class_rows(found: dict[str, list[tuple[str, dict]]]) -> list[list[str]]:
+    """[task, run, class, test examples, accuracy, F1] of each task's classes, for each run."""
+    shown = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731 - None: no test example of the class
+    return [
+        [task, label, str(c), str(n), shown(a), shown(f)]
+        for task, results in found.items()
+        for label, r in results
+        for c, n, a, f in zip(r["classes"], r["test_examples"], r["accuracy"], r["f1"])
+    ]

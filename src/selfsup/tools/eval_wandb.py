@@ -11,7 +11,8 @@ The evaluation run is named `<training run's name>-eval`, in the training run's 
 a sweep has none), tagged as the training run plus `eval`. Its config is
 the training run's with `eval` replaced by the settings that made the scores, and `trained_run_id` (the training
 run's W&B id). Its summary holds the scores under evaluated.json's names; its W&B Tables are the lm-eval
-results (`eval/lm_eval/results`) and each generation job's shown test examples with what the run and random-init
+results (`eval/lm_eval/results`), each task's per-class results (`eval/<task>/per_class`) and each generation
+job's shown test examples with what the run and random-init
 wrote (`eval/<job>/predictions`, as the training run logs them). It is
 written into the run dir's `wandb/`, in the training run's W&B mode (offline without an API key); the console
 line names it and the `wandb sync` command that uploads it, or says why nothing was logged. W&B failing never

@@ -534,6 +534,7 @@ def main(argv: list[str] | None = None) -> None:
                     k: round(v, 1) for k, v in {**plan.evaluation.part_seconds, **plan.evaluation.item_seconds}.items()
                 },
                 "pairs_scorers": plan.evaluation.pair_scorers(),
+                "per_class": dict(plan.evaluation.per_class),  # each task's (probe.per_class)
                 # each generation job's shown test examples: what the run and random-init wrote
                 "written_examples": {
                     job: [dict(zip(WRITTEN_COLUMNS, row)) for row in rows] for job, rows in written.items()
@@ -541,6 +542,12 @@ def main(argv: list[str] | None = None) -> None:
             }
             write_results(plan.run_dir, metrics, outcomes, record)
             tables = {f"eval/{job}/predictions": (WRITTEN_COLUMNS, rows) for job, rows in written.items()}
+            for task, found in record["per_class"].items():
+                columns = ["class", "test_examples", "accuracy", "f1"]
+                tables[f"eval/{task}/per_class"] = (
+                    columns,
+                    [list(r) for r in zip(*(found[c] for c in ("classes", *columns[1:])))],
+                )
             logged = log_evaluation(plan.run_dir, plan.settings.logger, plan.settings.resolved, metrics, tables)
             print(f"  evaluated in {record['seconds']:.0f} s -> {plan.run_dir / EVALUATED}{logged}", flush=True)
             for line in written_lines(written):
