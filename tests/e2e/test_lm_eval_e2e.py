@@ -3,6 +3,7 @@ lm-eval tasks (a multiple-choice task and a loglikelihood task: task YAMLs over 
 random-init models of each run's shape; the lab's numbers equal lm-eval's own CLI on the same export; what it
 writes, logs to W&B and the report shows; bad input refused in one line with nothing written."""
 
+import itertools
 import json
 import os
 import shutil
@@ -178,6 +179,9 @@ def test_a_sweep_is_scored_by_lm_eval_beside_random_init_as_lm_evals_cli_scores_
         assert scores[key] == pytest.approx(np.exp(-loglikelihoods.mean()), rel=1e-9)
         assert scores[f"{key}/margin"] == pytest.approx(loglikelihoods.mean() - untrained.mean(), rel=1e-9)
         assert evaluated["evaluations"][-1]["lm_eval"]["backend"] == backend
+        # a multiple-choice task's chance level: a random pick among each document's 4 choices
+        assert scores["eval/lm_eval/selfsup_mc/chance_acc"] == scores["eval/lm_eval/selfsup_mc/chance_acc_norm"] == 0.25
+        assert not any(k.startswith("eval/lm_eval/selfsup_ll/chance_") for k in scores)  # loglikelihood: none
 
         # lm-eval's own CLI on the same export (the run's last weights) gives the same numbers
         export = tmp_path / f"hf-{job}"
@@ -211,8 +215,14 @@ def test_a_sweep_is_scored_by_lm_eval_beside_random_init_as_lm_evals_cli_scores_
 
     # the table and the verdict read them
     table = out.stdout[out.stdout.index("job | objective") :].splitlines()
-    assert "selfsup_mc acc | selfsup_mc acc stderr | selfsup_mc acc margin" in table[0]
+    header = " | ".join(c.strip() for line in table if line.startswith("job | ") for c in line.split(" | ")[2:])
+    assert "selfsup_mc acc | selfsup_mc acc stderr | selfsup_mc acc chance | selfsup_mc acc margin" in header
+    assert "selfsup_ll acc | selfsup_ll acc stderr | selfsup_ll acc margin" in header  # not multiple choice
     assert "lm_eval selfsup_mc acc: " in out.stdout and "lm_eval selfsup_ll perplexity: " in out.stdout
+    lines = out.stdout.splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("  lm_eval selfsup_mc acc: ")))
+    entry = [lines[at], *itertools.takewhile(lambda line: line.startswith("    "), lines[at + 1 :])]
+    assert "chance level 0.250 (a random pick among each document's choices)" in " ".join(" ".join(entry).split())
 
     # the random-init models are cached: 3 per shape, read again by a second evaluation with the same settings
     assert len(list((cache_dir / "lm-eval-random-init").glob("*.json"))) >= 6

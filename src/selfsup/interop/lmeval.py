@@ -19,6 +19,8 @@ every run of a shape: a seed sweep computes them once). Every metric lm-eval rep
     eval/lm_eval/<task>/<metric>               lm-eval's value (a filter other than `none` is appended: acc_flexible)
     eval/lm_eval/<task>/<metric>_stderr        lm-eval's own standard error
     eval/lm_eval/<task>/random_init_<metric>   the mean over the random-init models, _sd their sd over seeds
+    eval/lm_eval/<task>/chance_<metric>        a multiple-choice task's acc and acc_norm by a random pick: the mean
+                                               over documents of 1 / the document's number of choices
     eval/lm_eval/<task>/<metric>/margin        the run's minus random-init's (random-init's minus the run's where
                                                lm-eval says lower is better), _low and _high its 95% interval:
                                                for a metric that is the mean of per-document values (acc,
@@ -347,8 +349,20 @@ def scores(results: dict) -> dict:
             "metrics": found,
             "examples": hashlib.sha256(json.dumps(hashes).encode()).hexdigest()[:16],
             "n": len(hashes),
+            "chance": chance(results, task, docs_of),
         }
     return out
+
+
+def chance(results: dict, task: str, docs_of: list[dict]) -> float | None:
+    """A multiple-choice task's chance level: the mean over its documents of 1 / its number of choices (each choice
+    one request: a sample's `arguments`), what picking a choice at random scores on acc and acc_norm; None for
+    another output type."""
+    config = (results.get("configs") or {}).get(task) or {}
+    picked = [s for s in docs_of if s.get("filter", "none") == "none" and s.get("arguments")]
+    if config.get("output_type") != "multiple_choice" or not picked:
+        return None
+    return float(np.mean([1.0 / len(s["arguments"]) for s in picked]))
 
 
 def _complete(found: dict, trained: dict) -> dict | None:
@@ -380,6 +394,8 @@ def combine(trained: dict, runs: list[dict]) -> tuple[dict, dict]:
             base = [r[task]["metrics"][name] for r in runs]
             values = [b["value"] for b in base]
             metrics[key] = m["value"]
+            if s.get("chance") is not None and name.split("_")[0] == "acc":  # acc, acc_norm (acc_<filter>)
+                metrics[f"{PREFIX}/{task}/chance_{name}"] = s["chance"]
             if m["stderr"] is not None:
                 metrics[f"{key}_stderr"] = m["stderr"]
             mean = float(np.mean(values))

@@ -256,7 +256,7 @@ def evaluated(runs: list[Run], keys: list[str]) -> tuple[list[tuple[str, list[st
     return tables, (verdict_text(rows).splitlines() if rows else [])
 
 
-LM_EVAL_COLUMNS = ["run", "objective", "metric", "value", "stderr", "random-init", "margin [95%]"]
+LM_EVAL_COLUMNS = ["run", "objective", "metric", "value", "stderr", "chance", "random-init", "margin [95%]"]
 LM_EVAL_ENCODER = "lm-eval has no backend for encoders"
 
 
@@ -286,6 +286,7 @@ def lm_eval_tables(
                     continue
                 sd = get(f"eval/lm_eval/{task}/random_init_{metric}_sd")
                 base = get(f"eval/lm_eval/{task}/random_init_{metric}")
+                level = get(f"eval/lm_eval/{task}/chance_{metric}")
                 m = run_margin(row, key)
                 table.append(
                     [
@@ -294,6 +295,7 @@ def lm_eval_tables(
                         metric,
                         f"{get(key):.4g}",
                         "-" if get(f"{key}_stderr") is None else f"{get(f'{key}_stderr'):.3g}",
+                        "-" if level is None else f"{level:.3g}",
                         "-" if base is None else f"{base:.4g}" + ("" if sd is None else f" +- {sd:.3g}"),
                         "-" if m is None else str(m),
                     ]
@@ -338,7 +340,9 @@ def written_rows(runs: list[Run], keys: list[str], width: int = 60) -> list[list
     labels = {str(r.path): r.label for r in runs}
     out = []
     for row in evaluated_rows(summary_rows(runs, keys)):
-        kept = next((e["written_examples"] for e in reversed(row["evaluations"]) if e.get("written_examples")), {})
+        kept = next(
+            (e["written_examples"] for e in reversed(row.get("evaluations") or []) if e.get("written_examples")), {}
+        )
         for job, examples in kept.items():
             for x in examples:
                 shown = [x.get(k) for k in ("source", "reference", "prediction", "random_init")]
@@ -360,7 +364,7 @@ def per_class_results(runs: list[Run], keys: list[str]) -> dict[str, list[tuple[
     found: dict[str, list[tuple[str, dict]]] = {}
     for row in evaluated_rows(summary_rows(runs, keys)):
         seen = set()
-        for evaluation in reversed(row["evaluations"]):
+        for evaluation in reversed(row.get("evaluations") or []):
             for task, result in (evaluation.get("per_class") or {}).items():
                 if task not in seen and isinstance(result, dict) and result.get("classes"):
                     seen.add(task)

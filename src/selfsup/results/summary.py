@@ -122,16 +122,22 @@ def lm_eval_metrics(rows: list[dict]) -> list[tuple[str, str]]:
 
 
 def lm_eval_columns(rows: list[dict]) -> list[tuple[str, str]]:
-    """(key, title) of each lm-eval metric, its stderr and its margin, in the order first seen."""
-    return [
-        (f"eval/lm_eval/{task}/{metric}{part}", f"{task} {metric}{title}")
-        for task, metric in lm_eval_metrics(rows)
-        for part, title in (("", ""), ("_stderr", " stderr"), ("/margin", " margin"))
-    ]
+    """(key, title) of each lm-eval metric, its stderr, its chance level (a multiple-choice task's acc, acc_norm)
+    and its margin, in the order first seen."""
+    keys = {k for r in rows for k in (r.get("eval") or {})}
+    columns = []
+    for task, metric in lm_eval_metrics(rows):
+        head = f"eval/lm_eval/{task}"
+        columns += [(f"{head}/{metric}", f"{task} {metric}"), (f"{head}/{metric}_stderr", f"{task} {metric} stderr")]
+        if f"{head}/chance_{metric}" in keys:
+            columns.append((f"{head}/chance_{metric}", f"{task} {metric} chance"))
+        columns.append((f"{head}/{metric}/margin", f"{task} {metric} margin"))
+    return columns
 
 
 LM_EVAL_NOTE = (
-    "lm-eval: each metric with lm-eval's stderr; margin: the run's minus the same tasks on untrained models of its "
+    "lm-eval: each metric with lm-eval's stderr; chance: a multiple-choice task's score by a random pick among each "
+    "document's choices; margin: the run's minus the same tasks on untrained models of its "
     "shape (random-init's minus the run's where lower is better; a perplexity's: log(random-init's) - log(the "
     "run's)), 95% interval (paired bootstrap over documents and random-init seeds; from the stderrs for a metric "
     "weighted by length: word_perplexity, bits_per_byte)"

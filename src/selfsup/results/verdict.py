@@ -273,6 +273,14 @@ def below_counts(group: Group, key: str) -> str | None:
     return None
 
 
+def chance_level(groups: list[Group], key: str) -> float | None:
+    """An lm-eval multiple-choice metric's chance level (eval/lm_eval/<task>/chance_<metric>), where its runs
+    record one."""
+    head, _, metric = key.rpartition("/")
+    found = {r["eval"].get(f"{head}/chance_{metric}") for g in groups for r in g.rows} - {None}
+    return found.pop() if len(found) == 1 else None
+
+
 def below_simple(group: Group, key: str, baseline: str = "tfidf") -> str | None:
     """`clm by 0.363 [0.330, 0.398]`: how far a score lies below a simple baseline's (selfsup.evaluation.simple:
     tfidf, copy, frequent), where the interval of the difference lies below 0 at every seed; else None."""
@@ -380,6 +388,9 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
                 ("against the runner-up: " if study else "") + joined([compare(best, g, key, outcomes) for g in others])
             )
             parts.append(scorers_differ(having, key) or "")
+        level = chance_level(having, key)
+        if level is not None:
+            parts.append(f"chance level {level:.3f} (a random pick among each document's choices)")
         for baseline, title in SIMPLE.items():
             below = [g for g in having if below_simple(g, key, baseline)]
             if below:

@@ -37,12 +37,12 @@ def lm_eval_table(metrics: dict) -> tuple[list[str], list[list]] | None:
         parts = key.split("/")
         if parts[:2] != ["eval", "lm_eval"] or len(parts) != 4:
             continue
-        if parts[3].startswith("random_init_") or parts[3].endswith("_stderr"):
+        if parts[3].startswith(("random_init_", "chance_")) or parts[3].endswith("_stderr"):
             continue
         got = [metrics.get(f"{key}{end}") for end in ("_stderr", "/margin", "/margin_low", "/margin_high")]
-        base = metrics.get(f"eval/lm_eval/{parts[2]}/random_init_{parts[3]}")
-        rows.append([parts[2], parts[3], value, got[0], base, *got[1:]])
-    columns = ["task", "metric", "value", "stderr", "random_init", "margin", "margin_low", "margin_high"]
+        base, level = (metrics.get(f"eval/lm_eval/{parts[2]}/{k}_{parts[3]}") for k in ("random_init", "chance"))
+        rows.append([parts[2], parts[3], value, got[0], level, base, *got[1:]])
+    columns = ["task", "metric", "value", "stderr", "chance", "random_init", "margin", "margin_low", "margin_high"]
     return (columns, rows) if rows else None
 
 
