@@ -166,10 +166,26 @@ def test_a_sweep_is_scored_on_rte_and_the_builtin_pair_task_without_training_aga
         assert outcomes["eval/next_sentence"].shape == (3, 40) and outcomes["eval/rte"].shape == (2, 20)
     assert len(after["evaluations"]) == 2
 
-    # the report shows them beside the runs' own
+    # each evaluation's settings, per part, where they are read
+    settings = after["evaluations"][-1]["settings"]
+    assert list(settings) == ["eval/next_sentence"]  # what this evaluation scored
+    assert settings["eval/next_sentence"] == {
+        "protocol": "finetune",
+        **{"steps": 3, "lr": 0.001, "batch_size": 32, "warmup": 0.1, "weight_decay": 0.01, "max_length": 48},
+        **{"seeds": 3, "pooling": "auto", "seed": 0, "random_init_seeds": 3},
+        **{"train_examples": 64, "test_examples": 40, "max_train_examples": 64, "max_test_examples": 40},
+    }
+    assert after["evaluations"][0]["settings"]["eval/rte"]["seeds"] == 2
+
+    # the report shows them beside the runs' own, each score with its settings; the verdict never pools run 0's
+    # next_sentence (3 fine-tuning seeds) with the others' (2): a line each
     text = report(families, tmp_path / "r.md")
     section = text[text.index("## Evaluated after training") :]
-    assert "### rte" in section and "### next_sentence" in section and "- rte: " in section
+    assert "- next_sentence (seeds=3): " in section and "- next_sentence (seeds=2): " in section
+    assert "- rte: " in section  # one setting: one line, as before
+    cells = [line for line in section.split("### next_sentence", 1)[1].splitlines() if line.startswith("| 0 | ")]
+    assert any("finetune 3 steps x 3 seeds, lr 0.001, max_length 48" in c for c in cells), cells
+    assert "### rte" in section and "### next_sentence" in section
     assert f"{after['eval']['eval/rte/accuracy']:.4f}" in section
     page = report(families, tmp_path / "r.html")
     section = page[page.index("<h2>Evaluated after training</h2>") :]

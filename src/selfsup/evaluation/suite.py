@@ -200,6 +200,60 @@ class Evaluation(TaskScores, JobScores):
         self.setup_tasks(architecture, vocab, tokenizer, model_length)
         self.setup_jobs(architecture, vocab, tokenizer, model_length)
 
+    def part_settings(self) -> dict[str, dict]:
+        """{part (eval/<name>): the settings that made its scores}: what evaluated.json records beside each
+        evaluation, the report shows beside each score, and the verdict never pools across."""
+        out: dict[str, dict] = {}
+        if self.fixed:
+            out["eval/fixed"] = {"max_tokens": self.fixed_max_tokens, **self.fixed_panel}
+        if self.pairs is not None:
+            p = self.pairs
+            out["eval/pairs"] = {
+                "random_init_seeds": p.random_init_seeds,
+                "builtin": p.builtin,
+                "types": list(p.types),
+                "max_pairs": p.max_pairs,
+                "max_words": p.max_words,
+                "sets": sorted(p.sets),
+                "pairs": sum(len(getattr(ps, "kept", None) or []) for ps in p.pair_sets),
+            }
+        if self.heldout is not None:
+            out["eval/heldout"] = {"source": self.heldout.text.source, "max_bytes": self.heldout.max_bytes}
+        for name, task in self.tasks.items():
+            encoded = self.encoded.get(name)
+            n = (len(encoded.train), len(encoded.test)) if encoded is not None else (None, None)
+            out[f"eval/{name}"] = {
+                "protocol": self.protocol_of(task),
+                **self.protocol_settings(self.protocol_of(task), n[0]),
+                "random_init_seeds": self.random_init_seeds,
+                "train_examples": n[0],
+                "test_examples": n[1],
+                "max_train_examples": task.max_train_examples,
+                "max_test_examples": task.max_test_examples,
+            }
+        for name, job in self.jobs.items():
+            written = self.written.get(name)
+            n = len(written.train.inputs) if written is not None else None
+            out[f"eval/{name}"] = {
+                "protocol": "finetune",
+                **self.protocol_settings("finetune", n),
+                "random_init_seeds": self.random_init_seeds,
+                "train_examples": n,
+                "test_examples": len(written.sources) if written is not None else None,
+                "max_train_examples": job.max_train_examples,
+                "max_test_examples": job.max_test_examples,
+                "max_new_tokens": job.max_new_tokens,
+            }
+        return out
+
+    def protocol_settings(self, protocol: str, n: int | None) -> dict:
+        """A protocol's settings as they ran on a task of n training examples (fine-tuning: its steps by the rule)."""
+        if protocol != "finetune":
+            return {"max_length": self.max_length, "l2": self.l2, "seed": self.seed}
+        f = self.finetune.for_examples(n) if n is not None else self.finetune
+        keys = ("steps", "lr", "batch_size", "warmup", "weight_decay", "max_length", "seeds", "pooling")
+        return {**{k: getattr(f, k) for k in keys}, "seed": self.seed}
+
     def pair_scorers(self) -> dict[str, str]:
         """{metric prefix: the scorer's name} of each set of minimal pairs and scorer, e.g. {'eval/pairs': 'summed
         log-prob', 'eval/pairs/blimp': 'summed log-prob'} (summary.json: pairs_scorers)."""

@@ -230,6 +230,9 @@ class LMEval:
             )
         metrics, outcomes = combine(trained, runs)
         record = {"lm_eval": {**self.settings(), "version": lm_eval_version(), "backend": BACKENDS[p.architecture]}}
+        # per task: lm-eval's settings and version, and the hash of the documents, prompts and targets it scored
+        shared = {k: v for k, v in record["lm_eval"].items() if k != "tasks"}
+        record["settings"] = {f"{PREFIX}/{task}": {**shared, "examples": examples[task]} for task in trained}
         return metrics, outcomes, record
 
     def settings(self) -> dict:

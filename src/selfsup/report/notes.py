@@ -43,7 +43,9 @@ EVALUATED_NOTE = (
     "Scored after training by selfsup-eval (evaluated.json beside each run's summary.json): each task by its protocol "
     "(fine-tuned: the mean over fine-tuning seeds), beside the same on untrained models of the run's shape "
     "(random-init, mean +- sd over seeds) and the majority class; the margin's paired bootstrap 95% interval "
-    "resamples the test examples, the random-init seeds and the fine-tuning seeds."
+    "resamples the test examples, the random-init seeds and the fine-tuning seeds. settings: what made the run's "
+    "scores of that table (its protocol, steps, seeds, lengths and examples; lm-eval's version and settings), as "
+    "evaluated.json records them; runs scored under different settings are judged on separate lines of the verdict."
 )
 
 
@@ -96,8 +98,8 @@ PER_CLASS_NOTE = (
 
 def evaluated_note(tables: list[tuple]) -> str:
     """EVALUATED_NOTE, and JOB_NOTE and LM_EVAL_NOTE where a generation job or an lm-eval task was evaluated."""
-    jobs = any(columns is JOB_COLUMNS for _, columns, _ in tables)
-    lm_eval = any(columns is LM_EVAL_COLUMNS for _, columns, _ in tables)
+    jobs = any(columns[: len(JOB_COLUMNS)] == JOB_COLUMNS for _, columns, _ in tables)
+    lm_eval = any(columns[: len(LM_EVAL_COLUMNS)] == LM_EVAL_COLUMNS for _, columns, _ in tables)
     return (
         EVALUATED_NOTE
         + (" Generation jobs: " + JOB_NOTE + "." if jobs else "")

@@ -10,6 +10,7 @@ from selfsup.evaluation.stats import Interval
 from selfsup.report.model import Run, _show
 from selfsup.results.columns import REPORT_COST, REPORT_LABELS, REPORT_SCORES
 from selfsup.results.groups import run_margin
+from selfsup.results.settings import brief
 from selfsup.results.summary import evaluated_rows, job_names, lm_eval_metrics, task_names
 from selfsup.results.verdict import verdict_text
 
@@ -244,14 +245,18 @@ def evaluated(runs: list[Run], keys: list[str]) -> tuple[list[tuple[str, list[st
                     shown["random_init_accuracy"] + ("" if sd is None else f" +- {sd:.4f}"),
                     "-" if m is None else str(m),
                     *simple_cells(lambda end: row["eval"].get(f"eval/{task}/{end}")),
+                    brief((row.get("part_settings") or {}).get(f"eval/{task}")),
                 ]
             )
-        tables.append((task, TASK_COLUMNS, table))
+        tables.append((task, [*TASK_COLUMNS, "settings"], table))
     items = [
         (labels.get(row["run_dir"], row["run_dir"]), row.get("objective"), row.get("architecture"), row["eval"].get)
         for row in rows
     ]
-    tables += [(job, JOB_COLUMNS, job_rows(items, job)) for job in job_names(k for row in rows for k in row["eval"])]
+    for job in job_names(k for row in rows for k in row["eval"]):
+        settings = [brief((r.get("part_settings") or {}).get(f"eval/{job}")) for r in rows]
+        by_label = dict(zip((i[0] for i in items), settings))
+        tables.append((job, [*JOB_COLUMNS, "settings"], [[*r, by_label.get(r[0], "-")] for r in job_rows(items, job)]))
     tables += lm_eval_tables(rows, labels, [r for r in every if r.get("architecture") == ENCODER])
     return tables, (verdict_text(rows).splitlines() if rows else [])
 
@@ -277,7 +282,7 @@ def lm_eval_tables(
             label, objective = labels.get(row["run_dir"], row["run_dir"]), row.get("objective") or "-"
             if row.get("architecture") == ENCODER:
                 if row in encoders:
-                    table.append([label, objective, LM_EVAL_ENCODER, *["-"] * (len(LM_EVAL_COLUMNS) - 3)])
+                    table.append([label, objective, LM_EVAL_ENCODER, *["-"] * (len(LM_EVAL_COLUMNS) - 2)])
                 continue
             for metric in metrics:
                 key = f"eval/lm_eval/{task}/{metric}"
@@ -298,9 +303,10 @@ def lm_eval_tables(
                         "-" if level is None else f"{level:.3g}",
                         "-" if base is None else f"{base:.4g}" + ("" if sd is None else f" +- {sd:.3g}"),
                         "-" if m is None else str(m),
+                        brief((row.get("part_settings") or {}).get(f"eval/lm_eval/{task}")),
                     ]
                 )
-        tables.append((f"lm-eval {task}", LM_EVAL_COLUMNS, table))
+        tables.append((f"lm-eval {task}", [*LM_EVAL_COLUMNS, "settings"], table))
     return tables
 
 

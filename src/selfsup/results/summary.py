@@ -26,6 +26,7 @@ from selfsup.evaluation.pairs import pair_lines
 from selfsup.evaluation.stats import Interval
 from selfsup.results.columns import LABELS, PROBE_MARGIN
 from selfsup.results.groups import SITTINGS, checked, exam_of, run_margin
+from selfsup.results.settings import part_settings
 from selfsup.results.verdict import count, verdict_lines
 
 COLUMNS = [
@@ -374,6 +375,7 @@ def evaluated_rows(rows: list[dict]) -> list[dict]:
                 "eval": content["eval"],
                 "pairs_scorers": content.get("pairs_scorers") or {},
                 "evaluations": content.get("evaluations") or [],
+                "part_settings": part_settings(content.get("evaluations") or []),  # what made each part's scores
                 "outcomes_path": str(Path(row["run_dir"]) / EVALUATED_OUTCOMES),
             }
             found.append(checked(evaluated))

@@ -65,6 +65,7 @@ from selfsup.results.groups import (
     score_keys,
     setting_label,
 )
+from selfsup.results.settings import by_settings
 
 VERDICT = "verdict.json"  # a sweep's, in its sweep dir
 EQUAL_WITHIN = 0.01  # FLOPs and tokens differ by up to a step when trainer.max_flops / max_tokens stops a run
@@ -348,8 +349,9 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
         break_on_hyphens=False,
     )
     study = is_study(members)
-    for key in keys:
-        having = [g for g in groups if len(g.margins(key)) == len(g.rows)]
+    # a score's runs split by the settings that made it: never pooled, a line each (selfsup.results.settings)
+    for key, suffix, judged in [(k, suffix, part) for k in keys for suffix, part in by_settings(groups, k)]:
+        having = [g for g in judged if len(g.margins(key)) == len(g.rows)]
         few = [g for g in having if (g.examples(key) or MIN_EXAMPLES) < MIN_EXAMPLES]  # not called either way
         having = [g for g in having if g not in few]
         if study:  # the best first
@@ -404,7 +406,7 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
                     + (": nothing beyond word frequencies" if order == "unigram" else ": nothing beyond word pairs")
                     + " learned yet"
                 )
-        text = f"{score_label(key)}: " + ". ".join(p for p in parts if p)
+        text = f"{score_label(key)}{suffix}: " + ". ".join(p for p in parts if p)
         lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
     lines += exam_lines(groups, outcomes, width, study)
     if out:

@@ -65,6 +65,7 @@ from selfsup.common.names import (
 )
 from selfsup.errors import UserError
 from selfsup.results.groups import with_margins
+from selfsup.results.settings import part_of
 from selfsup.results.summary import evaluated_rows, read_evaluated
 
 if TYPE_CHECKING:
@@ -301,12 +302,6 @@ def evaluated_parts(keys) -> set[str]:
     return {part_of(k) for k in keys if k.startswith("eval/")}
 
 
-def part_of(key: str) -> str:
-    """eval/<task>/... -> eval/<task>; each lm-eval task is a part of its own: eval/lm_eval/<task>."""
-    parts = key.split("|")[0].split("/")
-    return "/".join(parts[: 3 if parts[1:2] == ["lm_eval"] else 2])
-
-
 def check_writable(run_dir: Path) -> None:
     """UserError unless selfsup-eval can write into run_dir and read the evaluated.json and evaluated_outcomes.npz
     already there (a damaged pair is refused, never dropped): checked before anything is evaluated."""
@@ -534,6 +529,8 @@ def main(argv: list[str] | None = None) -> None:
                     k: round(v, 1) for k, v in {**plan.evaluation.part_seconds, **plan.evaluation.item_seconds}.items()
                 },
                 "pairs_scorers": plan.evaluation.pair_scorers(),
+                # the settings that made each part's scores (the report shows them; the verdict never pools across)
+                "settings": {k: v for k, v in plan.evaluation.part_settings().items() if k in evaluated_parts(metrics)},
                 "per_class": dict(plan.evaluation.per_class),  # each task's (probe.per_class)
                 # each generation job's shown test examples: what the run and random-init wrote
                 "written_examples": {
