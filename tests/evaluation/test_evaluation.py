@@ -565,7 +565,7 @@ def test_the_evaluation_says_each_part_as_it_goes_with_the_time_the_last_one_too
         run.module.evaluation(run.model)
     finally:
         report_progress(None)
-    assert said.pop(0).startswith("plan: the fixed exam (4 members); the held-out text (")  # the plan first
+    assert said.pop(0).startswith("plan: the fixed exam (4 members, at most ")  # the plan first
     assert said[0] == "evaluating: the fixed exam"
     assert said[1].startswith("evaluating: the held-out text  (the fixed exam: ")
     assert said[2].startswith("evaluating: the tasks' random-init seed 1 of 2  (the held-out text: ")
@@ -634,8 +634,11 @@ def test_the_plan_says_each_part_and_which_baselines_the_cache_holds_or_an_earli
     assert [s.name for s in plan.steps] == ["the fixed exam", "the minimal pairs", "the held-out text", "task probe"]
     assert all(s.seconds > 0 for s in plan.steps) and plan.baselines == (0, 5)  # 3 seeds of the pairs, 2 of the probe
     assert re.fullmatch(
-        r"plan: the fixed exam \(\d members\); the minimal pairs \(\d+ pairs, 1 scorer, random-init 3 seeds\); the "
-        r"held-out text \(\d+ pieces\); task probe \(linear: random-init 2 seeds, 100 training and 50 test "
+        r"plan: the fixed exam \(\d members, at most [\d,]+ validation tokens \(eval.fixed.max_tokens=null for all\)\); "
+        r"the minimal pairs \(\d+ pairs, 1 scorer, random-init 3 seeds, the built-in set's first [\d,]+ of each type "
+        r"\(eval.pairs.max_pairs\) of at most \d+ words \(eval.pairs.max_words\)(, [\d,]+ left out: longer than the "
+        r"model's positions \(raise data.seq_len\))?\); the held-out text \(\d+ pieces of its first [\d,]+ bytes "
+        r"\(eval.heldout.max_bytes\)\); task probe \(linear: random-init 2 seeds, 100 training and 50 test "
         r"examples, 100 of [\d,]+ training examples \(eval.tasks.probe.max_train_examples=null for all\), 50 of "
         r"[\d,]+ test examples \(eval.tasks.probe.max_test_examples=null for all\)(, \d+ reach "
         r"eval.probe.max_length=\d+ tokens \(longer ones cut\))?\); about \d+ s \(a \d+ s warm-up\)",

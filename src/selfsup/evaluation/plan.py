@@ -166,6 +166,8 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
         if ev.exam is not None:
             members = len(ev.exam.members)
             what = f"{members} member{'s' if members > 1 else ''}"
+            if ev.fixed_max_tokens is not None:  # the cap on the validation tokens the exam reads
+                what += f", at most {ev.fixed_max_tokens:,} validation tokens (eval.fixed.max_tokens=null for all)"
             steps.append(Step("the fixed exam", what, exam_seconds(ev.exam, model)))
         pairs = ev.pairs
         if pairs is not None:
@@ -186,12 +188,20 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
             what = f"{n:,} pairs, {len(pairs.scorers)} scorer{'s' if len(pairs.scorers) > 1 else ''}"
             if count:
                 what += f", {seeds_said(pairs.random_init_seeds, cached // len(pairs.scorers))}"
+            if pairs.builtin:  # the built-in set's caps
+                what += (
+                    f", the built-in set's first {pairs.max_pairs:,} of each type (eval.pairs.max_pairs) of at most "
+                    f"{pairs.max_words} words (eval.pairs.max_words)"
+                )
+            if pairs.skipped:
+                what += f", {pairs.skipped:,} left out: longer than the model's positions (raise data.seq_len)"
             steps.append(Step("the minimal pairs", what, seconds, count, cached))
         if ev.heldout is not None:
             held = ev.heldout
             rows_ = held.rows(held.pieces, held.vocab)
             seconds = rows_seconds(model, rows_, len(held.pieces), held.vocab.pad_id, held.batch_tokens)
-            steps.append(Step("the held-out text", f"{len(held.pieces):,} pieces", seconds))
+            what = f"{len(held.pieces):,} pieces of its first {held.max_bytes:,} bytes (eval.heldout.max_bytes)"
+            steps.append(Step("the held-out text", what, seconds))
         fresh = {}  # the untrained model of each random-init seed, built as the baselines build it
 
         def untrained(k: int):
@@ -271,10 +281,14 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
 
             steps_ = ev.finetune.for_examples(len(job.train.inputs)).steps
             one = loop_seconds(write, steps_, len(job.sources) / 64)
-            what = f"{ev.finetune.seeds} writers + {seeds_said(ev.random_init_seeds, cached)}, " + (
+            writers = f"{ev.finetune.seeds} writer{'s' if ev.finetune.seeds != 1 else ''}"
+            what = f"{writers} + {seeds_said(ev.random_init_seeds, cached)}, " + (
                 f"{steps_} steps each, {len(job.train.inputs):,} training and {len(job.sources):,} test examples"
             )
             what += caps(ev.jobs[name], (len(job.train.inputs), len(job.sources)))
+            what += (
+                f", at most {ev.jobs[name].max_new_tokens} tokens written ({ev.jobs[name].setting('max_new_tokens')})"
+            )
             baselines = todo + cached if not ev.job_baselines else 0
             steps.append(Step(f"generation job {name}", what, one * (ev.finetune.seeds + todo), baselines, cached))
     return Plan(steps, time.perf_counter() - started)
