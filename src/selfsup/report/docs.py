@@ -383,6 +383,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--between", type=Path, help="a finished sweep of other objectives (prefix_lm, ul2) for the `downstream` block"
     )
+    parser.add_argument(
+        "--clean",
+        action="store_true",
+        help="with --sweep: its command ran from a clean working directory (its random-init baselines computed in it)",
+    )
     parser.add_argument("--only", nargs="+", choices=BLOCKS, help="rewrite these blocks alone")
     parser.add_argument("--print", action="store_true", help="print the blocks, write nothing")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
@@ -392,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
         for path in paths:
             if not path.is_file():
                 raise DocsError(f"{path} does not exist: run from the repository root or pass --root")
-        elapsed, cached = args.elapsed, None
+        elapsed, cached = args.elapsed, (False if args.clean else None)
         if args.sweep is None:
             args.sweep, elapsed, cached = run_main_job(args.root / "outputs" / "docs")
         if args.seeds and args.seeds_sweep is None:
