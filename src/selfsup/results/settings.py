@@ -9,6 +9,8 @@ import json
 
 from selfsup.results.groups import Group, run_margin
 
+FAMILY_SETTINGS = {"backend"}  # lm-eval's backend: causal for a decoder, seq2seq for an encoder-decoder
+
 
 def part_of(key: str) -> str:
     """eval/<task>/... -> eval/<task>; each lm-eval task is a part of its own: eval/lm_eval/<task>."""
@@ -49,7 +51,10 @@ def by_settings(groups: list[Group], key: str) -> list[tuple[str, list[Group]]]:
     part = part_of(key)
 
     def signature(row: dict) -> str:
-        return json.dumps((row.get("part_settings") or {}).get(part), sort_keys=True, default=str)
+        settings = (row.get("part_settings") or {}).get(part)
+        if isinstance(settings, dict):  # what follows from the run's family is not a setting: compared as scorers are
+            settings = {k: v for k, v in settings.items() if k not in FAMILY_SETTINGS}
+        return json.dumps(settings, sort_keys=True, default=str)
 
     found = list(dict.fromkeys(signature(r) for g in groups for r in g.rows if run_margin(r, key) is not None))
     if len(found) <= 1:
