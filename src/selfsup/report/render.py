@@ -185,40 +185,32 @@ def _evaluated_html(runs: list[Run], keys: list[str]) -> str:
     )
 
 
-def _written_html(runs: list[Run], keys: list[str]) -> str:
-    rows = written_rows(runs, keys)
+def _section_html(heading: str, note: str, table_id: str, header: list[str], rows: list[list[str]]) -> str:
+    """A report section of one plain table: its heading (<h2>/<h3>: `heading` holds the tag), its note, its table
+    ("" without rows)."""
     if not rows:
         return ""
     esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in WRITTEN_TABLE)
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = "\n".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<h3>Generated examples</h3>\n<p class="small">{esc(WRITTEN_NOTE)}</p>\n' + _box(
-        f'<table id="generated-examples"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
+    return f'{heading}\n<p class="small">{esc(note)}</p>\n' + _box(
+        f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
     )
+
+
+def _written_html(runs: list[Run], keys: list[str]) -> str:
+    rows = written_rows(runs, keys)
+    return _section_html("<h3>Generated examples</h3>", WRITTEN_NOTE, "generated-examples", WRITTEN_TABLE, rows)
 
 
 def _per_class_html(runs: list[Run], keys: list[str]) -> str:
     rows = per_class_rows(per_class_results(runs, keys))
-    if not rows:
-        return ""
-    esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in PER_CLASS_TABLE)
-    body = "\n".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<h3>Per-class results</h3>\n<p class="small">{esc(PER_CLASS_NOTE)}</p>\n' + _box(
-        f'<table id="per-class"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
-    )
+    return _section_html("<h3>Per-class results</h3>", PER_CLASS_NOTE, "per-class", PER_CLASS_TABLE, rows)
 
 
 def _predictions_html(runs: list[Run]) -> str:
     rows = prediction_rows(runs)
-    if not rows:
-        return ""
-    esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in PREDICTION_COLUMNS)
-    body = "\n".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<h2>Predictions</h2>\n<p class="small">{esc(PREDICTIONS_NOTE)}</p>\n' + _box(
-        f'<table id="predictions"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
-    )
+    return _section_html("<h2>Predictions</h2>", PREDICTIONS_NOTE, "predictions", PREDICTION_COLUMNS, rows)
 
 
 MD_WIDTH = 200  # the Markdown's table rows (its prose is not wrapped)
