@@ -4,8 +4,10 @@ import os
 import subprocess
 
 import forked
+import pytest
 
 
+@pytest.mark.slow  # the tests' forking helper against new processes (~20 s)
 def test_a_forked_command_says_and_exits_what_a_new_process_does(tmp_path):
     """forked.run and forked.Popen (stderr piped, or to stdout) against subprocess.run of the same command."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}

@@ -59,6 +59,9 @@ def lm_eval_tasks(tmp_path_factory) -> Path:
     return folder
 
 
+# lm-eval's task index for the documented lm-eval commands (~30 s); the default suite composes every other documented
+# command
+@pytest.mark.slow
 @pytest.mark.parametrize("where,args", EVAL_COMMANDS, ids=[w for w, _ in EVAL_COMMANDS])
 def test_a_documented_selfsup_eval_command_composes(where, args, lm_eval_tasks):
     from selfsup.evaluation import Finetune, GenerationJob

@@ -70,6 +70,7 @@ KILLED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a sweep killed with kill -9 (~13 s); the default suite: the live trial's heartbeat below
 def test_a_trial_killed_with_kill_9_is_failed_and_retried_with_its_params_when_the_study_continues(tmp_path):
     settings = {**SETTINGS, "heartbeat_interval": 1, "grace_period": 2}
     killed_sweep = subprocess.Popen(

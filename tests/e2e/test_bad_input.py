@@ -106,6 +106,7 @@ def test_config_mistakes_on_the_command_line(train, tmp_path, overrides, words):
     assert out.returncode == 2 and not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a sweep refused; the default suite refuses the same setting in a single run (above)
 def test_a_sweep_that_would_keep_what_it_empties_is_refused_before_writing(train, tmp_path):
     out = train("eval.tasks={}", "seed=0,1", multirun=True)
     assert_refused(out, "eval.tasks={} keeps eval.tasks's entries (probe)")

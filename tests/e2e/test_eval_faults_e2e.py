@@ -48,6 +48,8 @@ def mount(path: Path, options: str) -> None:
         pytest.skip(f"mount -t tmpfs failed here: {done.stderr.decode().strip()}")
 
 
+# The tests of this evaluated run are slow (~20 s for the run): the default suite has selfsup-eval's bad-input lines
+# (test_eval_e2e.py)
 @pytest.fixture(scope="module")
 def evaluated(cache_dir, tmp_path_factory) -> Path:
     """A tiny finished CLM run (its training-time evaluation: summary.json's scores and outcomes.npz), evaluated
@@ -71,6 +73,7 @@ def run(evaluated, tmp_path) -> Path:
     return Path(shutil.copytree(evaluated, tmp_path / "run"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, damage, said",
     [
@@ -122,6 +125,7 @@ def _margin(b: bytes) -> bytes:
     return json.dumps(content).encode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "damage, said",
     [
@@ -147,6 +151,7 @@ def test_the_report_names_a_run_whose_evaluated_json_is_damaged_or_contradicts_i
     assert "+5.000" not in report and "shows pretraining" not in section
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit", ["margin", "interval"])
 def test_a_run_whose_summary_json_contradicts_its_outcomes_shows_no_scores_and_is_named(run, tmp_path, edit):
     """Before: a margin edited in summary.json (5.0 [4.9, 5.1]), or its interval alone, reached the report's table
@@ -164,6 +169,7 @@ def test_a_run_whose_summary_json_contradicts_its_outcomes_shows_no_scores_and_i
     assert "+5.000" not in report and f"{summary['eval']['eval/pairs/margin_high']:+.3f}" not in report
 
 
+@pytest.mark.slow
 def test_a_run_dir_that_cannot_be_written_is_refused_before_anything_is_evaluated(evaluated, tmp_path):
     """Before: evaluated in full, then a traceback when writing."""
     disk = tmp_path / "ro"
@@ -181,6 +187,7 @@ def test_a_run_dir_that_cannot_be_written_is_refused_before_anything_is_evaluate
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_writing_the_scores_keeps_the_former_pair_and_no_temporary_file(evaluated, tmp_path):
     """Before: the npz replaced without its json, or a 0-byte .evaluated_outcomes.npz.tmp.npz left behind."""
     disk = tmp_path / "full"
@@ -207,6 +214,7 @@ def test_a_full_disk_while_writing_the_scores_keeps_the_former_pair_and_no_tempo
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_evaluating_is_one_line_and_keeps_the_former_scores(run):
     """Before: a KeyboardInterrupt traceback."""
     before = snapshot(run)
@@ -226,6 +234,7 @@ def test_ctrl_c_while_evaluating_is_one_line_and_keeps_the_former_scores(run):
     assert snapshot(run) == before
 
 
+@pytest.mark.slow  # a sweep with a failed and a live job (~11 s); the default suite: selfsup-eval's bad-input lines
 def test_a_sweep_with_a_failed_job_and_one_still_training_evaluates_the_finished_one_and_names_the_others(
     evaluated, tmp_path
 ):

@@ -5,11 +5,15 @@ import os
 from pathlib import Path
 
 import forked
+import pytest
 from conftest import TINY
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "replaced_token"
 
 
+# a package installed and trained (~13 s); the default suite: tests/objectives/test_objectives.py builds objectives by
+# their configs
+@pytest.mark.slow
 def test_an_objective_from_outside_the_package_trains_and_declares_its_architectures(cache_dir, tmp_path):
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "PYTHONPATH": str(EXAMPLE)}
     command = [

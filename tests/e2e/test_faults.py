@@ -149,6 +149,8 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(train, 
     assert summary["status"] == "finished" and summary["steps"] == 4
 
 
+# runs interrupted by signals (~25 s); the default suite: tests/test_reliability.py's SIGTERM checkpoint
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "how,code,error",
     [
@@ -212,6 +214,7 @@ def test_interrupted_runs_say_so_and_exit_non_zero(cache_dir, tmp_path, how, cod
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
 
 
+@pytest.mark.slow  # the default suite: tests/test_reliability.py's SIGTERM checkpoint
 def test_a_second_sigterm_after_a_preempted_run_has_written_its_records_keeps_exit_0(cache_dir, tmp_path):
     """The exit status agrees with summary.json's status. Before: the second SIGTERM, landing while the interpreter
     shut down (its handlers back to the default action), killed it: exit -15 beside status `preempted`."""
@@ -247,6 +250,7 @@ def _mount_small_disk(path: Path, size: str) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.slow  # the default suite: tests/test_reliability.py's full disk while writing a checkpoint
 def test_a_full_disk_is_one_line_and_summary_json_stays_valid(cache_dir, tmp_path):
     disk = tmp_path / "disk"
     if os.geteuid() != 0 or not _mount_small_disk(disk, "600k"):
@@ -364,6 +368,7 @@ def test_a_shard_overwritten_in_its_middle_stops_training_in_one_line_and_is_reb
     assert shard.read_bytes() == good  # rebuilt byte-identical
 
 
+@pytest.mark.slow  # a kill and a resume (~12 s); the default suite resumes bitwise (test_resume.py)
 def test_a_run_killed_in_its_final_validation_validates_when_resumed(train, cache_dir, tmp_path):
     """kill -9 once last.ckpt holds the last step (the final validation and evaluation are running): the
     resume trains nothing, runs them, and reports the validation loss and the evaluation."""
@@ -390,6 +395,7 @@ def test_a_run_killed_in_its_final_validation_validates_when_resumed(train, cach
     assert math.isfinite(summary["val_loss"]) and "eval/pairs/accuracy" in summary["eval"]
 
 
+@pytest.mark.slow  # two runs; the default suite resumes bitwise (test_resume.py)
 def test_a_run_whose_checkpoints_were_deleted_is_not_retrained_from_step_0(train, tmp_path):
     import shutil
 

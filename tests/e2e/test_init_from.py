@@ -51,6 +51,8 @@ def transformers_loss(hf, run, old, limit: int) -> float:
     return nll / count
 
 
+# a transformers checkpoint trained from (~13 s); the default suite: tests/test_hf_import.py loads each kind in-process
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kind,objective",
     # T5 (untied head, decoding from <pad>'s rows, relative positions) is slow: the suite's time; its rows are

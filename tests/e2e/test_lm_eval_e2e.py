@@ -144,6 +144,8 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+# three families beside lm-eval's own CLI (~2 min); the default suite writes the lab's tasks as lm-eval reads them
+@pytest.mark.slow
 def test_a_sweep_is_scored_by_lm_eval_beside_random_init_as_lm_evals_cli_scores_it(
     families, tasks, cache_dir, tmp_path
 ):
@@ -249,6 +251,8 @@ def test_a_sweep_is_scored_by_lm_eval_beside_random_init_as_lm_evals_cli_scores_
     assert f"| {before['eval/lm_eval/selfsup_mc/acc']:.4g} |" in row
 
 
+# a sweep trained and scored by lm-eval (~40 s); the default suite writes the lab's tasks as lm-eval reads them (below)
+@pytest.mark.slow
 def test_a_run_whose_wandb_id_is_lost_says_its_scores_reached_no_wandb_run(families, tasks, tmp_path):
     """Before: the lm-eval scores of a W&B-logged run without its wandb-run-id file reached no W&B run, silently."""
     run = Path(shutil.copytree(families / "1", tmp_path / "run", ignore=shutil.ignore_patterns("evaluated*")))
@@ -278,6 +282,9 @@ def test_the_t5_preset_is_scored_by_lm_evals_seq2seq_backend(train, tasks, tmp_p
     assert evaluated["eval"]["eval/lm_eval/selfsup_mc/acc"] == pytest.approx(trained.mean(), abs=1e-12)
 
 
+# the trained sweep above and lm-eval's task index (~30 s); the default suite: selfsup-eval's bad-input lines
+# (test_eval_e2e.py)
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "where,args,message",
     [
@@ -308,6 +315,7 @@ def test_bad_input_is_one_line_and_writes_nothing(families, tasks, tmp_path, cap
     assert snapshot(families) == before
 
 
+@pytest.mark.slow  # the trained sweep above; the default suite: the bad-input lines of selfsup-eval (test_eval_e2e.py)
 def test_without_lm_eval_installed_the_line_says_how_to_install_it(families, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # Python's own "not importable" (as if not installed)
     with pytest.raises(SystemExit) as exit:
@@ -361,6 +369,7 @@ def test_the_tasks_into_a_file_is_one_line(tmp_path, capsys):
     assert (tmp_path / "afile").read_text() == "x"
 
 
+@pytest.mark.slow  # lm-eval's task index (~10 s); the default suite: the bad-input lines
 def test_a_task_yaml_that_cannot_be_parsed_is_named(families, tmp_path, capsys):
     """Before: `selfsup_broken is not an lm-eval task` (lm-eval skips the file with a log line)."""
     (tmp_path / "mine").mkdir()

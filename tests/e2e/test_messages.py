@@ -67,6 +67,8 @@ def lab(tmp_path_factory, cache_dir):
     return root, args, out
 
 
+# a run's whole console (~10 s); the default suite: test_train_e2e.py reads each objective's closing lines
+@pytest.mark.slow
 def test_the_console_of_a_run_in_a_log_file(lab):
     """A plain line every 2 steps (40 steps: about 20 lines), one line per validation, the end of the run;
     nothing wider than 100 columns, no negative epoch or version hash; W&B's console log holds the same lines."""
@@ -89,6 +91,8 @@ def test_the_console_of_a_run_in_a_log_file(lab):
     assert "\r" not in recorded and [x for x in recorded.splitlines() if x.startswith("step ")] == progress
 
 
+# a run's whole console (~15 s); the default suite: test_train_e2e.py reads each objective's closing lines
+@pytest.mark.slow
 def test_the_console_of_a_run_in_a_100_column_terminal(lab, tmp_path):
     """In a terminal the progress line is redrawn in place, around W&B's capture: every screen line fits
     100 columns and the W&B console log holds only the lasting lines."""
@@ -133,6 +137,8 @@ def test_the_console_of_a_run_in_a_100_column_terminal(lab, tmp_path):
     assert steps == list(range(3, 61, 3))  # the lasting lines only, once each: no repaints
 
 
+# two runs (~18 s with the module's runs); the default suite: tests/test_reliability.py refuses a truncated checkpoint
+@pytest.mark.slow
 def test_a_damaged_last_checkpoint_names_a_resume_from_another_that_works(lab, tmp_path):
     root, _, _ = lab
     run = tmp_path / "run"
@@ -155,6 +161,8 @@ def test_a_damaged_last_checkpoint_names_a_resume_from_another_that_works(lab, t
     assert json.loads((run / "summary.json").read_text())["steps"] == 46
 
 
+# two runs (~8 s); the default suite refuses a resume of other settings in-process (test_reliability.py)
+@pytest.mark.slow
 def test_a_checkpoint_of_other_settings_names_the_command_with_its_settings(lab, tmp_path):
     root, args, _ = lab
     checkpoint = root / "run" / "checkpoints" / "last.ckpt"
@@ -199,6 +207,8 @@ def test_a_refused_command_creates_nothing(tmp_path, args):
     assert list(tmp_path.iterdir()) == []
 
 
+# the module's runs; the default suite: tests/test_reliability.py refuses a mismatched resume in-process
+@pytest.mark.slow
 def test_resuming_with_another_runs_checkpoint_says_which_is_which_and_asks_for_no_override(lab, tmp_path):
     """resume=RUN ckpt_path=<a checkpoint of other settings>: no override asked for the change, so the words say
     that the checkpoint is another run's (they used to swap the two and ask to drop an override never given)."""

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import forked
+import pytest
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "old_run"
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
@@ -29,6 +30,9 @@ def run(tmp_path: Path, *args: str):
     return done
 
 
+# resume, evaluate, export and report of a stored old run (~26 s); the default suite: tests/test_run_dir.py reads old
+# records
+@pytest.mark.slow
 def test_an_old_run_dir_resumes_evaluates_exports_and_reports(tmp_path):
     shutil.copytree(FIXTURE, tmp_path / "run")
     recorded = (tmp_path / "run" / ".hydra" / "hydra.yaml").read_text()

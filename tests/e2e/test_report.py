@@ -37,6 +37,8 @@ def report(*args) -> subprocess.CompletedProcess:
     return forked.run([*REPORT, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=300)
 
 
+# The tests of this 4-run sweep are slow (~30 s for the sweep): the default suite reads the report of a user's task
+# (test_a_users_task_is_in_the_closing_lines...) and of test_train_e2e.py's objective sweep
 @pytest.fixture(scope="module")
 def mask_sweep(cache_dir, tmp_path_factory) -> Path:
     """4 jobs: objective.mask_rate=0.1,0.4 x seed=0,1 (MLM), W&B offline."""
@@ -118,6 +120,7 @@ def md_table(text: str, after: str = "## Runs") -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 def test_one_row_per_run_with_the_swept_values(html_report, mask_sweep):
     rows = html_table(html_report[0])
     assert [r["run"] for r in rows] == ["0", "1", "2", "3"]
@@ -137,6 +140,7 @@ def test_one_row_per_run_with_the_swept_values(html_report, mask_sweep):
         )
 
 
+@pytest.mark.slow
 def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
     rows = html_table(html_report[0])
     with ThreadPoolExecutor(4) as pool:  # read back independently with wandb's inspector
@@ -168,6 +172,7 @@ def test_values_are_the_last_ones_logged_to_wandb(html_report, mask_sweep):
     assert len({r["val loss*"] for r in rows}) > 1
 
 
+@pytest.mark.slow
 def test_html_is_self_contained_with_real_png_plots(html_report):
     import matplotlib.image as mpimg
 
@@ -198,6 +203,7 @@ def test_html_is_self_contained_with_real_png_plots(html_report):
     assert "never by raw accuracies" in text
 
 
+@pytest.mark.slow
 def test_the_verdict_is_the_same_in_the_console_the_report_and_verdict_json(html_report, mask_sweep):
     """One function computes the verdict; the end of the sweep, verdict.json and both report formats print it."""
     kept = json.loads((mask_sweep / "verdict.json").read_text())
@@ -236,6 +242,7 @@ def test_the_verdict_is_the_same_in_the_console_the_report_and_verdict_json(html
     assert " ".join(wandb_summary(mask_sweep / "3")["summary"]["sweep_verdict"].split()) == verdict
 
 
+@pytest.mark.slow
 def test_predictions_show_the_same_exam_examples_for_every_run_with_each_models_guesses(html_report, mask_sweep):
     rows = html_table(html_report[0], "predictions")
     assert [(r["run"], r["example"]) for r in rows] == [(str(job), str(i)) for job in range(4) for i in (0, 1)]
@@ -256,6 +263,7 @@ def test_predictions_show_the_same_exam_examples_for_every_run_with_each_models_
     )
 
 
+@pytest.mark.slow
 def test_markdown_writes_png_files_and_wandb_says_how_to_upload_offline_runs(mask_sweep, tmp_path):
     out = report(mask_sweep, "--format", "md", "--out", tmp_path / "out" / "summary.md", "--wandb")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -298,6 +306,8 @@ def failed_sweep(cache_dir, tmp_path_factory) -> Path:
     return root
 
 
+# a sweep with a failed job (~10 s); the default suite: tests/test_tune_faults.py reports damaged sweeps in-process
+@pytest.mark.slow
 def test_a_failed_job_is_listed_with_its_error_and_csv_logs_are_read(failed_sweep):
     out = report(failed_sweep, "--format", "md")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -313,6 +323,8 @@ def test_a_failed_job_is_listed_with_its_error_and_csv_logs_are_read(failed_swee
     assert f"failed: 1 ({failed_sweep / '1'}): {error}" in out.stdout
 
 
+# a sweep with a failed job (~10 s); the default suite: tests/test_tune_faults.py reports damaged sweeps in-process
+@pytest.mark.slow
 def test_wandb_without_wandb_runs_exits_2_after_writing_the_report(failed_sweep):
     out = report(failed_sweep, "--format", "md", "--out", failed_sweep / "again.md", "--wandb")
     assert out.returncode == 2 and out.stderr.startswith("error: --wandb") and len(out.stderr.splitlines()) == 1
@@ -333,6 +345,7 @@ def test_a_path_that_is_not_a_sweep_exits_2_with_one_line(tmp_path, what):
     assert not list(tmp_path.glob("**/report.*"))
 
 
+@pytest.mark.slow
 def test_the_sweep_is_four_wandb_runs_in_one_group(mask_sweep):
     records = [wandb_run_record(mask_sweep / str(job)) for job in range(4)]
     assert len({r["run_id"] for r in records}) == 4
@@ -359,6 +372,7 @@ def test_val_rows_get_the_tokens_seen_of_their_training_step():
     ] == [512, 512]
 
 
+@pytest.mark.slow
 def test_the_header_says_which_code_ran_and_what_every_run_shares(html_report, mask_sweep):
     from selfsup.common.version import describe
 
@@ -372,6 +386,7 @@ def test_the_header_says_which_code_ran_and_what_every_run_shares(html_report, m
     assert "seed" not in shared and "objective.mask_rate" not in shared  # swept
 
 
+@pytest.mark.slow
 def test_curves_are_one_line_per_swept_value_with_the_seed_band(mask_sweep):
     """2 mask rates x 2 seeds: two lines, each the mean of its seeds between their min and max."""
     from selfsup.report import load_runs, swept_keys
@@ -392,6 +407,7 @@ def test_curves_are_one_line_per_swept_value_with_the_seed_band(mask_sweep):
             assert (line["low"][i], line["high"][i]) == (min(values), max(values))
 
 
+@pytest.mark.slow
 def test_the_wandb_report_has_the_local_reports_panels_over_the_sweeps_group(mask_sweep):
     """--wandb builds this Report (saving it needs the W&B server): the sweep's group as its run set, the loss,
     probe and per-mask-rate panels, and the same notes as the local report."""
@@ -489,6 +505,7 @@ def _band(artist) -> tuple[float, float]:
     return min(ys), max(ys)
 
 
+@pytest.mark.slow
 def test_each_plot_has_its_baselines_at_their_values_in_a_legend_beside_the_data(mask_sweep):
     """The knob plots of the mask sweep: probe (random-init band, majority), minimal pairs (random-init band,
     unigram, bigram), fixed exam (unigram loss, from the kinds of target), each at the runs' logged values."""
@@ -536,6 +553,7 @@ def test_each_plot_has_its_baselines_at_their_values_in_a_legend_beside_the_data
     )
 
 
+@pytest.mark.slow
 def test_a_plot_of_one_point_per_series_is_not_drawn(mask_sweep):
     """Evaluated once per run: probe accuracy against tokens seen would be one dot per setting."""
     from selfsup.report import load_runs, swept_keys
@@ -598,6 +616,7 @@ def test_the_study_history_has_error_bars_and_the_random_init_band_and_does_with
     assert name == "optuna_history" and png == b"" and "not drawn" in caption
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_reader_sees_the_swept_columns_the_verdict_the_baselines_and_nothing_wider_than_the_page(
     html_report, mask_sweep, browser
@@ -639,6 +658,7 @@ def test_a_reader_sees_the_swept_columns_the_verdict_the_baselines_and_nothing_w
     )
 
 
+@pytest.mark.slow
 def test_one_colour_per_setting_in_every_figure_and_each_run_drawn_with_the_verdicts_interval(mask_sweep):
     """setting_colors: a colour per setting (the verdict's names), the same in the curves and the knob plots; each
     run's point in a knob plot has the whiskers of the interval the verdict reads."""

@@ -15,12 +15,16 @@ def test_resume_run_dir_continues_bitwise(train, tmp_path):
         "trainer.checkpoint_every_n_steps=4",
         "trainer.val_check_interval=4",
         "data.shard_chars=200000",
+        "debug=tiny",
+        "eval=none",  # what is compared is training; the evaluation of a resumed run: tests/test_reliability.py
     ]  # the corpus in 7 shards
-    straight = train(*settings, "trainer.max_steps=8", run_dir=tmp_path / "straight")
+    straight = train(*settings, "trainer.max_steps=8", run_dir=tmp_path / "straight", tiny=False)
     assert straight.returncode == 0, straight.stderr[-2000:]
-    first = train(*settings, "trainer.max_steps=4", run_dir=tmp_path / "stopped")
+    first = train(*settings, "trainer.max_steps=4", run_dir=tmp_path / "stopped", tiny=False)
     assert first.returncode == 0, first.stderr[-2000:]
-    resumed = train("resume=" + str(tmp_path / "stopped"), "trainer.max_steps=8", run_dir=tmp_path / "stopped")
+    resumed = train(
+        "resume=" + str(tmp_path / "stopped"), "trainer.max_steps=8", run_dir=tmp_path / "stopped", tiny=False
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     expected = losses(tmp_path / "straight")
     got = {**losses(tmp_path / "stopped"), **losses(tmp_path / "stopped", "csv/resume-1/metrics.csv")}

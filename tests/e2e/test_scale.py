@@ -36,6 +36,8 @@ def ddp_sweep(cache_dir, tmp_path_factory):
     return root, cwd, out
 
 
+# two-process DDP sweeps (~35 s); the default suite: tests/test_distributed.py starts DDP ranks from the resolved config
+@pytest.mark.slow
 def test_ddp_multirun_gives_one_wandb_run_per_job_and_no_stray_dirs(ddp_sweep):
     root, cwd, out = ddp_sweep
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [str(i) for i in range(len(OBJECTIVES))]
@@ -65,6 +67,7 @@ def test_ddp_other_objectives(train, objective, tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["world_size"] == 2
 
 
+@pytest.mark.slow  # the DDP sweep above
 def test_ddp_tokens_seen_counts_every_rank(ddp_sweep):
     root, _, _ = ddp_sweep
     summary = json.loads((root / "0" / "summary.json").read_text())  # mlm: windows of 32 tokens

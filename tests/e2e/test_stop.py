@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import forked
+import pytest
 from conftest import TINY
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
@@ -45,6 +46,7 @@ def test_sigterm_in_the_final_evaluation_stops_it_at_a_boundary(cache_dir, tmp_p
     # (resume=RUN from a checkpoint of the last step runs the final validation and evaluation: tests/e2e/test_faults.py)
 
 
+@pytest.mark.slow  # a sweep stopped by SIGTERM (~14 s); the default suite: SIGTERM in the final evaluation, below
 def test_sigterm_stops_a_sweep_which_names_the_jobs_not_run_and_their_commands_run(cache_dir, tmp_path):
     sweep = tmp_path / "multirun"
     proc = forked.Popen(

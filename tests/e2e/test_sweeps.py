@@ -71,6 +71,9 @@ def lr_sweep(cache_dir, tmp_path_factory):
     return sweep_dir, run_sweep(cache_dir, sweep_dir, "optim.lr=1e9,1e-3")
 
 
+# a sweep of three jobs (~30 s); the default suite: a failed job's error file (tests/test_names.py) and verdict
+# (test_verdict.py)
+@pytest.mark.slow
 def test_a_failing_job_does_not_end_the_sweep(lr_sweep, cache_dir):
     sweep_dir, out = lr_sweep
     assert out.returncode == 1  # the sweep ran to the end, then says that a job failed
@@ -138,6 +141,7 @@ def test_a_bad_value_refuses_the_sweep_before_any_job(cache_dir, tmp_path):
     assert not sweep_dir.exists()  # nothing ran, nothing was written
 
 
+@pytest.mark.slow  # five help commands (~13 s); the default suite composes every documented command (test_readme.py)
 def test_help_lists_the_labs_groups_in_seconds_whatever_the_working_directory_holds(tmp_path):
     """The config tree is the package's: a large virtual environment in the working directory is not walked."""
     venv = tmp_path / ".venv" / "lib" / "python3" / "site-packages"
@@ -173,6 +177,7 @@ def test_help_lists_the_labs_groups_in_seconds_whatever_the_working_directory_ho
     assert "objective=" in offered and "sweeps=" in offered and not any(o.startswith((".", "src")) for o in offered)
 
 
+@pytest.mark.slow  # two sweeps' compositions in new processes (~8 s); the default suite composes the shipped sweeps
 def test_a_users_config_dir_keeps_the_built_in_sweeps(tmp_path):
     (tmp_path / "objective").mkdir()
     (tmp_path / "objective" / "my_mlm.yaml").write_text("defaults:\n  - mlm\n  - _self_\nmask_rate: 0.3\n")
@@ -204,6 +209,8 @@ def test_a_users_config_dir_keeps_the_built_in_sweeps(tmp_path):
     assert "mask_rate: 0.3" in job.stdout and "mask_token_prob: 0.8" in job.stdout
 
 
+# two optuna sweeps (~45 s); the default suite: tests/test_tune.py and tests/test_tune_faults.py, in-process
+@pytest.mark.slow
 def test_optuna_study_continues_with_new_points_in_one_wandb_group(cache_dir, tmp_path):
     """A trial, then one more into the same study: 2 different parameter sets; the continuation writes its job
     into the study's own sweep dir (trial number = job dir), its own sweep dir taken back; each trial keeps its
@@ -266,6 +273,7 @@ def test_optuna_study_continues_with_new_points_in_one_wandb_group(cache_dir, tm
     assert "report-optuna_history.png" in text
 
 
+@pytest.mark.slow  # the default suite: tests/test_tune_faults.py refuses bad study settings in-process
 def test_continuing_a_study_that_is_not_there_is_refused(cache_dir, tmp_path):
     pytest.importorskip("optuna")
     out = run_sweep(cache_dir, tmp_path / "sweep", "sweeps=tune", f"hydra.sweeper.storage=sqlite:///{tmp_path}/nope.db")
@@ -286,6 +294,9 @@ def test_submitit_local_launcher_runs_two_jobs(cache_dir, tmp_path):
     assert list(tmp_path.glob(".submitit/*"))  # submitit's own job files
 
 
+# three objectives to one FLOP budget (~17 s); the default suite: tests/evaluation/test_evaluation.py stops a run at
+# max_flops
+@pytest.mark.slow
 def test_compare_flops_stops_every_objective_at_the_same_training_flops(cache_dir, tmp_path):
     """experiment=compare_flops (tiny): each objective runs to its own step count at one FLOP budget, its cosine
     ending at that step, and the verdict says that FLOPs were held equal and steps were not."""

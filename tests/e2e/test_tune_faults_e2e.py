@@ -56,6 +56,8 @@ def nothing_blocks(sweep_dir: Path) -> None:
     assert not sweep_dir.exists(), sorted(p.name for p in sweep_dir.iterdir())
 
 
+# three sweeps refused (~8 s); the default suite: tests/test_tune_faults.py refuses bad search spaces in-process
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "key,expression",
     [
@@ -71,6 +73,7 @@ def test_a_bad_search_space_is_refused_in_one_line_leaving_no_study(cache_dir, t
     nothing_blocks(tmp_path / "sweep")
 
 
+@pytest.mark.slow  # the default suite: tests/test_tune_faults.py, in-process
 def test_nonsensical_n_trials_is_refused_in_one_line(cache_dir, tmp_path):
     pytest.importorskip("optuna")
     out = run(cache_dir, tmp_path / "sweep", "hydra.sweeper.n_trials=-3")
@@ -82,6 +85,7 @@ def test_nonsensical_n_trials_is_refused_in_one_line(cache_dir, tmp_path):
     assert list((tmp_path / "empty").iterdir()) == []
 
 
+@pytest.mark.slow  # the default suite: tests/test_tune_faults.py, in-process
 def test_a_corrupt_study_database_is_refused_in_one_line(cache_dir, tmp_path):
     pytest.importorskip("optuna")
     db = tmp_path / "optuna.db"

@@ -11,6 +11,7 @@ import yaml
 from conftest import TINY
 
 
+@pytest.mark.slow  # an optuna sweep of two seeds a trial (~15 s); the default suite: tests/test_tune.py, in-process
 def test_a_trial_of_two_seeds_is_their_mean_with_its_standard_error(cache_dir, tmp_path):
     optuna = pytest.importorskip("optuna")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}

@@ -300,6 +300,8 @@ def test_random_init_baselines_are_cached_per_shape_and_seed(tmp_path, caplog):
 EXAMPLE_SET = Path(__file__).parents[2] / "docs" / "examples" / "pairs.jsonl"
 
 
+# a run trained with a user set (~9 s); the default suite reads user sets and refuses bad ones in-process (above)
+@pytest.mark.slow
 def test_a_run_scores_a_user_set_by_group_and_refuses_a_bad_one_before_writing(cache_dir, tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline"}
     common = ["selfsup-train", "debug=tiny", "logger=csv", "eval.tasks=null", f"data.cache_dir={cache_dir}"]
