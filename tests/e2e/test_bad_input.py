@@ -76,6 +76,11 @@ def refusal(cache_dir, *overrides) -> str | None:
         (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path", "does not exist"]),
         (["objective._target_=nowhere.Objective"], ["objective._target_=nowhere.Objective cannot be imported"]),
         (["optim.lr=-1"], ["optim.lr=-1.0 must be positive"]),
+        (["objective.schedule.shape=step"], ["objective.schedule.shape=step is unknown", "linear, cosine"]),
+        (
+            ["objective=clm", "objective.schedule.end=0.1"],
+            ["objective.schedule.end: this objective (CausalLM) has no rate"],
+        ),
         (
             ["optimized_metric=eval/ordr/accuracy"],
             ["optimized_metric=eval/ordr/accuracy: this run evaluates no 'ordr'", "eval/probe/..."],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 
@@ -74,6 +75,8 @@ class Objective:
     name = "objective"
     architectures: tuple[str, ...] = ()
     refusals: dict[str, str] = {}  # architecture -> why this objective cannot train it
+    scheduled: str | None = None  # the rate objective.schedule moves (mask_rate, noise_density); None: none
+    schedule: Any = None  # its rate over training steps: a selfsup.objectives.schedule.Schedule
 
     @classmethod
     def incompatibility(cls, architecture: str) -> str | None:
@@ -110,6 +113,15 @@ class Objective:
 
     def __call__(self, tokens: torch.Tensor, generator: torch.Generator) -> ObjectiveBatch:
         raise NotImplementedError
+
+    def at_step(self, step: int | None, total: int | None = None) -> float | None:
+        """Set the scheduled rate for the batches of training step `step` (None: validation, which masks at the
+        schedule's end value); `total`: the run's max_steps. The rate, or None for an objective without one."""
+        if self.schedule is None or self.scheduled is None:
+            return None
+        rate = self.schedule.end if step is None else self.schedule(step, total)
+        setattr(self, self.scheduled, rate)
+        return rate
 
     def is_special(self, tokens: torch.Tensor) -> torch.Tensor:
         return tokens < self.vocab.first_ordinary

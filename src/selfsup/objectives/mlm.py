@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.vocab import Vocab
 from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch, ObjectiveError, check_probability
+from selfsup.objectives.schedule import ScheduleConfig, make_schedule
 
 
 @dataclass
@@ -21,11 +22,13 @@ class MaskedLMConfig:
     mask_token_prob: float = 0.8  # of those: become <mask>
     random_token_prob: float = 0.1  # of those: become a random token (the rest stay unchanged)
     whole_word: bool = False  # hide whole words
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)  # mask_rate over steps (its start value)
 
 
 class MaskedLM(Objective):
     """Each ordinary token is chosen independently with probability mask_rate.
 
+    With objective.schedule, mask_rate is the start of a schedule over training steps (selfsup.objectives.schedule).
     Of the chosen: mask_token_prob become <mask>, random_token_prob a random ordinary token, the
     rest stay unchanged but are still scored. Special tokens (pad, bos, eos, mask, sentinels) are
     never chosen. With whole_word, the choice is made per word (a word starts at a token carrying
@@ -33,6 +36,7 @@ class MaskedLM(Objective):
     """
 
     name = "mlm"
+    scheduled = "mask_rate"
     architectures = (ENCODER,)
     refusals = {
         DECODER: "causal attention hides the right context MLM needs",
@@ -49,17 +53,23 @@ class MaskedLM(Objective):
         mask_token_prob: float = MaskedLMConfig.mask_token_prob,
         random_token_prob: float = MaskedLMConfig.random_token_prob,
         whole_word: bool = MaskedLMConfig.whole_word,
+        schedule=None,
         name: str | None = None,
     ):
         super().__init__(vocab, seq_len, architecture, name)
-        check_probability(
-            "objective.mask_rate",
-            mask_rate,
-            open_low=True,
-            open_high=True,
-            why_low="0% hides nothing and teaches nothing",
-            why_high="100% leaves no context to predict from",
-        )
+
+        def check_rate(key: str, value: float) -> None:
+            check_probability(
+                key,
+                value,
+                open_low=True,
+                open_high=True,
+                why_low="0% hides nothing and teaches nothing",
+                why_high="100% leaves no context to predict from",
+            )
+
+        check_rate("objective.mask_rate", mask_rate)
+        self.schedule = make_schedule(mask_rate, schedule, check_rate)
         check_probability("objective.mask_token_prob", mask_token_prob)
         check_probability("objective.random_token_prob", random_token_prob)
         if mask_token_prob + random_token_prob > 1:

@@ -7,6 +7,7 @@ Hydra's and OmegaConf's own config errors are folded into one line too (config_e
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -104,4 +105,13 @@ def config_error_line(err: BaseException) -> str:
         return out
 
     parts = [flat(e).rstrip(".") for e in (err.__cause__, err) if e is not None]
-    return ": ".join(p for p in parts if p)
+    line = ": ".join(p for p in parts if p)
+    unscheduled = re.search(
+        r"Key 'schedule' not in '(\w+)Config'.*Could not override '(objective\.schedule[\w.]*)'", line
+    )
+    if unscheduled:  # Hydra's advice (+objective.schedule...) would fail in the objective: say what has a schedule
+        return (
+            f"{unscheduled[2]}: this objective ({unscheduled[1]}) has no rate to schedule: objective.schedule moves "
+            f"objective=mlm's mask_rate"
+        )
+    return line

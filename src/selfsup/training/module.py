@@ -103,6 +103,7 @@ class SelfSupModule(L.LightningModule):
         self.tokens_seen = 0  # global input tokens consumed by training so far
         self.targets_seen = 0  # global scored targets so far
         self.flops_seen = 0.0  # global training FLOPs so far (the first batch's count per step)
+        self.planned_steps = None  # the steps max_steps or a max_flops / max_tokens budget allows (count_flops)
         # val/loss = total NLL / total scored over the whole validation set, as sums (a weighted MeanMetric with
         # nan_strategy="disable" drops its weights, torchmetrics#3434); a NaN batch makes it NaN (torchmetrics'
         # default would drop it, with a warning)
@@ -129,10 +130,18 @@ class SelfSupModule(L.LightningModule):
             for i, chunk in enumerate(tokens.chunk(self.accumulate))
         ]
 
+    def scheduled_rate(self, step: int | None, total: int | None = None) -> float | None:
+        """The objective's rate on objective.schedule at `step` (None: validation's), set on it; None without one
+        (an objective may be any function of tokens and a generator)."""
+        at_step = getattr(self.objective, "at_step", None)
+        return at_step(step, total) if at_step is not None else None
+
     # ------------------------------------------------------------------ training
     def training_step(self, tokens: torch.Tensor, batch_idx: int) -> torch.Tensor:
         opt, sched = self.optimizers(), self.lr_schedulers()
         step = self.global_step
+        # objective.schedule's rate at this step, if any: over the steps trainer.max_steps or a budget allows
+        rate = self.scheduled_rate(step, self.planned_steps or self.max_steps)
         micro = self.micro_batches(tokens, "train", step)
         local = torch.stack([torch.stack([b.n_scored, b.n_inputs]) for b in micro]).sum(0).float()
         total_scored, total_inputs = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
@@ -181,6 +190,8 @@ class SelfSupModule(L.LightningModule):
             "train/flops_seen": self.flops_seen,
             "train/lr": sched.get_last_lr()[0],
         }
+        if rate is not None:  # train/mask_rate (MLM), train/noise_density: the scheduled rate of this step
+            metrics[f"train/{self.objective.scheduled}"] = rate
         if logging:
             metrics["train/accuracy"] = sums[1] / max(total_scored, 1.0)
             if self._grad_norm is not None:
@@ -215,13 +226,14 @@ class SelfSupModule(L.LightningModule):
         """A run that trainer.max_flops or trainer.max_tokens stops before max_steps decays its learning rate to
         the step at which it reaches that budget (known once the first step is counted), unless
         optim.lr_decay_steps says otherwise: runs at equal compute each get their whole schedule."""
-        if not hasattr(self.optim, "lr_decay_steps") or self.optim.lr_decay_steps is not None:
-            return
         steps = [self.max_steps] if self.max_steps > 0 else []
         if self.max_flops and self.flops_per_batch:
             steps.append(math.ceil(self.max_flops / self.flops_per_batch))
         if self.max_tokens and inputs_per_step:
             steps.append(math.ceil(self.max_tokens / inputs_per_step))
+        self.planned_steps = min(steps) if steps else None  # an objective.schedule without steps spans them
+        if not hasattr(self.optim, "lr_decay_steps") or self.optim.lr_decay_steps is not None:
+            return
         if steps and min(steps) < self.max_steps:
             self.optim.lr_decay_steps = min(steps)
 
@@ -254,6 +266,7 @@ class SelfSupModule(L.LightningModule):
 
     # ------------------------------------------------------------------ validation
     def validation_step(self, tokens: torch.Tensor, batch_idx: int) -> None:
+        self.scheduled_rate(None)  # a scheduled rate at its end value: val/loss is one series over the run
         batch = self.objective(tokens, self.generator("val", batch_idx))  # same masks every evaluation
         nll, n, correct = cross_entropy_sums(self.model, batch)
         self.val_nll.update(nll)
