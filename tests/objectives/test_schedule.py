@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from selfsup.data.vocab import Vocab
-from selfsup.objectives import ObjectiveError, build_objective
+from selfsup.objectives import ObjectiveError, build_objective, raw_length_for, span_lengths
 from selfsup.objectives.schedule import Schedule
 
 V = Vocab(size=1000, n_sentinels=100)
@@ -48,3 +48,27 @@ def test_a_bad_schedule_is_one_line_naming_the_setting(schedule, words):
     with pytest.raises(ObjectiveError) as error:
         build_objective("mlm", V, 32, schedule=schedule)
     assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_span_corruptions_noise_density_follows_the_schedule_in_one_window_that_fits_both_ends():
+    """The window is the one whose encoder input fits seq_len at the lower end (T5's rule, as for a constant rate
+    there); each step's batches hide exactly round(window x rate) tokens in that step's spans; the model's positions
+    cover the encoder input at the lower end and the targets at the upper one."""
+    span = build_objective("span_corruption", V, 128, mask_rate=0.3, schedule={"shape": "linear", "end": 0.15})
+    assert span.raw_length == raw_length_for(128, 0.15, 3.0)[0]
+    tokens = torch.randint(V.first_ordinary, V.size, (4, span.raw_length), generator=torch.Generator().manual_seed(0))
+    seen = {}
+    for step in (0, 5, 10, None):
+        rate = span.at_step(step, total=10)
+        batch = span(tokens, torch.Generator().manual_seed(1))
+        inputs, targets = span_lengths(span.raw_length, rate, 3.0)
+        assert batch.encoder_inputs.shape == (4, inputs) and batch.targets.shape == (4, targets)
+        noise = round(span.raw_length * rate)
+        # the targets hold each span's sentinel, its tokens, and eos: the hidden tokens are the rest
+        assert int((batch.targets >= V.first_ordinary).sum(1).max()) == noise
+        assert inputs <= 128 and max(inputs, targets) <= span.model_length
+        seen[step] = (inputs, targets)
+    assert seen[0][1] > seen[10][1] and seen[0][0] < seen[10][0] and seen[None] == seen[10]
+    assert span.model_length == max(
+        span_lengths(span.raw_length, 0.15, 3.0)[0], span_lengths(span.raw_length, 0.3, 3.0)[1]
+    )

@@ -1,4 +1,4 @@
-"""A rate that changes over training steps: MLM's mask rate, span corruption's noise density.
+"""A rate that changes over training steps: MLM's mask rate, span corruption's noise density (objective.mask_rate).
 
 `objective.schedule` (ScheduleConfig) moves the objective's rate from its start value (the objective's own setting,
 e.g. objective.mask_rate=0.3) to `end` over `steps` training steps (default: the run's trainer.max_steps), then

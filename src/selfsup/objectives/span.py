@@ -9,13 +9,14 @@ shapes: inputs = non-noise + spans + 1 (eos), targets = noise + spans + 1 (eos).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.vocab import Vocab
 from selfsup.objectives.base import Objective, ObjectiveBatch, ObjectiveError, check_finite, check_probability
+from selfsup.objectives.schedule import ScheduleConfig, make_schedule
 
 
 def span_counts(raw_length: int, mask_rate: float, mean_span_length: float) -> tuple[int, int]:
@@ -74,10 +75,16 @@ class SpanCorruptionConfig:
     name: str = "span_corruption"
     mask_rate: float = 0.15  # noise density: fraction of the window's tokens in spans
     mean_span_length: float = 3.0
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)  # mask_rate over steps (its start value)
 
 
 class SpanCorruption(Objective):
+    """T5's span corruption (module docstring). With objective.schedule the noise density moves over training steps
+    (selfsup.objectives.schedule): the window is the one whose encoder input fits seq_len at the lower end, and
+    each step's batches have that step's encoder and target lengths (the model's positions cover both ends)."""
+
     name = "span_corruption"
+    scheduled = "mask_rate"
     architectures = (ENCODER_DECODER,)
     refusals = {
         ENCODER: "the spans are written by a decoder; use architecture=encoder_decoder",
@@ -93,35 +100,52 @@ class SpanCorruption(Objective):
         mask_rate: float = SpanCorruptionConfig.mask_rate,
         mean_span_length: float = SpanCorruptionConfig.mean_span_length,
         raw_length: int | None = None,
+        schedule=None,
         setting: str = "objective",
         name: str | None = None,
     ):
         """seq_len is the encoder input length; raw_length overrides the window (then seq_len is derived).
         setting: the config node named in errors (UL2: objective.denoisers[i])."""
         super().__init__(vocab, seq_len, architecture, name)
-        check_probability(
-            f"{setting}.mask_rate",
-            mask_rate,
-            open_low=True,
-            open_high=True,
-            why_low="0% hides nothing and teaches nothing",
-            why_high="100% leaves no context to predict from",
-        )
+
+        def check_rate(key: str, value: float) -> None:
+            check_probability(
+                key,
+                value,
+                open_low=True,
+                open_high=True,
+                why_low="0% hides nothing and teaches nothing",
+                why_high="100% leaves no context to predict from",
+            )
+
+        check_rate(f"{setting}.mask_rate", mask_rate)
         check_finite(f"{setting}.mean_span_length", mean_span_length)
         if mean_span_length < 1:
             raise ObjectiveError(
                 f"{setting}.mean_span_length={mean_span_length} is below 1: "
                 f"a span holds at least one token, use a value >= 1 (T5: 3)"
             )
+        self.schedule = make_schedule(mask_rate, schedule, check_rate)
         self.mask_rate = mask_rate
         self.mean_span_length = mean_span_length
-        self._raw = raw_length if raw_length is not None else raw_length_for(seq_len, mask_rate, mean_span_length)[0]
+        low, high = sorted((self.schedule.start, self.schedule.end))
+        self._raw = raw_length if raw_length is not None else raw_length_for(seq_len, low, mean_span_length)[0]
         if self._raw < 2:
             raise ObjectiveError(
-                f"data.seq_len={seq_len} is too short for span corruption at mask_rate={mask_rate}: raise data.seq_len"
+                f"data.seq_len={seq_len} is too short for span corruption at mask_rate={low}: raise data.seq_len"
             )
-        self.noise, self.spans = span_counts(self._raw, mask_rate, mean_span_length)
-        self.inputs_length, self.targets_length = span_lengths(self._raw, mask_rate, mean_span_length)
+        for rate in dict.fromkeys((low, high)):  # the schedule's two ends (one for a constant rate)
+            self._derive(rate)
+            self._check(seq_len, raw_length, setting, rate)
+        self._model_length = max(span_lengths(self._raw, low, mean_span_length)[0], self.targets_length)
+        self._derive(mask_rate)
+
+    def _derive(self, rate: float) -> None:
+        """The counts and lengths of the window at noise density `rate`."""
+        self.noise, self.spans = span_counts(self._raw, rate, self.mean_span_length)
+        self.inputs_length, self.targets_length = span_lengths(self._raw, rate, self.mean_span_length)
+
+    def _check(self, seq_len: int, raw_length: int | None, setting: str, rate: float) -> None:
         if raw_length is None and self.inputs_length > seq_len:  # only seq_len 2: [kept, sentinel, eos]
             raise ObjectiveError(
                 f"data.seq_len={seq_len} is too short for span corruption: the shortest "
@@ -130,17 +154,23 @@ class SpanCorruption(Objective):
             )
         if self.spans > self._raw - self.noise:
             raise ObjectiveError(
-                f"{setting}.mask_rate={mask_rate} with mean_span_length={mean_span_length} cuts a window of "
+                f"{setting}.mask_rate={rate} with mean_span_length={self.mean_span_length} cuts a window of "
                 f"{self._raw} tokens into {self.spans} noise spans but keeps only {self._raw - self.noise} tokens "
                 f"to separate them: T5's layout needs a kept token before each span; lower {setting}.mask_rate or "
                 f"raise {setting}.mean_span_length"
             )
-        if self.spans > vocab.n_sentinels:
+        if self.spans > self.vocab.n_sentinels:
             raise ObjectiveError(
                 f"span corruption needs {self.spans} sentinels per sequence but the vocabulary has "
-                f"{vocab.n_sentinels}: raise data.n_sentinels to {self.spans} or more, or lower "
+                f"{self.vocab.n_sentinels}: raise data.n_sentinels to {self.spans} or more, or lower "
                 f"data.seq_len / {setting}.mask_rate, or raise {setting}.mean_span_length"
             )
+
+    def at_step(self, step: int | None, total: int | None = None) -> float | None:
+        rate = super().at_step(step, total)
+        if rate is not None:
+            self._derive(rate)
+        return rate
 
     @property
     def raw_length(self) -> int:
@@ -148,7 +178,7 @@ class SpanCorruption(Objective):
 
     @property
     def model_length(self) -> int:
-        return max(self.inputs_length, self.targets_length)
+        return self._model_length
 
     def span_lengths(self, batch: int, generator: torch.Generator, device) -> tuple[torch.Tensor, torch.Tensor]:
         """(non-noise lengths, noise lengths), each [batch, spans]; span j of each kind alternate,

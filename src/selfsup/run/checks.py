@@ -112,6 +112,6 @@ def config_error_line(err: BaseException) -> str:
     if unscheduled:  # Hydra's advice (+objective.schedule...) would fail in the objective: say what has a schedule
         return (
             f"{unscheduled[2]}: this objective ({unscheduled[1]}) has no rate to schedule: objective.schedule moves "
-            f"objective=mlm's mask_rate"
+            f"objective.mask_rate of mlm and span_corruption"
         )
     return line
