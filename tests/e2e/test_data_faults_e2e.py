@@ -72,6 +72,8 @@ def test_a_read_only_cache_dir_that_needs_a_build_is_one_line_and_no_run_dir(tmp
             cache.chmod(0o755)
 
 
+# a run on a full disk (~5 s); the default suite: tests/data/test_data_faults.py's full disk while building, in-process
+@pytest.mark.slow
 def test_a_disk_full_while_preparing_data_is_one_line_and_leaves_no_cache_folder(tmp_path):
     disk = tmp_path / "disk"
     if os.geteuid() != 0 or not mount(disk, "size=256k"):
