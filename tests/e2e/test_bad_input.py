@@ -173,6 +173,8 @@ def test_data_mistakes(cache_dir, files, path, words):
         assert w in str(err.value), (w, str(err.value))
 
 
+# a run refused on its data (~6 s); the default suite: tests/data/test_data_datamodule.py refuses one-token documents
+@pytest.mark.slow
 def test_one_token_documents_are_refused_in_one_line(train, files, cache_dir):
     cached = sorted(cache_dir.iterdir())
     out = train("data=text_files", f"data.paths=[{files / 'words.jsonl'}]", "data.vocab_size=300", "data.n_sentinels=4")

@@ -94,7 +94,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-# three families on two tasks (~45 s); the default suite: the three-class task and the plan on the same sweep
+# three families on two tasks (~45 s); the default suite: the three-class task on the same sweep
 @pytest.mark.slow
 def test_a_sweep_is_scored_on_rte_and_the_builtin_pair_task_without_training_again(families, tmp_path):
     train, validation = rte_files(tmp_path)
@@ -199,6 +199,9 @@ def test_a_sweep_is_scored_on_rte_and_the_builtin_pair_task_without_training_aga
     assert '<div id="evaluated-verdict">' in section and "<li>rte: " in section
 
 
+# selfsup-eval --plan on a sweep (~8 s); the default suite: the plan line in-process
+# (tests/evaluation/test_evaluation.py)
+@pytest.mark.slow
 def test_the_plan_says_each_runs_parts_and_cached_baselines_and_writes_nothing(families):
     """--plan: each run's plan line and the whole; nothing written; other settings: nothing cached. The cache holds
     the built-in task's baselines when the (slow) test above ran first; which baselines a plan reads from the cache

@@ -38,6 +38,8 @@ def suggested(line: str, after: str) -> list[str]:
     return shlex.split(command)[1:]
 
 
+# two runs (~8 s); the default suite: the non-finite guard in a real run, in-process (tests/test_reliability.py)
+@pytest.mark.slow
 def test_non_finite_gradients_never_reach_the_weights_and_the_suggested_command_trains(train, tmp_path):
     run = tmp_path / "run"
     out = train(*QUICK, "optim.lr=1e6", "trainer.max_steps=12", "trainer.val_check_interval=2", run_dir=run)

@@ -67,7 +67,7 @@ def lab(tmp_path_factory, cache_dir):
     return root, args, out
 
 
-# a run's whole console (~10 s); the default suite: test_train_e2e.py reads each objective's closing lines
+# a run's whole console (~10 s); the default suite: test_train_e2e.py reads a sweep's printed table and verdict
 @pytest.mark.slow
 def test_the_console_of_a_run_in_a_log_file(lab):
     """A plain line every 2 steps (40 steps: about 20 lines), one line per validation, the end of the run;
@@ -91,7 +91,7 @@ def test_the_console_of_a_run_in_a_log_file(lab):
     assert "\r" not in recorded and [x for x in recorded.splitlines() if x.startswith("step ")] == progress
 
 
-# a run's whole console (~15 s); the default suite: test_train_e2e.py reads each objective's closing lines
+# a run's whole console (~15 s); the default suite: test_train_e2e.py reads a sweep's printed table and verdict
 @pytest.mark.slow
 def test_the_console_of_a_run_in_a_100_column_terminal(lab, tmp_path):
     """In a terminal the progress line is redrawn in place, around W&B's capture: every screen line fits

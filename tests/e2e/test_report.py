@@ -38,7 +38,7 @@ def report(*args) -> subprocess.CompletedProcess:
 
 
 # The tests of this 4-run sweep are slow (~30 s for the sweep): the default suite reads the report of a user's task
-# (test_a_users_task_is_in_the_closing_lines...) and of test_train_e2e.py's objective sweep
+# through a sweep's console, table, report and verdict (test_a_users_task_is_in_the_closing_lines...)
 @pytest.fixture(scope="module")
 def mask_sweep(cache_dir, tmp_path_factory) -> Path:
     """4 jobs: objective.mask_rate=0.1,0.4 x seed=0,1 (MLM), W&B offline."""

@@ -664,6 +664,9 @@ def test_minicons_scores_the_exported_model_as_the_lab_scores_pairs(sweep, job):
     assert S.accuracy(ours[0::2], ours[1::2]).tolist() == S.accuracy(good.numpy(), bad.numpy()).tolist()
 
 
+# the report of the objective sweep (~9 s); the default suite: a user's task through a sweep's console, table, report
+# and verdict (test_report.py)
+@pytest.mark.slow
 def test_the_report_of_an_objective_sweep_shows_the_objective_swept_and_the_consoles_verdict(sweep, tmp_path):
     """objective=mlm,clm,...: the report's swept key is `objective` (not each objective's own settings), its
     table has no per-objective setting columns, and its verdict is the console's, word for word."""
