@@ -145,3 +145,15 @@ def check_probability(
         bounds = f"{'(' if open_low else '['}0, 1{')' if open_high else ']'}"
         why = why_low if low_bad else why_high
         raise ObjectiveError(f"{name}={value} is out of range: use a value in {bounds}" + (f" ({why})" if why else ""))
+
+
+def check_rate(key: str, value: float) -> None:
+    """A mask rate or noise density (or a schedule's end value): strictly between 0 and 1."""
+    check_probability(
+        key,
+        value,
+        open_low=True,
+        open_high=True,
+        why_low="0% hides nothing and teaches nothing",
+        why_high="100% leaves no context to predict from",
+    )

@@ -8,7 +8,7 @@ import torch
 
 from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.vocab import Vocab
-from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch, ObjectiveError, check_probability
+from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch, ObjectiveError, check_probability, check_rate
 from selfsup.objectives.schedule import ScheduleConfig, make_schedule
 
 
@@ -57,17 +57,6 @@ class MaskedLM(Objective):
         name: str | None = None,
     ):
         super().__init__(vocab, seq_len, architecture, name)
-
-        def check_rate(key: str, value: float) -> None:
-            check_probability(
-                key,
-                value,
-                open_low=True,
-                open_high=True,
-                why_low="0% hides nothing and teaches nothing",
-                why_high="100% leaves no context to predict from",
-            )
-
         check_rate("objective.mask_rate", mask_rate)
         self.schedule = make_schedule(mask_rate, schedule, check_rate)
         check_probability("objective.mask_token_prob", mask_token_prob)

@@ -51,13 +51,6 @@ class Schedule:
             return self.start + (self.end - self.start) * t
         return self.end + (self.start - self.end) * (1 + math.cos(math.pi * t)) / 2
 
-    def describe(self, name: str) -> str:
-        """`mask_rate 0.3 -> 0.15 (linear over 600 steps)`, or `mask_rate 0.15`."""
-        if self.constant:
-            return f"{name} {self.start:g}"
-        over = f" over {self.steps} steps" if self.steps else ""
-        return f"{name} {self.start:g} -> {self.end:g} ({self.shape}{over})"
-
 
 def make_schedule(start: float, settings, check_end) -> Schedule:
     """The Schedule of objective.schedule (a ScheduleConfig, a mapping or None) from the rate `start`; check_end(key,

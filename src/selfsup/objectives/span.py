@@ -15,7 +15,7 @@ import torch
 
 from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.vocab import Vocab
-from selfsup.objectives.base import Objective, ObjectiveBatch, ObjectiveError, check_finite, check_probability
+from selfsup.objectives.base import Objective, ObjectiveBatch, ObjectiveError, check_finite, check_rate
 from selfsup.objectives.schedule import ScheduleConfig, make_schedule
 
 
@@ -107,17 +107,6 @@ class SpanCorruption(Objective):
         """seq_len is the encoder input length; raw_length overrides the window (then seq_len is derived).
         setting: the config node named in errors (UL2: objective.denoisers[i])."""
         super().__init__(vocab, seq_len, architecture, name)
-
-        def check_rate(key: str, value: float) -> None:
-            check_probability(
-                key,
-                value,
-                open_low=True,
-                open_high=True,
-                why_low="0% hides nothing and teaches nothing",
-                why_high="100% leaves no context to predict from",
-            )
-
         check_rate(f"{setting}.mask_rate", mask_rate)
         check_finite(f"{setting}.mean_span_length", mean_span_length)
         if mean_span_length < 1:
