@@ -1,8 +1,8 @@
 """A rate that changes over training steps: MLM's mask rate, span corruption's noise density (objective.mask_rate).
 
 `objective.schedule` (ScheduleConfig) moves the objective's rate from its start value (the objective's own setting,
-e.g. objective.mask_rate=0.3) to `end` over `steps` training steps (default: the run's trainer.max_steps), then
-holds it there:
+e.g. objective.mask_rate=0.3) to `end` over `steps` training steps (default: the run's trainer.max_steps, or the step
+its max_flops / max_tokens budget stops it), then holds it there:
 
     constant   start at every step (end unset or equal to start)
     linear     start + (end - start) * t
@@ -27,11 +27,11 @@ class ScheduleConfig:
 
     shape: str = "constant"  # constant, linear or cosine
     end: float | None = None  # the rate at the end (unset: the start value, a constant rate)
-    steps: int | None = None  # steps from start to end (unset: the run's trainer.max_steps)
+    steps: int | None = None  # steps from start to end (unset: the run's length, trainer.max_steps or its budget's)
 
 
 class Schedule:
-    """The rate at a training step: `schedule(step)`; `at_end` for validation."""
+    """The rate at a training step: `schedule(step)`; validation's is `end`."""
 
     def __init__(self, start: float, shape: str = "constant", end: float | None = None, steps: int | None = None):
         self.start, self.shape, self.steps = float(start), shape, steps

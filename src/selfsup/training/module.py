@@ -190,7 +190,7 @@ class SelfSupModule(L.LightningModule):
             "train/flops_seen": self.flops_seen,
             "train/lr": sched.get_last_lr()[0],
         }
-        if rate is not None:  # train/mask_rate (MLM), train/noise_density: the scheduled rate of this step
+        if rate is not None:  # train/mask_rate: this step's rate (MLM's mask rate, span corruption's noise density)
             metrics[f"train/{self.objective.scheduled}"] = rate
         if logging:
             metrics["train/accuracy"] = sums[1] / max(total_scored, 1.0)
