@@ -104,10 +104,11 @@ def test_two_runs_into_one_dir_one_is_refused(cache_dir, tmp_path):
         "trainer.val_check_interval=100",
     ]
     first = forked.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.time() + 120
-    while not (run / ".hydra" / "config.yaml").is_file() and time.time() < deadline:
+    deadline, config = time.time() + 120, run / ".hydra" / "config.yaml"
+    # Hydra creates the file, then writes it: read it once it holds the config (empty, it was read mid-write)
+    while not (config.is_file() and b"trainer:" in config.read_bytes()) and time.time() < deadline:
         time.sleep(0.2)
-    hydra_config = (run / ".hydra" / "config.yaml").read_bytes()
+    hydra_config = config.read_bytes()
     second = forked.run(args[:-2] + ["trainer.max_steps=7"], capture_output=True, text=True, env=env, timeout=300)
     assert second.returncode == 2
     assert f"{run} is in use by another selfsup-train (pid {first.pid})" in one_error_line(second)
