@@ -126,7 +126,12 @@ class SpanCorruption(Objective):
         for rate in dict.fromkeys((low, high)):  # the schedule's two ends (one for a constant rate)
             self._derive(rate)
             self._check(seq_len, raw_length, setting, rate)
-        self._model_length = max(span_lengths(self._raw, low, mean_span_length)[0], self.targets_length)
+        # the longest encoder input is at the lower end, the longest targets at the upper one
+        lowest, highest = (
+            span_lengths(self._raw, low, mean_span_length),
+            span_lengths(self._raw, high, mean_span_length),
+        )
+        self._model_length = max(lowest[0], highest[1])
         self._derive(mask_rate)
 
     def _derive(self, rate: float) -> None:
