@@ -46,6 +46,7 @@ from selfsup.evaluation.pair_sets import MAX_WORDS, PAIR_TYPES, PairSet, PairSou
 from selfsup.evaluation.scoring import (
     BATCH_TOKENS,
     NGram,
+    Rows,
     accuracy,
     blank_rows,
     decoder_rows,
@@ -145,6 +146,7 @@ class MinimalPairs:
         self.batch_tokens, self.reference_tokens = batch_tokens, reference_tokens
         self.pair_sets: list[PairSet] = []
         self.scorers: dict[str, tuple[str, callable]] = {}  # metric prefix -> (scorer's name, rows builder)
+        self.built: dict[str, Rows] = {}  # metric prefix -> its scorer's rows of the sentences (`rows`)
         self.sentences: list[list[int]] = []  # unique sentences' token ids
         self.index: list[tuple[np.ndarray, np.ndarray]] = []  # per pair set: (good, bad) indices into sentences
         self.skipped = 0
@@ -214,6 +216,7 @@ class MinimalPairs:
                 f"tokens (raise data.seq_len)",
                 file=sys.stderr,
             )
+        self.built = {}
         self.scorers = {"eval/pairs": (scorer_name(architecture, objective), FAMILY_ROWS[architecture])}
         if architecture == ENCODER_DECODER and self.denoise:
             k = max(1, int(round(span if span is not None else 3.0)))
@@ -251,10 +254,16 @@ class MinimalPairs:
         }
 
     # -------------------------------------------------------------------------------------- scoring
+    def rows(self, prefix: str) -> Rows:
+        """The forward rows of the scorer of `prefix` over the sentences, built once (the trained model, each
+        random-init seed and the plan's warm-up read the same)."""
+        if prefix not in self.built:
+            self.built[prefix] = self.scorers[prefix][1](self.sentences, self.vocab)
+        return self.built[prefix]
+
     def scores(self, model: torch.nn.Module, prefix: str) -> np.ndarray:
         """Every unique sentence's score under the scorer of `prefix`."""
-        rows = self.scorers[prefix][1](self.sentences, self.vocab)
-        return score_rows(model, rows, len(self.sentences), self.vocab.pad_id, self.batch_tokens)
+        return score_rows(model, self.rows(prefix), len(self.sentences), self.vocab.pad_id, self.batch_tokens)
 
     def outcomes(self, prefix: str, scores: np.ndarray) -> dict[str, np.ndarray]:
         """{prefix[/set][/group]: per-pair outcomes (1, 0, 0.5 a tie)} of sentence scores, pooled and per group."""

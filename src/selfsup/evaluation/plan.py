@@ -6,7 +6,8 @@ short warm-up on this machine and this model: a sample of each part's own work t
 constant:
 
     scoring   (fixed exam, minimal pairs, held-out text) every k-th forward row of the part, scored, times k
-    linear    features of every k-th example times k, plus the classifier's fits on as many examples
+    linear    features of every k-th example times k, plus the classifier's fits at their iteration cap
+              (one loss-and-gradient evaluation timed at full size)
     finetune  the copy and a sample of the test examples' predictions (0 steps), scaled to the test split, plus
               the loop's seconds per step (10 steps less that) times its steps, times the fine-tunes (trained
               seeds + random-init not cached)
@@ -155,7 +156,7 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
         return todo, cached
 
     from selfsup.evaluation.generation import finetune_writer, rows, score
-    from selfsup.evaluation.probe import features, finetune, linear_probe
+    from selfsup.evaluation.probe import features, finetune, fits_seconds
     from selfsup.loss import stream_seed
 
     planning()
@@ -172,13 +173,9 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
         pairs = ev.pairs
         if pairs is not None:
             seconds, cached, count = 0.0, 0, 0
-            for prefix, (_, build) in pairs.scorers.items():
+            for prefix in pairs.scorers:
                 one = rows_seconds(
-                    model,
-                    build(pairs.sentences, pairs.vocab),
-                    len(pairs.sentences),
-                    pairs.vocab.pad_id,
-                    pairs.batch_tokens,
+                    model, pairs.rows(prefix), len(pairs.sentences), pairs.vocab.pad_id, pairs.batch_tokens
                 )
                 seeds = range(0 if pairs.baselines or pairs.make_model is None else pairs.random_init_seeds)
                 todo, hits = counted(pairs.random_init_entry(prefix, seed, device)[1] for seed in seeds)
@@ -245,9 +242,9 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
                         or features(model, test_ids[::every], test_mask[::every])
                     )
                 )
-                # the classifier's fits at full size: the sample's features repeated to the training split's count
+                # the classifier's fits at full size (the sample's features repeated to the training split's count)
                 x = train_x[0].repeat(every, 1)[: len(labels)]
-                fit = timed(lambda: linear_probe(x, labels[: len(x)], x[:1], task.n_classes, ev.l2))
+                fit = fits_seconds(x, labels[: len(x)], task.n_classes, ev.l2)
                 one, runs = reading + fit, 1 + todo
                 what = f"linear: {seeds_said(ev.random_init_seeds, cached)}, {len(labels):,} training and " + (
                     f"{len(test_ids):,} test examples"

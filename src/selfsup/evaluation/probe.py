@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -131,8 +132,15 @@ def classified(
     return model(encoder_inputs=ids, encoder_mask=mask, decoder_inputs=shifted)[rows, last]
 
 
+MAX_ITER = 100  # a linear probe's L-BFGS iterations per fit, at most
+
+
+def _objective(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, l2: float):
+    return F.cross_entropy(x @ weight.T + bias, y) + l2 * weight.pow(2).sum()
+
+
 def fit_linear(
-    x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = 1e-3, max_iter: int = 100, start=None
+    x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = 1e-3, max_iter: int = MAX_ITER, start=None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Multinomial logistic regression: (weight [n_classes, D], bias) minimising mean cross-entropy + l2 |W|^2,
     from zeros or from `start` (a (weight, bias) of a nearby problem: the same minimum, in fewer iterations), in at
@@ -146,13 +154,30 @@ def fit_linear(
 
     def closure():
         opt.zero_grad()
-        loss = F.cross_entropy(x @ weight.T + bias, y) + l2 * weight.pow(2).sum()
+        loss = _objective(x, y, weight, bias, l2)
         loss.backward()
         return loss
 
     with torch.enable_grad():
         opt.step(closure)
     return weight.detach(), bias.detach()
+
+
+def fits_seconds(x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float | None) -> float:
+    """An upper bound on linear_probe's fitting seconds on features x [N, D]: one loss-and-gradient evaluation
+    timed (the fastest of 3), times the L-BFGS evaluations at the iteration cap (MAX_ITER x 1.25, torch's
+    max_eval), times the fits (the penalty grid's and the final one)."""
+    x, y = x.double(), y.long()
+    weight = torch.zeros(n_classes, x.shape[1], dtype=torch.float64, requires_grad=True)
+    bias = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
+    seconds = []
+    with torch.enable_grad():
+        for _ in range(3):
+            started = time.perf_counter()
+            _objective(x, y, weight, bias, 1e-3).backward()
+            seconds.append(time.perf_counter() - started)
+    fits = 1 if l2 is not None else len(L2_GRID) + 1
+    return min(seconds) * MAX_ITER * 1.25 * fits
 
 
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
