@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from selfsup.evaluation.fixed import MASK_RATES, SPAN_LENGTHS, SPAN_RATES
+from selfsup.evaluation.pair_sets import MAX_PAIRS, MAX_WORDS
 from selfsup.evaluation.probe import Finetune
 from selfsup.evaluation.scoring import BATCH_TOKENS
 
@@ -64,8 +65,8 @@ class PairsConfig:
     _target_: str = "selfsup.evaluation.MinimalPairs"
     builtin: bool = True  # the built-in set from held-out sentences: eval/pairs/accuracy
     types: List[str] = field(default_factory=lambda: ["swap_1", "replaced_1", "replaced_4"])
-    max_pairs: int = 1000  # per built-in type
-    max_words: int = 12  # built-in sentences of at most this many words
+    max_pairs: int = MAX_PAIRS  # per built-in type
+    max_words: int = MAX_WORDS  # built-in sentences of at most this many words
     # eval/pairs/<name>/...: your sets in BLiMP's layout, each the keyword arguments of
     # selfsup.evaluation.PairSource: source text_files (paths) | hf_dataset (hf_name, hf_config, split),
     # good_field, bad_field, group_field, max_pairs

@@ -42,7 +42,7 @@ import torch
 from selfsup.common.names import DECODER, ENCODER, ENCODER_DECODER
 from selfsup.data.records import EvalError, check_count
 from selfsup.evaluation.baselines import boundary, cached, untrained_key
-from selfsup.evaluation.pair_sets import MAX_WORDS, PAIR_TYPES, PairSet, PairSource, builtin_pairs
+from selfsup.evaluation.pair_sets import MAX_PAIRS, MAX_WORDS, PAIR_TYPES, PairSet, PairSource, builtin_pairs
 from selfsup.evaluation.scoring import (
     BATCH_TOKENS,
     NGram,
@@ -130,7 +130,7 @@ class MinimalPairs:
         self,
         builtin: bool = True,
         types: Sequence[str] = PAIR_TYPES,
-        max_pairs: int = 1000,
+        max_pairs: int = MAX_PAIRS,
         max_words: int = MAX_WORDS,
         sets: Mapping[str, PairSource] | None = None,
         random_init_seeds: int = 3,

@@ -29,7 +29,7 @@ import torch
 from selfsup.evaluation.baselines import duration, planning
 from selfsup.evaluation.scoring import Rows, score_rows
 
-SAMPLE = 25  # a scoring part's warm-up scores every SAMPLE-th row
+SAMPLE = 50  # a scoring part's warm-up scores every SAMPLE-th row
 
 
 @dataclass
@@ -59,7 +59,7 @@ class Plan:
         return sum(s.cached for s in self.steps), sum(s.baselines for s in self.steps)
 
     def line(self) -> str:
-        """`plan: the fixed exam; the minimal pairs (3,000 pairs x 2 scorers, random-init 3 seeds: 3 cached); ...;
+        """`plan: the fixed exam; the minimal pairs (2,400 pairs x 2 scorers, random-init 3 seeds: 3 cached); ...;
         about 2 min (a 3 s warm-up)`."""
         parts = "; ".join(f"{s.name} ({s.what})" if s.what else s.name for s in self.steps)
         return f"plan: {parts}; about {duration(self.seconds)} (a {self.warmup:.0f} s warm-up)"
