@@ -6,6 +6,7 @@ short warm-up on this machine and this model: a sample of each part's own work t
 constant:
 
     scoring   (fixed exam, minimal pairs, held-out text) every k-th forward row of the part, scored, times k
+              (the rows' sample fills at least 4 batches)
     linear    features of every k-th example times k, plus the classifier's fits at their iteration cap
               (one loss-and-gradient evaluation timed at full size)
     finetune  the copy and a sample of the test examples' predictions (0 steps), scaled to the test split, plus
@@ -109,8 +110,13 @@ def sampled(rows: Rows, every: int) -> Rows:
 
 
 def rows_seconds(model: torch.nn.Module, rows: Rows, n_sentences: int, pad_id: int, batch_tokens: int) -> float:
-    """The seconds score_rows takes over `rows`: every SAMPLE-th row scored, times SAMPLE (all of them when few)."""
-    every = SAMPLE if len(rows.sentence) >= 4 * SAMPLE else 1
+    """The seconds score_rows takes over `rows`: every k-th row scored, times k; k is SAMPLE, or less where the
+    sample would fill fewer than 4 of score_rows' batches (a batch's fixed costs would count k times over)."""
+    positions = sum(
+        max(len(rows.encoder[i]) if rows.encoder else 0, len(rows.decoder[i]) if rows.decoder else 0)
+        for i in range(len(rows.sentence))
+    )
+    every = max(1, min(SAMPLE, positions // (4 * batch_tokens)))
     return every * timed(lambda: score_rows(model, sampled(rows, every), n_sentences, pad_id, batch_tokens))
 
 
