@@ -14,7 +14,7 @@ from selfsup.evaluation.builtin import PLAIN, perturb_words, probe_sentences
 PAIR_TYPES = ("swap_1", "replaced_1", "replaced_4")
 MAX_WORDS = 12  # built-in pairs: sentences of 6 to 12 words (a pseudo-log-likelihood costs length^2)
 # built-in pairs of each type: 800 (2,400 in all) keep the main job's evaluation within 20% of its time; beside 1,000,
-# its margins' intervals are at most 19% wider and its verdict the same (docs/evaluation.md, "Cost")
+# its margins' intervals are at most 22% wider and its verdict the same (docs/evaluation.md, "Cost")
 MAX_PAIRS = 800
 
 

@@ -112,10 +112,7 @@ def sampled(rows: Rows, every: int) -> Rows:
 def rows_seconds(model: torch.nn.Module, rows: Rows, n_sentences: int, pad_id: int, batch_tokens: int) -> float:
     """The seconds score_rows takes over `rows`: every k-th row scored, times k; k is SAMPLE, or less where the
     sample would fill fewer than 4 of score_rows' batches (a batch's fixed costs would count k times over)."""
-    positions = sum(
-        max(len(rows.encoder[i]) if rows.encoder else 0, len(rows.decoder[i]) if rows.decoder else 0)
-        for i in range(len(rows.sentence))
-    )
+    positions = sum(rows.lengths())
     every = max(1, min(SAMPLE, positions // (4 * batch_tokens)))
     return every * timed(lambda: score_rows(model, sampled(rows, every), n_sentences, pad_id, batch_tokens))
 

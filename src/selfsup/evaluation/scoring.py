@@ -81,6 +81,13 @@ class Rows:
         if decoder is not None:
             self.decoder.append(decoder)
 
+    def lengths(self) -> list[int]:
+        """Each row's forward length: its longer input (the one its batch is padded to)."""
+        return [
+            max(len(self.encoder[i]) if self.encoder else 0, len(self.decoder[i]) if self.decoder else 0)
+            for i in range(len(self.sentence))
+        ]
+
 
 def decoder_rows(sentences: list[list[int]], vocab) -> Rows:
     """One row per sentence: </s> t0 ... t(n-2), scoring t0 ... t(n-1)."""
@@ -135,10 +142,7 @@ def score_rows(
     was_training = model.training
     model.eval()
     totals = torch.zeros(n_sentences, dtype=torch.float64)
-    length = [
-        max(len(rows.encoder[i]) if rows.encoder else 0, len(rows.decoder[i]) if rows.decoder else 0)
-        for i in range(len(rows.sentence))
-    ]
+    length = rows.lengths()
     one_each = getattr(model, "arch", None) == ENCODER and all(len(s) == 1 for s in rows.scored)
     try:
         for batch in length_batches(length, batch_tokens):
