@@ -123,15 +123,13 @@ class SpanCorruption(Objective):
             raise ObjectiveError(
                 f"data.seq_len={seq_len} is too short for span corruption at mask_rate={low}: raise data.seq_len"
             )
-        for rate in dict.fromkeys((low, high)):  # the schedule's two ends (one for a constant rate)
+        lengths = {}  # (inputs, targets) lengths at each end of the schedule (one for a constant rate)
+        for rate in dict.fromkeys((low, high)):
             self._derive(rate)
             self._check(seq_len, raw_length, setting, rate)
+            lengths[rate] = self.inputs_length, self.targets_length
         # the longest encoder input is at the lower end, the longest targets at the upper one
-        lowest, highest = (
-            span_lengths(self._raw, low, mean_span_length),
-            span_lengths(self._raw, high, mean_span_length),
-        )
-        self._model_length = max(lowest[0], highest[1])
+        self._model_length = max(lengths[low][0], lengths[high][1])
         self._derive(mask_rate)
 
     def _derive(self, rate: float) -> None:
