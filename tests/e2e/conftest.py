@@ -2,7 +2,6 @@
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import forked
@@ -42,7 +41,7 @@ def wandb_summary(run_dir: Path, offline: Path | None = None) -> dict:
     if offline is None:
         [offline] = list((run_dir / "wandb").glob("offline-run-*"))
     out = forked.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--summary", "--json", str(offline)],
+        ["wandb", "leet", "inspect", "--summary", "--json", str(offline)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -54,7 +53,7 @@ def wandb_summary(run_dir: Path, offline: Path | None = None) -> dict:
 def wandb_history(run_dir: Path) -> list[dict]:
     [offline] = list((run_dir / "wandb").glob("offline-run-*"))
     out = forked.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+        ["wandb", "leet", "inspect", "--json", str(offline)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -68,7 +67,7 @@ def wandb_run_record(run_dir: Path, offline: Path | None = None) -> dict:
     if offline is None:
         [offline] = list((run_dir / "wandb").glob("offline-run-*"))
     out = forked.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+        ["wandb", "leet", "inspect", "--json", str(offline)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -229,7 +229,6 @@ def test_a_copied_run_dir_loads_in_a_fresh_process(sweep, tmp_path):
     """The run dir holds the tokenizer, the checkpoint holds the settings and the tokenizer too: a copy of the
     run dir elsewhere loads, and encodes text to the same ids as the data's tokenizer."""
     import shutil
-    import sys
 
     import torch
     from tokenizers import Tokenizer
@@ -311,7 +310,7 @@ def test_log_model_puts_the_checkpoints_and_tokenizer_in_a_wandb_model_artifact(
     run = root / "1"
     [offline] = list((run / "wandb").glob("offline-run-*"))
     out = forked.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline)],
+        ["wandb", "leet", "inspect", "--json", str(offline)],
         capture_output=True,
         text=True,
         timeout=120,
