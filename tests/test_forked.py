@@ -29,6 +29,7 @@ def test_a_forked_command_says_and_exits_what_a_new_process_does(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a forking server of its own (~10 s)
 def test_a_forked_command_ends_with_its_own_wandb_folders_gone_and_leaves_the_servers(tmp_path, monkeypatch):
     """wandb makes two temporary folders when imported and deletes them at exit: each forked command gets its own,
     gone when it ends, and the server's, which every command inherits, stay (a server of this test's own, whose

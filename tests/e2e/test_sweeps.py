@@ -40,7 +40,9 @@ def test_sweep_grids_match_the_ablations():
     assert compose("sweeps=mask_rate").hydra.sweeper.params["objective.mask_rate"] == "0.10,0.15,0.25,0.40"
     span = compose("sweeps=span").hydra.sweeper.params
     assert span["objective.mean_span_length"] == "2,3,5,10" and span["objective.mask_rate"] == "0.15,0.25,0.50"
-    assert compose("sweeps=objectives").hydra.sweeper.params["objective"] == "mlm,clm,span_corruption,prefix_lm,ul2"
+    assert (
+        compose("sweeps=objectives").hydra.sweeper.params["objective"] == "mlm,clm,span_corruption,prefix_lm,ul2,bart"
+    )
 
 
 @pytest.mark.parametrize("objective,layers", [("mlm", 4), ("clm", 4), ("span_corruption", 2), ("ul2", 2)])

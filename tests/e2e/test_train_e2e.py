@@ -20,6 +20,7 @@ OBJECTIVES = {
     "span_corruption": "encoder_decoder",
     "prefix_lm": "decoder",
     "ul2": "encoder_decoder",
+    "bart": "encoder_decoder",
 }
 
 
@@ -273,6 +274,16 @@ def test_sample_shows_what_each_architecture_predicts(sweep, capsys):
     assert list(spans) == ["<extra_id_0>", "<extra_id_1>"] and all(isinstance(v, str) for v in spans.values())
     sample([str(root / "1"), "--max-new-tokens", "8", "--greedy"])
     assert capsys.readouterr().out.splitlines()[1] == "The module" + greedy
+    # BART writes the whole text back, a <mask> for any number of missing words
+    bart = selfsup.load(root / "5")
+    assert bart.rewrites and not selfsup.load(root / "2").rewrites
+    written = bart.reconstruct("The <mask> of the <mask> is", max_new_tokens=8)
+    assert written == bart.reconstruct("The <mask> of the <mask> is", max_new_tokens=8) and "<mask>" not in written
+    assert len(bart.encode(written)) <= 8
+    sample([str(root / "5"), "--max-new-tokens", "8"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("encoder_decoder from ") and lines[1] == "The <mask> of the <mask> is returned."
+    assert lines[2] == bart.reconstruct(lines[1], max_new_tokens=8)
 
 
 def test_bad_input_to_load_is_one_line(sweep, tmp_path, capsys):
@@ -368,7 +379,7 @@ def hf_logits(folder, p, ids, decoder_ids=None):
         return model, model(ids).logits
 
 
-@pytest.mark.parametrize("job", [1, 2, 3])  # clm and prefix_lm decoders, span corruption encoder-decoder
+@pytest.mark.parametrize("job", [1, 2, 3, 5])  # clm and prefix_lm decoders, span corruption and bart encoder-decoders
 def test_exported_decoders_and_encoder_decoders_give_the_labs_logits(sweep, job):
     """logger.log_export wrote <run>/hf; transformers loads it (GPT-2, Blenderbot) and computes the same logits."""
     import torch
@@ -378,10 +389,11 @@ def test_exported_decoders_and_encoder_decoders_give_the_labs_logits(sweep, job)
     root, _ = sweep
     p = selfsup.load(root / str(job))
     ids = torch.tensor([p.encode(SENTENCE)])
-    decoder_ids = torch.tensor([[p.vocab.bos_id, *p.encode("a dictionary")]]) if job == 2 else None
+    encoder_decoder = p.architecture == "encoder_decoder"
+    decoder_ids = torch.tensor([[p.vocab.bos_id, *p.encode("a dictionary")]]) if encoder_decoder else None
     _, expected = lab_logits(p, ids, decoder_ids)
     model, logits = hf_logits(root / str(job) / "hf", p, ids, decoder_ids)
-    assert type(model).__name__ == ("BlenderbotForConditionalGeneration" if job == 2 else "GPT2LMHeadModel")
+    assert type(model).__name__ == ("BlenderbotForConditionalGeneration" if encoder_decoder else "GPT2LMHeadModel")
     assert logits.shape == expected.shape and (logits - expected).abs().max() < 1e-4
 
 

@@ -73,11 +73,13 @@ def load_tokenizer_json(text: str) -> Tokenizer:
 
 
 def vocab_from_tokenizer(tokenizer: Tokenizer, n_sentinels: int) -> Vocab:
-    """The Vocab of a tokenizer: its size, and word_start (tokens beginning with 'Ġ' (byte-level BPE) or '▁'
-    (SentencePiece), WordPiece tokens not beginning with its '##', and specials)."""
+    """The Vocab of a tokenizer: its size, word_start (tokens beginning with 'Ġ' (byte-level BPE) or '▁'
+    (SentencePiece), WordPiece tokens not beginning with its '##', and specials) and full_stop (the token '.', alone
+    or after one of those markers)."""
     size = tokenizer.get_vocab_size()
     n_special = len(special_tokens(n_sentinels))
     word_start = torch.zeros(size, dtype=torch.bool)
+    full_stop = torch.zeros(size, dtype=torch.bool)
     model = json.loads(tokenizer.to_str()).get("model") or {}
     continuing = model.get("continuing_subword_prefix") if model.get("type") == "WordPiece" else None
     for token, i in tokenizer.get_vocab().items():
@@ -85,8 +87,10 @@ def vocab_from_tokenizer(tokenizer: Tokenizer, n_sentinels: int) -> Vocab:
             word_start[i] = (
                 not token.startswith(continuing) if continuing else token.startswith((WORD_START_MARKER, "\u2581"))
             )
+            full_stop[i] = token in (".", WORD_START_MARKER + ".", "\u2581.")
     word_start[:n_special] = True
-    return Vocab(size=size, n_sentinels=n_sentinels, word_start=word_start)
+    full_stop[:n_special] = False
+    return Vocab(size=size, n_sentinels=n_sentinels, word_start=word_start, full_stop=full_stop)
 
 
 def encode_documents(tokenizer: Tokenizer, documents: Sequence[str], eos_id: int) -> np.ndarray:

@@ -27,11 +27,14 @@ class Vocab:
     size: number of real token ids (ids in [0, size)); the model may pad its embedding beyond this.
     word_start: optional bool tensor [size], True where a token begins a new word (for whole-word
     masking); special tokens count as word starts.
+    full_stop: optional bool tensor [size], True on the full stop token ('.', with or without the word-start
+    marker): where BART's sentence permutation splits sentences; None: no token is one.
     """
 
     size: int
     n_sentinels: int = 100
     word_start: torch.Tensor | None = None
+    full_stop: torch.Tensor | None = None
 
     pad_id: int = 0
     bos_id: int = 1

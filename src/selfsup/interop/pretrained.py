@@ -32,6 +32,7 @@ from selfsup.reliability.checkpoints import load_checkpoint_safely
 
 SPECIAL = re.compile(r"\s+(<mask>|<extra_id_\d+>)")  # a special token takes the space before it (as in training)
 PREFIX_OBJECTIVES = ("prefix_lm", "ul2")  # objectives that train a decoder with a bidirectional prefix
+REWRITE_OBJECTIVES = ("bart",)  # objectives that train an encoder-decoder to write the whole text back
 
 
 def check_generation_settings(
@@ -98,6 +99,13 @@ class Pretrained:
         that prefix and writes the rest causally, as in training."""
         objective = (self.config.get("objective") or {}).get("name")
         return self.architecture == DECODER and objective in PREFIX_OBJECTIVES
+
+    @property
+    def rewrites(self) -> bool:
+        """An encoder-decoder trained to write the whole original text back (objective bart): `reconstruct` is
+        what it does; `fill_spans` is span corruption's."""
+        objective = (self.config.get("objective") or {}).get("name")
+        return self.architecture == ENCODER_DECODER and objective in REWRITE_OBJECTIVES
 
     @property
     def device(self) -> torch.device:
@@ -239,6 +247,28 @@ class Pretrained:
             [(self.decode([i]), float(p)) for p, i in zip(row_p, row_i)]
             for row_p, row_i in zip(top.values.tolist(), top.indices.tolist())
         ]
+
+    @torch.no_grad()
+    def reconstruct(self, text: str, max_new_tokens: int = 32) -> str:
+        """Encoder-decoders: the text the decoder writes back for text, greedy, as BART trained it to (a <mask> in
+        text stands for missing words, any number of them). max_new_tokens beyond the decoder's positions
+        (generation_limit) is capped there, with a warning."""
+        self._needs(ENCODER_DECODER, "reconstruct")
+        check_generation_settings(max_new_tokens)
+        ids = self.encode(text)
+        max_new_tokens = self._capped(text, max_new_tokens)
+        encoder_inputs = self._ids([*ids, self.vocab.eos_id])
+        out = [self.vocab.bos_id]
+        for _ in range(max_new_tokens):
+            logits = self._logits(self.model(encoder_inputs=encoder_inputs, decoder_inputs=self._ids(out))[0, -1])
+            allowed = torch.full_like(logits, float("-inf"))
+            allowed[self.vocab.first_ordinary :] = 0
+            allowed[self.vocab.eos_id] = 0
+            token = int((logits + allowed).argmax())
+            if token == self.vocab.eos_id:
+                break
+            out.append(token)
+        return self.decode(out[1:])
 
     @torch.no_grad()
     def fill_spans(self, text: str, max_new_tokens: int = 32) -> dict[str, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from selfsup.data.vocab import Vocab
 from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch, ObjectiveError
 from selfsup.objectives.clm import CausalLM, CausalLMConfig
+from selfsup.objectives.denoising import BartDenoising, DenoisingConfig
 from selfsup.objectives.mixture import UL2_DENOISERS, Denoiser, Mixture, MixtureConfig
 from selfsup.objectives.mlm import MaskedLM, MaskedLMConfig
 from selfsup.objectives.prefix import PrefixLM, PrefixLMConfig
@@ -19,7 +20,7 @@ from selfsup.objectives.span import SpanCorruption, SpanCorruptionConfig, raw_le
 
 # the built-in objectives by name, with their configs (conf/objective/<name>.yaml builds on these)
 OBJECTIVES: dict[str, type[Objective]] = {
-    cls.name: cls for cls in (MaskedLM, CausalLM, SpanCorruption, PrefixLM, Mixture)
+    cls.name: cls for cls in (MaskedLM, CausalLM, SpanCorruption, PrefixLM, Mixture, BartDenoising)
 }
 CONFIGS = {
     "mlm": MaskedLMConfig,
@@ -27,6 +28,7 @@ CONFIGS = {
     "span_corruption": SpanCorruptionConfig,
     "prefix_lm": PrefixLMConfig,
     "ul2": MixtureConfig,
+    "bart": DenoisingConfig,
 }
 
 
@@ -38,12 +40,14 @@ def build_objective(name: str, vocab: Vocab, seq_len: int, architecture: str | N
 
 
 __all__ = [
+    "BartDenoising",
     "CONFIGS",
     "IGNORE",
     "OBJECTIVES",
     "CausalLM",
     "CausalLMConfig",
     "Denoiser",
+    "DenoisingConfig",
     "MaskedLM",
     "MaskedLMConfig",
     "Mixture",

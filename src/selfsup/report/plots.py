@@ -84,7 +84,7 @@ def plot_study(study) -> list[tuple[str, str, bytes]]:
 
 
 KNOBS = [
-    (MASK_RATE, "mask_rate", "mask rate (objective.mask_rate)", {"mlm", "span_corruption"}),
+    (MASK_RATE, "mask_rate", "mask rate (objective.mask_rate)", {"mlm", "span_corruption", "bart"}),
     (SPAN_LENGTH, "span_length", "mean span length (objective.mean_span_length)", {"span_corruption"}),
 ]
 COMPARABLE = [  # (Run.metrics() name, plot name, axis label, the score in a sentence, how to read it)

@@ -23,6 +23,7 @@ PROMPTS = {
     DECODER: "The module",
     ENCODER: "The <mask> of the <mask> is returned.",
     ENCODER_DECODER: "The <extra_id_0> of the <extra_id_1> is returned.",
+    "rewrite": "The <mask> of the <mask> is returned.",  # an encoder-decoder trained as BART writes it back whole
 }
 
 
@@ -31,7 +32,8 @@ def parse_args(argv: list[str] | None):
         prog="selfsup-sample",
         description=(
             "Show what a trained model predicts: decoders continue a prompt, encoders fill each <mask> (top-k "
-            "tokens with probabilities), encoder-decoders write the span of each sentinel <extra_id_N>."
+            "tokens with probabilities), encoder-decoders write the span of each sentinel <extra_id_N> (trained as BART: "
+            "the whole text back, each <mask> filled)."
         ),
     )
     parser.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="a run dir (its best checkpoint) or a .ckpt file")
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         temperature = 0.0 if args.greedy else TEMPERATURE if args.temperature is None else args.temperature
         check_generation_settings(args.max_new_tokens, temperature, args.top_k, flags=True)  # before loading
         p = load(args.path, args.device)
-        prompt = args.prompt if args.prompt is not None else PROMPTS[p.architecture]
+        prompt = args.prompt if args.prompt is not None else PROMPTS["rewrite" if p.rewrites else p.architecture]
         print(f"{p.architecture} from {p.checkpoint}")
         max_new_tokens = args.max_new_tokens
         if p.architecture != ENCODER:
@@ -89,6 +91,9 @@ def main(argv: list[str] | None = None) -> None:
             print(prompt)
             for n, choices in enumerate(p.fill_masks(prompt, args.top_k or 5)):
                 print(f"<mask> {n}: " + "  ".join(f"{token!r} {prob:.3f}" for token, prob in choices))
+        elif p.rewrites:
+            print(prompt)
+            print(p.reconstruct(prompt, max_new_tokens))
         else:
             print(prompt)
             for sentinel, span in p.fill_spans(prompt, max_new_tokens).items():
