@@ -128,12 +128,14 @@ def difference_within_4_sigma(a, b):
     return abs(a.mean() - b.mean()) <= 4 * sigma, (a.mean(), b.mean(), sigma)
 
 
-@pytest.mark.parametrize("rate,lam", [(0.3, 3.0), (0.5, 3.0), (0.3, 0.05)])
+@pytest.mark.parametrize(
+    "rate,lam", [(0.3, 3.0), pytest.param(0.5, 3.0, marks=pytest.mark.slow), (0.3, 0.05)]
+)  # 0.5: the same law at another budget
 def test_text_infilling_matches_fairseqs_laws(rate, lam):
-    """Over 1,000 windows each: the <mask> tokens, the corrupted length and the word pieces kept have the means of
+    """Over 600 windows each: the <mask> tokens, the corrupted length and the word pieces kept have the means of
     fairseq's add_whole_word_mask on the same text (<s> text </s> there), within 4 sigma. At lambda 0.05, 95% of
     the spans have length 0: most <mask> tokens are insertions."""
-    n, L = 1000, 64
+    n, L = 600, 64
     tokens = ordinary(n, L, seed=2)
     objective = bart(L + 1, mask_rate=rate, poisson_lambda=lam)
     ours = objective(tokens, torch.Generator().manual_seed(3))
