@@ -255,20 +255,7 @@ class Pretrained:
         (generation_limit) is capped there, with a warning."""
         self._needs(ENCODER_DECODER, "reconstruct")
         check_generation_settings(max_new_tokens)
-        ids = self.encode(text)
-        max_new_tokens = self._capped(text, max_new_tokens)
-        encoder_inputs = self._ids([*ids, self.vocab.eos_id])
-        out = [self.vocab.bos_id]
-        for _ in range(max_new_tokens):
-            logits = self._logits(self.model(encoder_inputs=encoder_inputs, decoder_inputs=self._ids(out))[0, -1])
-            allowed = torch.full_like(logits, float("-inf"))
-            allowed[self.vocab.first_ordinary :] = 0
-            allowed[self.vocab.eos_id] = 0
-            token = int((logits + allowed).argmax())
-            if token == self.vocab.eos_id:
-                break
-            out.append(token)
-        return self.decode(out[1:])
+        return self.decode(self._write(self.encode(text), self._capped(text, max_new_tokens)))
 
     @torch.no_grad()
     def fill_spans(self, text: str, max_new_tokens: int = 32) -> dict[str, str]:
@@ -283,28 +270,32 @@ class Pretrained:
             raise UserError(
                 "fill_spans: put <extra_id_0>, <extra_id_1>, ... where spans are missing, e.g. 'The <extra_id_0> of'"
             )
-        max_new_tokens = self._capped(text, max_new_tokens)
-        encoder_inputs = self._ids([*ids, self.vocab.eos_id])
-        out = [self.vocab.bos_id]
-        for _ in range(max_new_tokens):
-            hidden = self.model(encoder_inputs=encoder_inputs, decoder_inputs=self._ids(out))
-            logits = self._logits(hidden[0, -1])
-            allowed = torch.full_like(logits, float("-inf"))
-            allowed[self.vocab.first_ordinary :] = 0
-            allowed[sentinels] = 0
-            allowed[self.vocab.eos_id] = 0
-            token = int((logits + allowed).argmax())
-            if token == self.vocab.eos_id:
-                break
-            out.append(token)
+        written = self._write(ids, self._capped(text, max_new_tokens), also=sentinels)
         spans: dict[int, list[int]] = {s: [] for s in sentinels}
         current = None
-        for token in out[1:]:
+        for token in written:
             if token in spans:
                 current = token
             elif current is not None:
                 spans[current].append(token)
         return {self.decode([s]): self.decode(span) for s, span in spans.items()}
+
+    def _write(self, ids: list[int], max_new_tokens: int, also: list[int] | tuple[int, ...] = ()) -> list[int]:
+        """Encoder-decoders: what the decoder writes, greedy, for the encoder's ids (then </s>): ordinary tokens
+        and `also`, up to </s> or max_new_tokens."""
+        encoder_inputs = self._ids([*ids, self.vocab.eos_id])
+        out = [self.vocab.bos_id]
+        for _ in range(max_new_tokens):
+            logits = self._logits(self.model(encoder_inputs=encoder_inputs, decoder_inputs=self._ids(out))[0, -1])
+            allowed = torch.full_like(logits, float("-inf"))
+            allowed[self.vocab.first_ordinary :] = 0
+            allowed[list(also)] = 0
+            allowed[self.vocab.eos_id] = 0
+            token = int((logits + allowed).argmax())
+            if token == self.vocab.eos_id:
+                break
+            out.append(token)
+        return out[1:]
 
 
 def _state_dict(checkpoint: dict, path: Path) -> dict:

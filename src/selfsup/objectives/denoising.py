@@ -123,6 +123,9 @@ class BartDenoising(Objective):
         self.insert_rate = insert_rate
         self.whole_word = whole_word
         self.spans = poisson_table(poisson_lambda)
+        # the vocabulary's flags as numpy arrays, indexed by token id on every batch
+        self._word_start = vocab.word_start.cpu().numpy() if whole_word and vocab.word_start is not None else None
+        self._full_stop = vocab.full_stop.cpu().numpy() if vocab.full_stop is not None else None
         # the longest row: a span of >= 1 token becomes one token, a zero-length span inserts one; before the
         # budget's spans of length > 0 (at most one per word) come NegBin(budget, p_0) zero-length ones: a row with
         # more than their mean + 6 sd (below 1e-9) loses its tail; then insert_rate's tokens and </s>
@@ -147,12 +150,8 @@ class BartDenoising(Objective):
         rng = np.random.default_rng(seed)
         rows = tokens.cpu().numpy()
         special = rows < self.vocab.first_ordinary
-        if self.whole_word:
-            assert self.vocab.word_start is not None  # refused in __init__ otherwise
-            starts = self.vocab.word_start.cpu().numpy()[rows] & ~special
-        else:
-            starts = ~special
-        stops = self.vocab.full_stop.cpu().numpy()[rows] if self.vocab.full_stop is not None else special & False
+        starts = (self._word_start[rows] if self._word_start is not None else True) & ~special
+        stops = self._full_stop[rows] if self._full_stop is not None else np.zeros_like(special)
         noisy = []
         for b in range(B):
             order = self.sentence_order(stops[b], rng)
