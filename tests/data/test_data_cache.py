@@ -194,16 +194,21 @@ def test_document_keys_keep_the_validation_buckets():
         assert document_bucket(text) == document_key(text) % 10_000
 
 
-@pytest.mark.parametrize("kind", ["t5", "gpt2"])
+@pytest.mark.parametrize("kind", ["t5", "gpt2", "starcoder"])
 def test_a_pretrained_tokenizer_gets_the_labs_special_ids_and_segments_text_as_before(corpus_dir, tmp_path, kind):
     texts = text_file_documents([corpus_dir])
     path = tmp_path / f"{kind}.json"
     original = (t5_like_tokenizer if kind == "t5" else gpt2_like_tokenizer)(path, texts)
+    if kind == "starcoder":  # a GPT-2 layout with StarCoder's fill-in-the-middle tokens
+        original.add_special_tokens(["<fim_prefix>", "<fim_middle>", "<fim_suffix>"])
+        original.save(str(path))
     c = Corpus(source="text_files", paths=[corpus_dir], tokenizer=str(path), n_sentinels=10, cache_dir=tmp_path / "c")
     v = c.prepare()
     tok = c.tokenizer
-    # added: t5 lacks <s>, <mask> and the 3 mode tokens; gpt2 has only </s> (<|endoftext|>) of the 17
-    assert v.size == original.get_vocab_size() + (5 if kind == "t5" else 17 - 1)
+    # added: t5 lacks <s>, <mask>, the 3 mode tokens and the 3 FIM tokens; gpt2 has only </s> (<|endoftext|>) of the
+    # 20; starcoder has the FIM tokens too, which keep their names and move to the lab's ids
+    assert v.size == original.get_vocab_size() + {"t5": 8, "gpt2": 20 - 1, "starcoder": 20 - 4}[kind]
+    assert v.fim and [tok.id_to_token(i) for i in v.fim_ids] == ["<fim_prefix>", "<fim_middle>", "<fim_suffix>"]
     eos = "</s>" if kind == "t5" else "<|endoftext|>"
     assert [tok.id_to_token(i) for i in (v.pad_id, v.eos_id, v.mask_id)] == ["<pad>", eos, "<mask>"]
     assert [tok.token_to_id(f"<extra_id_{i}>") for i in range(10)] == [v.sentinel(i) for i in range(10)]

@@ -79,7 +79,7 @@ def test_vocab_word_start(tokenizer):
 
 def test_vocab_size_too_small():
     minimum = min_vocab_size(N_SENTINELS)
-    assert minimum == 7 + N_SENTINELS + 256
+    assert minimum == 7 + N_SENTINELS + 3 + 256  # specials, sentinels, fill-in-the-middle's, bytes
     with pytest.raises(DataError, match=rf"data.vocab_size=300 is too small: .* at least {minimum}"):
         train_tokenizer(["some text", "more text"], vocab_size=300, n_sentinels=N_SENTINELS)
 

@@ -41,7 +41,8 @@ def test_sweep_grids_match_the_ablations():
     span = compose("sweeps=span").hydra.sweeper.params
     assert span["objective.mean_span_length"] == "2,3,5,10" and span["objective.mask_rate"] == "0.15,0.25,0.50"
     assert (
-        compose("sweeps=objectives").hydra.sweeper.params["objective"] == "mlm,clm,span_corruption,prefix_lm,ul2,bart"
+        compose("sweeps=objectives").hydra.sweeper.params["objective"]
+        == "mlm,clm,span_corruption,prefix_lm,ul2,bart,fim"
     )
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import TINY, wandb_history, wandb_run_record, wandb_summary
 
+from selfsup.errors import UserError
 from selfsup.evaluation.fixed import panel
 
 OBJECTIVES = {
@@ -21,6 +22,7 @@ OBJECTIVES = {
     "prefix_lm": "decoder",
     "ul2": "encoder_decoder",
     "bart": "encoder_decoder",
+    "fim": "decoder",
 }
 
 
@@ -124,6 +126,16 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
         f"eval/fixed/{k}"
         for k in ("loss_low", "loss_high", "loss_se", "unigram_gap", "unigram_gap_low", "unigram_gap_high")
     }
+    infilling = (
+        {  # decoders: the infilling job, scored as a generation job beside random-init
+            f"eval/infilling/{k}"
+            for s in ("loss", "exact_match", "token_f1")
+            for k in (s, f"{s}_se", f"random_init_{s}", f"random_init_{s}_sd")
+            + tuple(f"{s}/margin{e}" for e in ("", "_low", "_high", "_examples"))
+        }
+        if OBJECTIVES[objective] == "decoder"
+        else set()
+    )
     heldout = {f"eval/heldout/bits_per_byte{e}" for e in ("", "_low", "_high", "_se")}  # the held-out text
     heldout |= {
         f"eval/heldout/{k}" for k in ("unigram_bits_per_byte", "unigram_gap", "unigram_gap_low", "unigram_gap_high")
@@ -131,6 +143,7 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     assert set(evaluated) == {
         *fixed,
         *heldout,
+        *infilling,
         "eval/fixed/loss",
         "eval/fixed/perplexity",
         "eval/probe/accuracy",
@@ -208,6 +221,8 @@ def test_signal_per_token_follows_the_objective(sweep):
     assert signal["clm"] == pytest.approx(32 / 33)  # every token but the first of the window
     assert 0.05 < signal["mlm"] < 0.3  # ~15% of tokens
     assert signal["mlm"] < signal["span_corruption"] < signal["clm"]
+    # FIM: a rearranged window reads 30 text tokens and is scored on 32 targets (its sentinels after the first)
+    assert 32 / 33 < signal["fim"] < 32 / 30
 
 
 @pytest.mark.slow  # resume=RUN_DIR is tested bitwise in test_resume.py
@@ -284,6 +299,18 @@ def test_sample_shows_what_each_architecture_predicts(sweep, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("encoder_decoder from ") and lines[1] == "The <mask> of the <mask> is returned."
     assert lines[2] == bart.reconstruct(lines[1], max_new_tokens=8)
+    # FIM writes the middle between a prefix and a suffix; its default prompt is in that layout
+    fim = selfsup.load(root / "6")
+    assert fim.fills_middle and not decoder.fills_middle
+    middle = fim.fill_middle("Return the", " of the list.", max_new_tokens=6)
+    assert middle == fim.generate("<fim_prefix>Return the<fim_suffix> of the list.<fim_middle>", 6) and middle
+    sample([str(root / "6"), "--max-new-tokens", "6", "--greedy"])
+    assert (
+        capsys.readouterr().out.splitlines()[1]
+        == "<fim_prefix>Return the<fim_suffix> of the list.<fim_middle>" + middle
+    )
+    with pytest.raises(UserError, match="fill_middle needs a decoder trained with objective=fim"):
+        decoder.fill_middle("a", "b")
 
 
 def test_bad_input_to_load_is_one_line(sweep, tmp_path, capsys):
@@ -442,6 +469,12 @@ def test_exported_tokenizer_encodes_as_the_lab_and_keeps_the_special_ids(sweep):
     assert tok.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(3)]) == [v.sentinel(i) for i in range(3)]
     assert tok("The <extra_id_0> of a <mask>")["input_ids"] == p.encode("The <extra_id_0> of a <mask>")
     assert tok.decode(p.encode(SENTENCE)) == SENTENCE
+    fim = selfsup.load(root / "6")  # FIM's tokens are special tokens of the exported tokenizer
+    tok = transformers.AutoTokenizer.from_pretrained(root / "6" / "hf")
+    names = ["<fim_prefix>", "<fim_middle>", "<fim_suffix>"]
+    assert tok.convert_tokens_to_ids(names) == list(fim.vocab.fim_ids) and set(names) <= set(tok.all_special_tokens)
+    prompt = "<fim_prefix>The module<fim_suffix> a list.<fim_middle>"
+    assert tok(prompt)["input_ids"] == fim.encode(prompt)
 
 
 def test_export_maps_every_shape_option(sweep, tmp_path):

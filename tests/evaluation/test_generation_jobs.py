@@ -16,6 +16,7 @@ from selfsup.data.builtin import builtin_documents
 from selfsup.evaluation import EvalError, GenerationJob
 from selfsup.evaluation.builtin import docstring_name_examples, name_words, probe_sentences
 from selfsup.evaluation.generation import NOT_A_WRITER, prepare
+from selfsup.evaluation.infilling import INFILLING, NOT_INFILLED
 from selfsup.evaluation.stats import margin
 from selfsup.results.groups import load_outcomes
 from selfsup.run.build import build
@@ -223,7 +224,8 @@ def test_the_verdict_checks_a_jobs_outcomes_against_its_summary(tmp_path):
 def test_an_encoder_is_not_scored_and_a_bad_job_setting_is_one_line(tmp_path):
     run = build(RunSettings.of(config(tmp_path / "cache", "objective=mlm", JOB)))
     metrics = run.module.evaluation(run.model)
-    assert run.module.evaluation.not_written == {"c": NOT_A_WRITER} and not any(k.startswith("eval/c") for k in metrics)
+    assert run.module.evaluation.not_written == {"c": NOT_A_WRITER, INFILLING: NOT_INFILLED}
+    assert not any(k.startswith(("eval/c", "eval/infilling")) for k in metrics)
     cfg = config(tmp_path / "cache", "objective=clm", JOB, "+eval.tasks.c={source: builtin}")
     with pytest.raises(EvalError, match=r"^eval.generation.c and eval.tasks.c share a name"):
         build(RunSettings.of(cfg))

@@ -37,7 +37,7 @@ from selfsup.data.sources import (
     local_stats,
 )
 from selfsup.data.tokenizer import check_vocab_size, train_tokenizer, vocab_from_tokenizer
-from selfsup.data.vocab import Vocab
+from selfsup.data.vocab import FIM_SPECIALS, Vocab
 
 SOURCES = ("builtin", "text_files", "hf_dataset")
 VERIFY = ("stat", "full")  # data.verify: what of the local data files the cache key holds
@@ -188,6 +188,7 @@ class Corpus:
             "vocab_size": None if spec else self.vocab_size,
             "tokenizer": spec,
             "n_sentinels": self.n_sentinels,
+            "fim": list(FIM_SPECIALS),  # the special tokens' layout (selfsup.data.vocab)
             "tokenizer_sample_chars": None if spec else self.tokenizer_sample_chars,
             "max_documents": self.max_documents,
             "shard_chars": self.shard_chars,

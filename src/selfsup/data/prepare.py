@@ -26,7 +26,7 @@ from selfsup.data.cache import FORMAT_VERSION, TokenCache, build_or_load, cache_
 from selfsup.data.hf_dataset import quiet_datasets
 from selfsup.data.sources import DataError, document_key, split_keys
 from selfsup.data.tokenizer import check_vocab_size, load_tokenizer_json, train_tokenizer
-from selfsup.data.vocab import Vocab
+from selfsup.data.vocab import FIM_SPECIALS, Vocab
 
 SHARD_CHARS = 64_000_000  # default characters per shard (data.shard_chars): one Dataset.map call each
 PARALLEL_CHARS = 4_000_000  # a slice this large is tokenized in num_proc processes (starting them costs ~1 s)
@@ -322,6 +322,7 @@ def build_or_load_cache(
         "val_fraction": val_fraction,
         "vocab_size": vocab_size,
         "n_sentinels": n_sentinels,
+        "fim": list(FIM_SPECIALS),  # the special tokens' layout (selfsup.data.vocab)
     }
     return build_or_load(
         cache_key(identity),

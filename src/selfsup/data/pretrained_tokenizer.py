@@ -1,9 +1,9 @@
 """A pretrained tokenizer (`data.tokenizer=<tokenizer.json path | Hugging Face name>`) in the lab's vocabulary layout.
 
 The lab's objectives expect the special tokens first, in order (selfsup.data.vocab): <pad> <s> </s> <mask>
-<mode_r> <mode_x> <mode_s> <extra_id_0> ... . `lab_layout` renumbers a tokenizer so that they are: each role takes
+<mode_r> <mode_x> <mode_s> <extra_id_0> ... <fim_prefix> <fim_middle> <fim_suffix>. `lab_layout` renumbers a tokenizer so that they are: each role takes
 the tokenizer's own token where it has one (T5's <pad>, </s> and <extra_id_N>; BERT's [PAD] [CLS] [SEP] [MASK];
-GPT-2's <|endoftext|> as </s>), the missing ones are added, and every other token keeps its place in the order
+GPT-2's <|endoftext|> as </s>; StarCoder's <fim_prefix> ...), the missing ones are added, and every other token keeps its place in the order
 after them. Text is segmented exactly as before; only the numbers change. The tokenizer's post-processor (a
 template adding [CLS]/[SEP]) is dropped: the lab puts its own special tokens where objectives need them.
 """
@@ -24,6 +24,10 @@ OWN_NAMES = {
     "<s>": ("<s>", "[CLS]", "<|startoftext|>", "<|begin_of_text|>"),
     "</s>": ("</s>", "[SEP]", "<|endoftext|>", "<|end_of_text|>"),
     "<mask>": ("<mask>", "[MASK]"),
+    # fill-in-the-middle: StarCoder's and SantaCoder's names, Qwen2.5-Coder's
+    "<fim_prefix>": ("<fim_prefix>", "<fim-prefix>", "<|fim_prefix|>"),
+    "<fim_middle>": ("<fim_middle>", "<fim-middle>", "<|fim_middle|>"),
+    "<fim_suffix>": ("<fim_suffix>", "<fim-suffix>", "<|fim_suffix|>"),
 }
 MODELS = ("BPE", "WordPiece", "WordLevel", "Unigram")
 

@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from selfsup.data.sources import DataError
-from selfsup.data.vocab import WORD_START_MARKER, Vocab, special_tokens
+from selfsup.data.vocab import FIM_SPECIALS, WORD_START_MARKER, Vocab, special_tokens
 
 N_BYTES = 256  # the byte-level alphabet every byte-level BPE vocabulary holds
 _ENCODE_CHUNK = 4096  # documents per encode_batch call (bounds the memory held by Encoding objects)
@@ -73,11 +73,15 @@ def load_tokenizer_json(text: str) -> Tokenizer:
 
 
 def vocab_from_tokenizer(tokenizer: Tokenizer, n_sentinels: int) -> Vocab:
-    """The Vocab of a tokenizer: its size, word_start (tokens beginning with 'Ġ' (byte-level BPE) or '▁'
+    """The Vocab of a tokenizer: its size, whether it holds the fill-in-the-middle tokens (fim), word_start (tokens beginning with 'Ġ' (byte-level BPE) or '▁'
     (SentencePiece), WordPiece tokens not beginning with its '##', and specials) and full_stop (the token '.', alone
     or after one of those markers)."""
     size = tokenizer.get_vocab_size()
-    n_special = len(special_tokens(n_sentinels))
+    # the fill-in-the-middle tokens right after the sentinels, or a tokenizer made before they existed
+    fim = [tokenizer.token_to_id(t) for t in FIM_SPECIALS] == [
+        len(special_tokens(n_sentinels, fim=False)) + i for i in range(3)
+    ]
+    n_special = len(special_tokens(n_sentinels, fim))
     word_start = torch.zeros(size, dtype=torch.bool)
     full_stop = torch.zeros(size, dtype=torch.bool)
     model = json.loads(tokenizer.to_str()).get("model") or {}
@@ -90,7 +94,7 @@ def vocab_from_tokenizer(tokenizer: Tokenizer, n_sentinels: int) -> Vocab:
             full_stop[i] = token in (".", WORD_START_MARKER + ".", "\u2581.")
     word_start[:n_special] = True
     full_stop[:n_special] = False
-    return Vocab(size=size, n_sentinels=n_sentinels, word_start=word_start, full_stop=full_stop)
+    return Vocab(size=size, n_sentinels=n_sentinels, word_start=word_start, full_stop=full_stop, fim=fim)
 
 
 def encode_documents(tokenizer: Tokenizer, documents: Sequence[str], eos_id: int) -> np.ndarray:

@@ -44,6 +44,10 @@ scores every run on exams that do not depend on its settings, after training (an
                                                  margin is better, as for every score); an encoder writes no text
                                                  and is not scored (not_written)
     eval/<job>/predictions                       a W&B Table of its first test examples' predictions
+    eval/infilling/loss, exact_match, token_f1   the infilling job (decoders, zero-shot): a held-out text's
+                                                 middle written between its prefix and suffix in the layout the
+                                                 run trained with (FIM's, else the prefix alone), scored as a
+                                                 generation job is (selfsup.evaluation.infilling)
 
 Built from the `eval` config group with Hydra's `instantiate` (conf/eval/default.yaml). Plain torch:
 the LightningModule calls it at the end of a validation.
@@ -51,6 +55,7 @@ the LightningModule calls it at the end of a validation.
 
 from selfsup.evaluation.fixed import EXAMS, FixedExam
 from selfsup.evaluation.heldout import HeldoutText
+from selfsup.evaluation.infilling import Infilling
 from selfsup.evaluation.jobs import GenerationJob
 from selfsup.evaluation.pair_sets import PAIR_TYPES, PairSource
 from selfsup.evaluation.pairs import MinimalPairs
@@ -71,6 +76,7 @@ __all__ = [
     "FixedExam",
     "GenerationJob",
     "HeldoutText",
+    "Infilling",
     "MinimalPairs",
     "PairSource",
     "Task",

@@ -95,12 +95,25 @@ class HeldoutConfig:
 
 
 @dataclass
+class InfillingConfig(HeldoutConfig):
+    """eval/infilling/...: decoders write a held-out text's middle between its prefix and suffix, zero-shot, in the
+    layout they were trained with (selfsup.evaluation.infilling.Infilling); the text is read as eval.heldout's."""
+
+    _target_: str = "selfsup.evaluation.Infilling"
+    max_bytes: int = 131072  # UTF-8 bytes read, documents in order
+    max_examples: int = 200  # one example a document (its first max_words words), in order
+    max_words: int = 24
+    middle_words: int = 3  # a middle holds 1 to middle_words words
+
+
+@dataclass
 class EvalConfig:
     _target_: str = "selfsup.evaluation.Evaluation"
     _convert_: str = "all"
     fixed: Optional[FixedExamConfig] = field(default_factory=FixedExamConfig)  # eval/fixed/loss (null: none)
     pairs: Optional[PairsConfig] = field(default_factory=PairsConfig)  # eval/pairs/... (null: none)
     heldout: Optional[HeldoutConfig] = field(default_factory=HeldoutConfig)  # eval/heldout/... (null: none)
+    infilling: Optional[InfillingConfig] = field(default_factory=InfillingConfig)  # eval/infilling/... (null: none)
     every_n_validations: int = 0  # also evaluate at every k-th validation (0: after training only)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)  # the finetune protocol's settings

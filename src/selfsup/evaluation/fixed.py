@@ -263,7 +263,7 @@ class FixedExam:
             read = batch.encoder_inputs[scored]
             return torch.where(read == vocab.mask_id, 0, torch.where(read == targets[scored], 2, 1))
         if self.architecture == ENCODER_DECODER:
-            sentinel = (targets >= vocab.sentinel_start) & (targets < vocab.first_ordinary)
+            sentinel = (targets >= vocab.sentinel_start) & (targets < vocab.sentinel_end)
             last = torch.arange(targets.shape[1], device=targets.device) == scored.sum(1, keepdim=True) - 1
             after = torch.cat([torch.zeros_like(sentinel[:, :1]), sentinel[:, :-1]], dim=1)
             kind = torch.where(sentinel | last, 2, torch.where(after, 0, 1))  # the eos ends each row's targets

@@ -317,10 +317,16 @@ def score(
             written += greedy(model, job.sources[i : i + batch_size], eos_id, bos_id, pad_id, job.max_new_tokens)
     finally:
         model.train(was_training)
-    predictions = tokenizer.decode_batch(written, skip_special_tokens=True)
+    return scored_writing(losses, tokenizer.decode_batch(written, skip_special_tokens=True), job.references)
+
+
+def scored_writing(
+    losses: torch.Tensor, predictions: list[str], references: list[str]
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """({loss, exact_match, token_f1: each [n] float64}, predictions) of written texts against their references."""
     found = {
         "loss": losses,
-        "exact_match": torch.tensor([exact_match(p, r) for p, r in zip(predictions, job.references)]),
-        "token_f1": torch.tensor([token_f1(p, r) for p, r in zip(predictions, job.references)]),
+        "exact_match": torch.tensor([exact_match(p, r) for p, r in zip(predictions, references)]),
+        "token_f1": torch.tensor([token_f1(p, r) for p, r in zip(predictions, references)]),
     }
     return {k: v.double() for k, v in found.items()}, predictions

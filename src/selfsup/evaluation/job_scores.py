@@ -13,6 +13,7 @@ import torch
 from selfsup.data.records import EvalError
 from selfsup.evaluation.baselines import boundary, cached, untrained_key
 from selfsup.evaluation.generation import NOT_A_WRITER, SCORES, WRITERS, finetune_writer, prepare, score
+from selfsup.evaluation.infilling import INFILLING
 from selfsup.evaluation.pairs import mean_sd
 from selfsup.evaluation.simple import written_outcomes
 from selfsup.evaluation.splits import held_out
@@ -97,6 +98,12 @@ class JobScores:
                     + [round(float(found[s][i]), 4) for s in ("exact_match", "token_f1")]
                     for i in self.shown(name)
                 ]
+        return self.scored(name, runs)
+
+    def scored(self, name: str, runs: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+        """eval/<name>/<score> of a job's runs ([n] scores per run: fine-tuning seeds), with its _se, its margin over
+        the random-init baselines (self.random_init) and its differences with the simple baselines (simple_jobs);
+        each score's outcomes kept in self.last (the loss's negated: the higher the better)."""
         out = {}
         for s in SCORES:
             values = torch.stack([r[s] for r in runs]).numpy()  # [fine-tuning seeds, n]
@@ -161,12 +168,7 @@ class JobScores:
                     self.random_init_written[name] = {i: predictions[i] for i in self.shown(name)}
         out = {}
         for name, found in runs.items():
-            for s in SCORES:
-                values = np.stack([r[s].numpy() for r in found])  # [seeds, n]
-                self.random_init[f"{name}/{s}"] = -values if s == "loss" else values
-                mean, sd = mean_sd(values.mean(1).tolist())
-                out[f"eval/{name}/random_init_{s}"] = mean
-                out[f"eval/{name}/random_init_{s}_sd"] = sd
+            out.update(self.scored_random_init(name, found))
             for b, scored in self.simple_jobs[name].items():  # copying the input, the most frequent target
                 for s, outcomes in scored.items():
                     found = mean_interval(outcomes)
@@ -174,6 +176,47 @@ class JobScores:
                         {f"eval/{name}/{b}_{s}{end}": v for end, v in zip(("", "_low", "_high"), astuple(found))}
                     )
         return out
+
+    def scored_random_init(self, name: str, found: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+        """eval/<name>/random_init_<score> and its sd over the random-init seeds' scores ([n] each); the per-seed
+        outcomes kept in self.random_init."""
+        out = {}
+        for s in SCORES:
+            values = np.stack([r[s].numpy() for r in found])  # [seeds, n]
+            self.random_init[f"{name}/{s}"] = -values if s == "loss" else values
+            mean, sd = mean_sd(values.mean(1).tolist())
+            out[f"eval/{name}/random_init_{s}"] = mean
+            out[f"eval/{name}/random_init_{s}_sd"] = sd
+        return out
+
+    def infilling_metrics(self, model: torch.nn.Module) -> dict[str, float]:
+        """The infilling job's scores (selfsup.evaluation.infilling) as a generation job's: eval/infilling/<score>,
+        its _se and its margin over untrained models of the run's shape scored the same way (the probe's
+        random-init seeds; computed once a run, zero-shot), with the shown examples' writing."""
+        job, name = self.infilling, INFILLING
+        if not self.infilling_baselines:
+            runs = []
+            for k in range(self.random_init_seeds):
+                boundary(f"the infilling job's random-init seed {k + 1} of {self.random_init_seeds}")
+                torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
+                scores, predictions = job.scores(self.fresh_model(model))
+                runs.append(scores)
+                if not k:
+                    self.random_init_written[name] = {i: predictions[i] for i in self.shown_infills()}
+            self.infilling_baselines = self.scored_random_init(name, runs)
+        found, predictions = job.scores(model)
+        untrained = self.random_init_written.get(name) or {}
+        self.written_examples[name] = [
+            [i, job.sources[i], job.references[i], predictions[i], untrained.get(i)]
+            + [round(float(found[s][i]), 4) for s in ("exact_match", "token_f1")]
+            for i in self.shown_infills()
+        ]
+        return {**self.scored(name, [found]), **self.infilling_baselines}
+
+    def shown_infills(self) -> list[int]:
+        n = len(self.infilling.references)
+        rng = np.random.default_rng(stream_seed("shown-examples", self.seed))
+        return sorted(rng.choice(n, size=min(self.infilling.examples_shown, n), replace=False).tolist())
 
 
 def written_lines(written_examples: dict[str, list[list]], width: int = 100) -> list[str]:

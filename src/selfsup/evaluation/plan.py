@@ -14,6 +14,7 @@ constant:
               seeds + random-init not cached)
     writers   the same for a generation job's fine-tuning, plus a sample of its test examples scored and written
               (greedy, as many tokens as its references have, at most max_new_tokens)
+    infilling its first 32 examples scored and written, scaled to all, times 1 + its random-init seeds
 
 The warm-up takes a few per cent of the evaluation; the estimate is checked against the real time in
 docs/benchmarks.md (`selfsup-bench eval`).
@@ -291,4 +292,16 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
             )
             baselines = todo + cached if not ev.job_baselines else 0
             steps.append(Step(f"generation job {name}", what, one * (ev.finetune.seeds + todo), baselines, cached))
+        job = ev.infilling
+        if job is not None and job.rows:
+            seeds = 0 if ev.infilling_baselines else ev.random_init_seeds
+            tick = time.perf_counter()
+            job.sample(32).scores(model)
+            one = (time.perf_counter() - tick) * len(job.rows) / min(32, len(job.rows))
+            what = (
+                f"{len(job.rows):,} examples zero-shot in the {job.layout} layout + {seeds} random-init, the first "
+                f"{job.max_words} words of each of the first {job.max_examples} documents (eval.infilling.max_examples, "
+                f"max_words), middles of 1 to {job.middle_words} words"
+            )
+            steps.append(Step("the infilling job", what, one * (1 + seeds), seeds, 0))
     return Plan(steps, time.perf_counter() - started)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from selfsup.common.names import DECODER
 from selfsup.data.records import check_count
 from selfsup.evaluation.baselines import (
     EvaluationStopped,
@@ -28,6 +29,7 @@ from selfsup.evaluation.config import ProbeConfig
 from selfsup.evaluation.fixed import PANEL_SETTINGS, FixedExam, check_panel
 from selfsup.evaluation.generation import Prepared
 from selfsup.evaluation.heldout import HeldoutText
+from selfsup.evaluation.infilling import INFILLING, NOT_INFILLED, Infilling
 from selfsup.evaluation.job_scores import JobScores
 from selfsup.evaluation.jobs import GenerationJob
 from selfsup.evaluation.pairs import MinimalPairs, scorer_name
@@ -60,6 +62,7 @@ class Evaluation(TaskScores, JobScores):
         heldout: HeldoutText | None = None,
         finetune: Finetune | None = None,
         generation: Mapping[str, GenerationJob] | None = None,
+        infilling: Infilling | None = None,
     ):
         probe = dict(probe or {})
         self.fixed = fixed is not None and fixed is not False
@@ -80,6 +83,8 @@ class Evaluation(TaskScores, JobScores):
         self.jobs = dict(generation or {})  # generation jobs
         for name, job in self.jobs.items():
             job.name = name
+        self.infilling = infilling  # the infilling job (a decoder's: set to None at setup for another family)
+        self.infilling_baselines: dict[str, float] = {}
         self.written: dict[str, Prepared] = {}  # per job: its examples as the run's family writes them
         self.not_written: dict[str, str] = {}  # per job the run's family cannot write: why (NOT_A_WRITER)
         self.job_baselines: dict[str, float] = {}
@@ -95,7 +100,8 @@ class Evaluation(TaskScores, JobScores):
         self.seconds = 0.0
         self.cache_dir: Path | None = None  # where random-init baselines are kept (setup's cache_dir)
         self.tokenizer_hash: str | None = None
-        self.part_seconds: dict[str, float] = {}  # plan, fixed, pairs, heldout, probe, generation: over its evaluations
+        # plan, fixed, pairs, heldout, infilling, probe, generation: over its evaluations
+        self.part_seconds: dict[str, float] = {}
         self.item_seconds: dict[str, float] = {}  # each task's and job's, and their random-init baselines' seconds
         self.random_init: dict[str, np.ndarray] = {}  # per task: random-init outcomes [seeds, test examples]
         self.simple: dict[str, np.ndarray] = {}  # per task: the TF-IDF baseline's outcomes [test examples]
@@ -137,13 +143,20 @@ class Evaluation(TaskScores, JobScores):
         check_panel(**self.fixed_panel)
         if self.pairs is not None:
             self.pairs.check()
-        if self.heldout is not None:
-            self.heldout.check()
-            inside = [d for d in self.heldout.documents if training_documents and d in training_documents]
-            if inside:
+        for key, text in (("eval.heldout", self.heldout), ("eval.infilling", self.infilling)):
+            if text is not None:
+                text.check()
+                inside = [d for d in text.documents if training_documents and d in training_documents]
+                if inside:
+                    raise EvalError(
+                        f"{key}: {len(inside)} of its documents are documents of the pretraining data (e.g. "
+                        f"{inside[0][:40]!r}): a held-out text must be held out; use another text or other data.paths"
+                    )
+        if self.infilling is not None:
+            if INFILLING in self.tasks or INFILLING in self.jobs:
                 raise EvalError(
-                    f"eval.heldout: {len(inside)} of its documents are documents of the pretraining data (e.g. "
-                    f"{inside[0][:40]!r}): a held-out text must be held out; use another text or other data.paths"
+                    f"eval.tasks.{INFILLING} or eval.generation.{INFILLING} shares its name with the infilling job "
+                    f"(eval/{INFILLING}/...): rename it, or set eval.infilling=null"
                 )
         if self.every_n_validations < 0:
             raise EvalError(
@@ -166,12 +179,14 @@ class Evaluation(TaskScores, JobScores):
         objective: str | None = None,
         span: float | None = None,
         cache_dir=None,
+        infills: bool = False,
     ) -> None:
         """The exam's windows, the pairs' token ids and the tasks' encoded examples. make_model() builds an
         untrained model of the run's shape (the random-init baselines of the pairs and the probes, each from
         seeds of their own: the same for every run of a shape, cached in cache_dir). train_tokens: the training split
         (the pairs' n-gram references); objective, span: the run's objective and mean span length (the
-        pairs' scorer names, the denoise scorer's spans)."""
+        pairs' scorer names, the denoise scorer's spans); infills: the run was trained to fill in the middle (the
+        infilling job's layout)."""
         self.make_model, self.tokenizer = make_model, tokenizer
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.tokenizer_hash = hashlib.sha256(tokenizer.to_str().encode()).hexdigest() if tokenizer is not None else None
@@ -199,6 +214,10 @@ class Evaluation(TaskScores, JobScores):
             )
         self.setup_tasks(architecture, vocab, tokenizer, model_length)
         self.setup_jobs(architecture, vocab, tokenizer, model_length)
+        if self.infilling is not None and architecture == DECODER:
+            self.infilling.setup(vocab, tokenizer, model_length, infills)
+        elif self.infilling is not None:
+            self.not_written[INFILLING] = NOT_INFILLED
 
     def part_settings(self) -> dict[str, dict]:
         """{part (eval/<name>): the settings that made its scores}: what evaluated.json records beside each
@@ -219,6 +238,17 @@ class Evaluation(TaskScores, JobScores):
             }
         if self.heldout is not None:
             out["eval/heldout"] = {"source": self.heldout.text.source, "max_bytes": self.heldout.max_bytes}
+        if self.infilling is not None and INFILLING not in self.not_written:
+            job = self.infilling
+            out[f"eval/{INFILLING}"] = {
+                "protocol": "zero-shot",
+                "random_init_seeds": self.random_init_seeds,
+                "test_examples": len(job.rows) or None,
+                "source": job.text.source,
+                "max_examples": job.max_examples,
+                "max_words": job.max_words,
+                "middle_words": job.middle_words,
+            }
         for name, task in self.tasks.items():
             encoded = self.encoded.get(name)
             n = (len(encoded.train), len(encoded.test)) if encoded is not None else (None, None)
@@ -271,8 +301,11 @@ class Evaluation(TaskScores, JobScores):
             found = [
                 (key, self.pairs.last, self.pairs.random_init, fingerprints.get(key), key) for key in self.pairs.last
             ]
+        fingerprints = {**self.fingerprints}
+        if self.infilling is not None and self.infilling.rows:
+            fingerprints[INFILLING] = self.infilling.fingerprint
         found += [
-            (name, self.last, self.random_init, self.fingerprints.get(self.job_of(name)), f"eval/{name}")
+            (name, self.last, self.random_init, fingerprints.get(self.job_of(name)), f"eval/{name}")
             for name in self.last
         ]
         out = {}
@@ -362,6 +395,10 @@ class Evaluation(TaskScores, JobScores):
                 boundary("the held-out text")
                 with self.timed("heldout"):
                     metrics.update(self.heldout(model))
+            if self.infilling is not None and self.infilling.rows:
+                boundary("the infilling job")
+                with self.timed(INFILLING):
+                    metrics.update(self.infilling_metrics(model))
             with self.timed("probe") if self.encoded else contextlib.nullcontext():
                 if self.encoded and not self.baselines:  # the same for every evaluation of the run: once
                     with self.timed("tasks' random-init", self.item_seconds):

@@ -364,7 +364,7 @@ def tokenizer_files(p) -> dict[str, str]:
     }
     tokenizer = json.loads(p.tokenizer.to_str())
     for token in tokenizer["added_tokens"]:  # "a <mask>" -> 'Ġa', '<mask>': the space goes, as in training
-        if token["id"] == v.mask_id or v.sentinel_start <= token["id"] < v.first_ordinary:
+        if token["id"] == v.mask_id or v.sentinel_start <= token["id"] < v.sentinel_end:
             token["lstrip"] = True
     return {
         "tokenizer.json": json.dumps(tokenizer, ensure_ascii=False),

@@ -33,6 +33,7 @@ from selfsup.reliability.checkpoints import load_checkpoint_safely
 SPECIAL = re.compile(r"\s+(<mask>|<extra_id_\d+>)")  # a special token takes the space before it (as in training)
 PREFIX_OBJECTIVES = ("prefix_lm", "ul2")  # objectives that train a decoder with a bidirectional prefix
 REWRITE_OBJECTIVES = ("bart",)  # objectives that train an encoder-decoder to write the whole text back
+MIDDLE_OBJECTIVES = ("fim",)  # objectives that train a decoder to write a middle after <fim_prefix> ... <fim_middle>
 
 
 def check_generation_settings(
@@ -106,6 +107,13 @@ class Pretrained:
         what it does; `fill_spans` is span corruption's."""
         objective = (self.config.get("objective") or {}).get("name")
         return self.architecture == ENCODER_DECODER and objective in REWRITE_OBJECTIVES
+
+    @property
+    def fills_middle(self) -> bool:
+        """A decoder trained to fill in the middle (objective fim): `fill_middle` is what it does, and generate
+        continues a prompt in its layout, `<fim_prefix>prefix<fim_suffix>suffix<fim_middle>`, with the middle."""
+        objective = (self.config.get("objective") or {}).get("name")
+        return self.architecture == DECODER and objective in MIDDLE_OBJECTIVES and self.vocab.fim
 
     @property
     def device(self) -> torch.device:
@@ -229,6 +237,17 @@ class Pretrained:
         before, after = self.decode(prompt_ids), self.decode(prompt_ids + new)
         return after[len(before) :] if after.startswith(before) else self.decode(new)
 
+    def fill_middle(self, prefix: str, suffix: str, max_new_tokens: int = 32) -> str:
+        """Decoders trained with objective fim: the middle written, greedy, between prefix and suffix (PSM's layout,
+        `<fim_prefix>prefix<fim_suffix>suffix<fim_middle>`), up to an end of document or max_new_tokens."""
+        if not self.fills_middle:
+            objective = (self.config.get("objective") or {}).get("name")
+            raise UserError(
+                f"fill_middle needs a decoder trained with objective=fim; this one is a {self.architecture} "
+                f"trained with objective={objective}"
+            )
+        return self.generate(f"<fim_prefix>{prefix}<fim_suffix>{suffix}<fim_middle>", max_new_tokens)
+
     @torch.no_grad()
     def fill_masks(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
         """Encoders: for each <mask> in text, the top_k tokens and their probabilities."""
@@ -265,7 +284,7 @@ class Pretrained:
         self._needs(ENCODER_DECODER, "fill_spans")
         check_generation_settings(max_new_tokens)
         ids = self.encode(text)
-        sentinels = [t for t in ids if self.vocab.sentinel_start <= t < self.vocab.first_ordinary]
+        sentinels = [t for t in ids if self.vocab.sentinel_start <= t < self.vocab.sentinel_end]
         if not sentinels:
             raise UserError(
                 "fill_spans: put <extra_id_0>, <extra_id_1>, ... where spans are missing, e.g. 'The <extra_id_0> of'"

@@ -13,6 +13,7 @@ from selfsup.data.vocab import Vocab
 from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch, ObjectiveError
 from selfsup.objectives.clm import CausalLM, CausalLMConfig
 from selfsup.objectives.denoising import BartDenoising, DenoisingConfig
+from selfsup.objectives.fim import FillInTheMiddle, FimConfig
 from selfsup.objectives.mixture import UL2_DENOISERS, Denoiser, Mixture, MixtureConfig
 from selfsup.objectives.mlm import MaskedLM, MaskedLMConfig
 from selfsup.objectives.prefix import PrefixLM, PrefixLMConfig
@@ -20,7 +21,7 @@ from selfsup.objectives.span import SpanCorruption, SpanCorruptionConfig, raw_le
 
 # the built-in objectives by name, with their configs (conf/objective/<name>.yaml builds on these)
 OBJECTIVES: dict[str, type[Objective]] = {
-    cls.name: cls for cls in (MaskedLM, CausalLM, SpanCorruption, PrefixLM, Mixture, BartDenoising)
+    cls.name: cls for cls in (MaskedLM, CausalLM, SpanCorruption, PrefixLM, Mixture, BartDenoising, FillInTheMiddle)
 }
 CONFIGS = {
     "mlm": MaskedLMConfig,
@@ -29,6 +30,7 @@ CONFIGS = {
     "prefix_lm": PrefixLMConfig,
     "ul2": MixtureConfig,
     "bart": DenoisingConfig,
+    "fim": FimConfig,
 }
 
 
@@ -48,6 +50,8 @@ __all__ = [
     "CausalLMConfig",
     "Denoiser",
     "DenoisingConfig",
+    "FillInTheMiddle",
+    "FimConfig",
     "MaskedLM",
     "MaskedLMConfig",
     "Mixture",

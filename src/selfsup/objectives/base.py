@@ -77,6 +77,7 @@ class Objective:
     refusals: dict[str, str] = {}  # architecture -> why this objective cannot train it
     scheduled: str | None = None  # the rate objective.schedule moves (mask_rate, noise_density); None: none
     schedule: Any = None  # its rate over training steps: a selfsup.objectives.schedule.Schedule
+    infills = False  # trains a decoder to write a middle in FIM's layout (the infilling job reads it so)
 
     @classmethod
     def incompatibility(cls, architecture: str) -> str | None:

@@ -148,6 +148,7 @@ PARTS = (
     ("fixed", "fixed exam"),
     ("pairs", "minimal pairs"),
     ("heldout", "held-out text"),
+    ("infilling", "infilling job"),
     ("probe", "probe"),
     ("generation", "generation jobs"),
 )  # an evaluation's parts (Evaluation.part_seconds) as the timing and cost blocks name them

@@ -13,8 +13,9 @@ OBJECTIVE_COLORS = {
     "prefix_lm": "#9467bd",
     "ul2": "#ff7f0e",
     "bart": "#17becf",
+    "fim": "#bcbd22",
 }
-EXTRA_COLORS = ["#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#aec7e8"]
+EXTRA_COLORS = ["#8c564b", "#e377c2", "#7f7f7f", "#aec7e8"]
 # matplotlib's tab10, then tab20's lighter shades: one per setting
 SETTING_COLORS = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",

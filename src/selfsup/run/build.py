@@ -332,6 +332,7 @@ def build(settings: RunSettings, prepared: tuple | None = None) -> Run:
             objective=objective.name,
             span=getattr(objective, "mean_span_length", None),
             cache_dir=corpus.cache_dir,
+            infills=objective.infills,
         )
     t = settings.trainer
     module = SelfSupModule(

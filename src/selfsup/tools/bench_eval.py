@@ -49,7 +49,7 @@ def train(run_dir: Path, corpus: Path, cache: Path, objective: str, *extra: str)
     return RunSummary.read(run_dir).values
 
 
-PARTS = ("plan", "fixed", "pairs", "heldout", "probe", "generation")
+PARTS = ("plan", "fixed", "pairs", "heldout", "infilling", "probe", "generation")
 
 
 def bench_eval(

@@ -262,6 +262,7 @@ class Planned:
             objective=self.objective.name,
             span=getattr(self.objective, "mean_span_length", None),
             cache_dir=corpus.cache_dir,
+            infills=self.objective.infills,
         )
 
     def run(self) -> tuple[dict, dict]:

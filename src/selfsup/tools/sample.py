@@ -3,9 +3,11 @@
     selfsup-sample outputs/<date>/<time> --prompt "The module"                  decoder: a continuation
     selfsup-sample outputs/<date>/<time> --prompt "The <mask> of a <mask>"      encoder: top-k per <mask>
     selfsup-sample outputs/<date>/<time> --prompt "The <extra_id_0> of a file"  encoder-decoder: each span
+    selfsup-sample outputs/<date>/<time> --prompt "<fim_prefix>The<fim_suffix> of a file<fim_middle>"  FIM: the middle
 
 A decoder samples at temperature 0.8 from the 200 likeliest tokens (nanoGPT's sample.py); --greedy takes the
-argmax. A prefix-LM decoder reads the prompt as its bidirectional prefix, as it was trained. An encoder-decoder
+argmax. A prefix-LM decoder reads the prompt as its bidirectional prefix, as it was trained; a decoder trained with
+objective=fim continues its default prompt `<fim_prefix>prefix<fim_suffix>suffix<fim_middle>` with the middle. An encoder-decoder
 writes each span greedily. --max-new-tokens beyond the model's positions is capped there, with one note on stderr.
 """
 
@@ -24,6 +26,7 @@ PROMPTS = {
     ENCODER: "The <mask> of the <mask> is returned.",
     ENCODER_DECODER: "The <extra_id_0> of the <extra_id_1> is returned.",
     "rewrite": "The <mask> of the <mask> is returned.",  # an encoder-decoder trained as BART writes it back whole
+    "fim": "<fim_prefix>Return the<fim_suffix> of the list.<fim_middle>",  # a decoder trained with FIM: the middle
 }
 
 
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
         temperature = 0.0 if args.greedy else TEMPERATURE if args.temperature is None else args.temperature
         check_generation_settings(args.max_new_tokens, temperature, args.top_k, flags=True)  # before loading
         p = load(args.path, args.device)
-        prompt = args.prompt if args.prompt is not None else PROMPTS["rewrite" if p.rewrites else p.architecture]
+        kind = "rewrite" if p.rewrites else "fim" if p.fills_middle else p.architecture
+        prompt = args.prompt if args.prompt is not None else PROMPTS[kind]
         print(f"{p.architecture} from {p.checkpoint}")
         max_new_tokens = args.max_new_tokens
         if p.architecture != ENCODER:
