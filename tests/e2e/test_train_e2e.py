@@ -23,6 +23,7 @@ OBJECTIVES = {
     "ul2": "encoder_decoder",
     "bart": "encoder_decoder",
     "fim": "decoder",
+    "gpt_bert": "decoder",
 }
 
 
@@ -96,9 +97,10 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     # the comparable evaluation: in the W&B run, the CSV and summary.json alike
     evaluated = summary["eval"]
     encoder_decoder = OBJECTIVES[objective] == "encoder_decoder"
+    second = "/denoise" if encoder_decoder else "/mntp" if objective == "gpt_bert" else None  # a second scorer
     pairs = {
         f"eval/pairs{scorer}{kind}/{what}accuracy"
-        for scorer in ["", "/denoise"][: 1 + encoder_decoder]
+        for scorer in ["", second][: 1 + (second is not None)]
         for kind in ["", "/swap_1", "/replaced_1", "/replaced_4"]
         for what in ["", "random_init_"] + (["unigram_", "bigram_"] if not scorer else [])
     }
@@ -166,14 +168,14 @@ def test_each_job_is_a_finished_wandb_run_with_the_logged_values(sweep, job, obj
     for key in [k for k in evaluated if k.endswith("/margin")]:
         low, high = evaluated[key + "_low"], evaluated[key + "_high"]
         assert low <= evaluated[key] <= high and high - low < 0.5, key
-    assert set(summary["pairs_scorers"]) == {"eval/pairs", *(["eval/pairs/denoise"] if encoder_decoder else [])}
+    assert set(summary["pairs_scorers"]) == {"eval/pairs", *([f"eval/pairs{second}"] if second else [])}
     for key, value in evaluated.items():
         assert recorded["summary"][key] == pytest.approx(value, rel=1e-6), key
     # the run's verdict, in summary.json and the W&B summary alike; its per-example outcomes beside it
     assert summary["verdict"].startswith("Verdict (margin over random-init") and "  pairs: " in summary["verdict"]
     assert recorded["summary"]["verdict"] == summary["verdict"]
     with np.load(run / "outcomes.npz") as kept:
-        for key in ["eval/pairs", "eval/probe"] + (["eval/pairs/denoise"] if encoder_decoder else []):
+        for key in ["eval/pairs", "eval/probe"] + ([f"eval/pairs{second}"] if second else []):
             n = kept[key].shape[0]
             seeds = 2 if key == "eval/probe" else 3  # eval.probe.random_init_seeds, eval.pairs.random_init_seeds
             assert kept[f"{key}|random_init"].shape == (seeds, n) and len(str(kept[f"{key}|examples"])) == 64

@@ -514,3 +514,38 @@ def test_a_margin_from_too_few_test_examples_is_not_called(tmp_path):
     assert "too few test examples (2, fewer than 20) to call: mlm +1.000 [+1.000, +1.000]" in text, text
     assert "shows pretraining: span_corruption +1.000 [+1.000, +1.000]" in text, text
     assert "clm -" not in text and "mlm -" not in text  # nor compared
+
+
+def test_a_ranking_that_changes_with_the_scoring_method_is_said(tmp_path):
+    """GPT-BERT's pairs scored both ways: by causal log-prob clm leads it, by its MNTP pseudo-log-likelihood it leads
+    clm (constructed), each bounded beyond the seed spread: the verdict says the ranking changes."""
+    rng = np.random.default_rng(5)
+    base = np.stack([outcomes(rng, 0.5) for _ in range(3)])
+    rows = [run(tmp_path, f"clm{s}", outcomes(rng, 0.75), base, "clm", seed=s) for s in (0, 1, 2)]
+    for s in (0, 1, 2):
+        row = run(tmp_path, f"gb{s}", outcomes(rng, 0.6), base, "gpt_bert", seed=s)
+        mntp = outcomes(rng, 0.9)
+        m = margin(mntp, base)
+        row["eval"].update({"eval/pairs/mntp/margin": m.value, "eval/pairs/mntp/margin_low": m.low})
+        row["eval"].update({"eval/pairs/mntp/margin_high": m.high, "eval/pairs/mntp/accuracy": float(mntp.mean())})
+        row["pairs_scorers"]["eval/pairs/mntp"] = "MNTP pseudo-log-likelihood"
+        path = f"{row['run_dir']}/{OUTCOMES}"
+        kept = dict(np.load(path))
+        kept.update({"eval/pairs/mntp": mntp, "eval/pairs/mntp|random_init": base})
+        kept["eval/pairs/mntp|examples"] = np.array("pairs-v1")
+        np.savez(path, **with_margins(kept, row["eval"]))
+        rows.append(row)
+    text = verdict_text(rows)
+    assert "clm leads gpt_bert by " in text  # the causal scorer
+    mean = lambda name, key: np.mean([np.load(f"{tmp_path}/{name}{s}/{OUTCOMES}")[key] for s in (0, 1, 2)], axis=0)  # noqa: E731
+    d = difference(mean("gb", "eval/pairs/mntp"), base, mean("clm", "eval/pairs"), base)
+    assert d.low > 0.1
+    assert (
+        f"by MNTP pseudo-log-likelihood: gpt_bert - clm {d}; the ranking of gpt_bert and clm changes with the scoring method"
+        in text
+    )
+    # the same ranking both ways: nothing said of a change
+    same = [r for r in rows if r["objective"] == "clm"] + [
+        run(tmp_path, f"x{s}", outcomes(rng, 0.6), base, "prefix_lm", seed=s) for s in (0, 1, 2)
+    ]
+    assert "changes with the scoring method" not in verdict_text(same) and "by MNTP" not in verdict_text(same)

@@ -15,6 +15,10 @@ for BLiMP, as `minicons` computes it:
                      the run's mean span length, each span replaced by a sentinel in the encoder input and
                      written by the decoder, each token scored given the context outside its span and its
                      span's earlier tokens (with length 1: each token a one-token span)
+    gpt_bert         a decoder trained in two attention modes is scored both ways: the causal summed
+                     log-probability (eval/pairs) and, as `mntp`, the masked next-token pseudo-log-likelihood
+                     (each token masked in turn in `</s> sentence </s>`, read with bidirectional attention and
+                     scored at the position before it, as its masked batches train it: eval/pairs/mntp)
 
 The built-in set (selfsup.evaluation.pair_sets.builtin_pairs) corrupts held-out sentences, never in the pretraining corpus, three ways:
 `swap_1` (two adjacent words swapped), `replaced_1` (one word replaced), `replaced_4` (four replaced).
@@ -52,6 +56,7 @@ from selfsup.evaluation.scoring import (
     decoder_rows,
     denoise_rows,
     encoder_rows,
+    mntp_rows,
     score_rows,
 )
 from selfsup.evaluation.stats import Interval, margin, standard_error
@@ -62,6 +67,10 @@ SCORERS = {
     ENCODER: "pseudo-log-likelihood",
     ENCODER_DECODER: "decoder log-prob, blank encoder input",
 }
+
+
+MNTP_OBJECTIVES = ("gpt_bert",)  # decoders also trained bidirectionally: their pairs are scored both ways
+MNTP_SCORER = "MNTP pseudo-log-likelihood"
 
 
 def scorer_name(architecture: str, objective: str | None = None) -> str:
@@ -119,6 +128,7 @@ class MinimalPairs:
 
         eval/pairs/accuracy, eval/pairs/<type>/accuracy           the built-in set, pooled and per type
         eval/pairs/<set>/accuracy, eval/pairs/<set>/<group>/...   each user set, pooled and per group
+        eval/pairs/denoise/..., eval/pairs/mntp/...               the second scorer of an encoder-decoder, of GPT-BERT
         .../random_init_accuracy, .../random_init_accuracy_sd     the same scorer on random_init_seeds untrained
                                                                   models of the run's shape (mean, sd over seeds)
         .../margin, .../margin_low, .../margin_high               accuracy - random-init, its 95% interval
@@ -221,6 +231,8 @@ class MinimalPairs:
         if architecture == ENCODER_DECODER and self.denoise:
             k = max(1, int(round(span if span is not None else 3.0)))
             self.scorers["eval/pairs/denoise"] = (denoise_name(k), lambda s, v, k=k: denoise_rows(s, v, k))
+        if architecture == DECODER and objective in MNTP_OBJECTIVES:  # scored both ways: causal and MNTP
+            self.scorers["eval/pairs/mntp"] = (MNTP_SCORER, mntp_rows)
         self.references = {}
         if train_tokens is not None and len(train_tokens) > 1:
             counts = NGram(train_tokens, vocab.size, self.reference_tokens)

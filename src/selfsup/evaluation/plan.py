@@ -107,6 +107,7 @@ def sampled(rows: Rows, every: int) -> Rows:
         [rows.decoder[i] for i in pick] if rows.decoder else [],
         [rows.scored[i] for i in pick],
         [rows.sentence[i] for i in pick],
+        rows.bidirectional,
     )
 
 

@@ -66,6 +66,7 @@ class Rows:
     decoder: list[list[int]] = field(default_factory=list)
     scored: list[list[tuple[int, int]]] = field(default_factory=list)
     sentence: list[int] = field(default_factory=list)
+    bidirectional: bool = False  # decoder rows read with bidirectional attention over their tokens (MNTP)
 
     def add(
         self,
@@ -106,6 +107,19 @@ def encoder_rows(sentences: list[list[int]], vocab) -> Rows:
             row = list(text)
             row[i + 1] = vocab.mask_id
             rows.add(s, [(i + 1, t)], encoder=row)
+    return rows
+
+
+def mntp_rows(sentences: list[list[int]], vocab) -> Rows:
+    """One row per token, read with bidirectional attention: </s> t0 ... <mask> ... t(n-1) </s>, scoring the
+    masked token at the position before it (masked next-token prediction, GPT-BERT's masked batches)."""
+    rows = Rows(bidirectional=True)
+    for s, ids in enumerate(sentences):
+        text = [vocab.eos_id, *ids, vocab.eos_id]
+        for i, t in enumerate(ids):
+            row = list(text)
+            row[i + 1] = vocab.mask_id
+            rows.add(s, [(i, t)], decoder=row)
     return rows
 
 
@@ -152,7 +166,9 @@ def score_rows(
                 ids, mask = _pad([rows.encoder[i] for i in batch], pad_id, device)
                 kwargs.update(encoder_inputs=ids, encoder_mask=mask)
             if rows.decoder:
-                kwargs["decoder_inputs"] = _pad([rows.decoder[i] for i in batch], pad_id, device)[0]
+                kwargs["decoder_inputs"], real = _pad([rows.decoder[i] for i in batch], pad_id, device)
+                if rows.bidirectional:  # every real token reads every other, the padding none
+                    kwargs["prefix_length"] = real.sum(1)
             r = torch.tensor([j for j, i in enumerate(batch) for _ in rows.scored[i]], device=device)
             p = torch.tensor([pos for i in batch for pos, _ in rows.scored[i]], device=device)
             t = torch.tensor([tok for i in batch for _, tok in rows.scored[i]], device=device)

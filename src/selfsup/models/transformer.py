@@ -442,6 +442,8 @@ class Decoder(TransformerModel):
             raise ValueError(
                 f"prefix_length must have shape [{B}] (one per sequence), got {prefix_length.shape[0]} values"
             )
+        if bool((prefix_length >= L).all()):  # every row bidirectional (GPT-BERT's masked batches): no mask at all
+            return self.decoder(x, activation_checkpointing=self.activation_checkpointing)
         pos = torch.arange(L, device=x.device)
         mask = (pos[None, :] <= pos[:, None])[None] | (pos[None, None, :] < prefix_length)  # [B, L, L]
         return self.decoder(x, mask=mask[:, None], activation_checkpointing=self.activation_checkpointing)

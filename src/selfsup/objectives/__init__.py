@@ -14,6 +14,7 @@ from selfsup.objectives.base import IGNORE, Objective, ObjectiveBatch, Objective
 from selfsup.objectives.clm import CausalLM, CausalLMConfig
 from selfsup.objectives.denoising import BartDenoising, DenoisingConfig
 from selfsup.objectives.fim import FillInTheMiddle, FimConfig
+from selfsup.objectives.gpt_bert import GptBert, GptBertConfig
 from selfsup.objectives.mixture import UL2_DENOISERS, Denoiser, Mixture, MixtureConfig
 from selfsup.objectives.mlm import MaskedLM, MaskedLMConfig
 from selfsup.objectives.prefix import PrefixLM, PrefixLMConfig
@@ -21,7 +22,8 @@ from selfsup.objectives.span import SpanCorruption, SpanCorruptionConfig, raw_le
 
 # the built-in objectives by name, with their configs (conf/objective/<name>.yaml builds on these)
 OBJECTIVES: dict[str, type[Objective]] = {
-    cls.name: cls for cls in (MaskedLM, CausalLM, SpanCorruption, PrefixLM, Mixture, BartDenoising, FillInTheMiddle)
+    cls.name: cls
+    for cls in (MaskedLM, CausalLM, SpanCorruption, PrefixLM, Mixture, BartDenoising, FillInTheMiddle, GptBert)
 }
 CONFIGS = {
     "mlm": MaskedLMConfig,
@@ -31,6 +33,7 @@ CONFIGS = {
     "ul2": MixtureConfig,
     "bart": DenoisingConfig,
     "fim": FimConfig,
+    "gpt_bert": GptBertConfig,
 }
 
 
@@ -52,6 +55,8 @@ __all__ = [
     "DenoisingConfig",
     "FillInTheMiddle",
     "FimConfig",
+    "GptBert",
+    "GptBertConfig",
     "MaskedLM",
     "MaskedLMConfig",
     "Mixture",

@@ -151,6 +151,43 @@ def compare(a: Group, b: Group, key: str, outcomes: dict) -> tuple[str, str | No
     return ruling(a, b, d, a.spread(key), b.spread(key), "leads")
 
 
+SECOND_SCORERS = {"eval/pairs": "eval/pairs/mntp"}  # a score and the second scorer some runs also have (GPT-BERT)
+
+
+def scoring_flips(groups: list[Group], key: str, outcomes: dict) -> str | None:
+    """`by gpt_bert's MNTP pseudo-log-likelihood: gpt_bert - clm +0.041 [...]; the ranking of gpt_bert and clm
+    changes with the scoring method`: the margins of the groups scored a second way (SECOND_SCORERS) against each
+    other group's, paired over the same pairs; the ranking is said to change only where both differences are
+    bounded (their intervals exclude 0 and exceed the seed spread) with opposite signs. None where no group has a
+    second scorer."""
+    second = SECOND_SCORERS.get(key)
+    twice = [g for g in groups if second and len(g.margins(second)) == len(g.rows)]
+    if not twice:
+        return None
+    found, flips = [], []
+    for a in twice:
+        for b in [g for g in groups if g is not a]:
+            x, y = pooled(a, second, outcomes), pooled(b, key, outcomes)
+            if x is None or y is None or isinstance(x, str) or isinstance(y, str) or x[2] != y[2]:
+                continue
+            d = difference(x[0], x[1], y[0], y[1])
+            found.append(f"{a.label} - {b.label} {d}")
+            x1 = pooled(a, key, outcomes)
+            if x1 is None or isinstance(x1, str) or x1[2] != y[2]:
+                continue
+            d1 = difference(x1[0], x1[1], y[0], y[1])
+            signs = (
+                lead_sign(a, b, d1, a.spread(key), b.spread(key)),
+                lead_sign(a, b, d, a.spread(second), b.spread(key)),
+            )
+            if 0 not in signs and signs[0] != signs[1]:
+                flips.append(f"the ranking of {a.label} and {b.label} changes with the scoring method")
+    if not found:
+        return None
+    scorer = (twice[0].rows[0].get("pairs_scorers") or {}).get(second, second.rpartition("/")[2])
+    return f"by {scorer}: " + "; ".join(found + flips)
+
+
 def scorers_differ(groups: list[Group], key: str) -> str | None:
     """`the scorers differ (summed log-prob; pseudo-log-likelihood): ...` where the groups' pairs were scored by
     different scorers (families), else None."""
@@ -159,6 +196,16 @@ def scorers_differ(groups: list[Group], key: str) -> str | None:
     if len(names) < 2:
         return None
     return f"the scorers differ ({'; '.join(names)}): the margins over random-init compare, raw accuracies do not"
+
+
+def lead_sign(a: Group, b: Group, d: Interval, spread_a, spread_b) -> int:
+    """+1 where a leads b on d = a - b by the rules of `ruling` (the interval excludes 0, both groups have seeds,
+    |d| exceeds the seed spread), -1 where b leads a, 0 where no lead is called."""
+    if not d.excludes_zero or len(a.rows) < 2 or len(b.rows) < 2:
+        return 0
+    if abs(d.value) <= max(s for s in (spread_a, spread_b) if s is not None):
+        return 0
+    return 1 if d.value > 0 else -1
 
 
 def ruling(a: Group, b: Group, d: Interval, spread_a, spread_b, verb: str) -> tuple[str, str | None]:
@@ -390,6 +437,7 @@ def verdict_lines(rows: list[dict], width: int = 100) -> list[str]:
                 ("against the runner-up: " if study else "") + joined([compare(best, g, key, outcomes) for g in others])
             )
             parts.append(scorers_differ(having, key) or "")
+            parts.append(scoring_flips(having, key, outcomes) or "")
         level = chance_level(having, key)
         if level is not None:
             parts.append(f"chance level {level:.3f} (a random pick among each document's choices)")
