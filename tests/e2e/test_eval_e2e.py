@@ -269,6 +269,11 @@ def test_the_plan_says_each_runs_parts_and_cached_baselines_and_writes_nothing(f
             "eval.generation.continuation.max_new_tokens=5 sets a key under eval.generation, which "
             "eval.generation=null turns off: drop one of the two",
         ),
+        (
+            ["eval=none", "eval.infilling={fim_layout: spm}"],
+            r"eval.infilling=\{fim_layout: spm\}: eval.infilling is null \(off\) in this config, and a setting "
+            "cannot be put inside a null part",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(families, tmp_path, args, message):

@@ -52,12 +52,15 @@ def test_fim_and_prefix_layouts_read_the_same_middle_tokens(tmp_path, tokenizer)
     fim, clm = job(tmp_path, tokenizer, infills=True), job(tmp_path, tokenizer)
     vocab = fim.vocab
     pre, mid, suf = vocab.fim_ids
-    assert (fim.layout, clm.layout) == ("fim", "prefix") and fim.fingerprint == clm.fingerprint
-    for (prefix, middle, suffix), f, c, m in zip(fim.examples, fim.rows, clm.rows, fim.middles):
+    spm = job(tmp_path, tokenizer, infills=True, fim_layout="spm")
+    assert (fim.layout, clm.layout, spm.layout) == ("psm", "prefix", "spm")
+    assert fim.fingerprint == clm.fingerprint == spm.fingerprint
+    for (prefix, middle, suffix), f, c, sp, m in zip(fim.examples, fim.rows, clm.rows, spm.rows, fim.middles):
         ids = [tokenizer.encode(t, add_special_tokens=False).ids for t in (prefix, middle, suffix)]
         assert m == ids[1] and f[-len(m) :] == c[-len(m) :] == m
         assert f == [pre, *ids[0], suf, *ids[2], mid, *ids[1]] or len(f) == 32 + 1  # cut to fit: the longer side
         assert c == [vocab.eos_id, *f[1 : f.index(suf)], *m]  # the prefix alone, the same tokens
+        assert sp == [pre, suf, *f[f.index(suf) + 1 : f.index(mid)], mid, *f[1 : f.index(suf)], *m]  # SPM
         assert len(f) <= 33 and f[0] == pre and f.index(mid) == len(f) - len(m) - 1
     short = job(tmp_path, tokenizer, model_length=12, infills=True)
     assert all(len(r) <= 13 for r in short.rows) and short.middles == [
@@ -100,5 +103,7 @@ def test_bad_settings_are_refused_in_one_line(tmp_path, tokenizer):
         EvalError, match=r"eval.infilling \(text_files\) holds no text to cut into a prefix, a middle and a suffix"
     ):
         job(tmp_path, tokenizer, texts=["Two words", "the the the"])
+    with pytest.raises(EvalError, match=r"eval.infilling.fim_layout=pms is unknown: use one of psm, spm"):
+        job(tmp_path, tokenizer, fim_layout="pms")
     with pytest.raises(EvalError, match=r"eval.infilling.source=nowhere is unknown"):
         Infilling(source="nowhere").check()

@@ -104,6 +104,9 @@ class InfillingConfig(HeldoutConfig):
     max_examples: int = 200  # one example a document (its first max_words words), in order
     max_words: int = 24
     middle_words: int = 3  # a middle holds 1 to middle_words words
+    fim_layout: str = (
+        "psm"  # how a FIM run reads an example: psm (prefix, suffix, middle) | spm (suffix, prefix, middle)
+    )
 
 
 @dataclass

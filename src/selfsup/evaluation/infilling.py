@@ -3,7 +3,8 @@
 Each example is a held-out text cut at word boundaries into prefix, middle (1 to middle_words words) and suffix,
 the same examples for every run (drawn from a fixed seed). Each decoder reads them as it was trained to:
 
-    fim     a run of objective=fim: `<fim_prefix> prefix <fim_suffix> suffix <fim_middle>`, then the middle
+    psm     a run of objective=fim: `<fim_prefix> prefix <fim_suffix> suffix <fim_middle>`, then the middle
+    spm     (fim_layout=spm) `<fim_prefix> <fim_suffix> suffix <fim_middle> prefix`, then the middle
     prefix  any other decoder (CLM, prefix LM): `</s> prefix`, then the middle; the suffix is not read (the
             baseline: a left-to-right model has nowhere to put it)
 
@@ -47,6 +48,7 @@ from selfsup.evaluation.tasks import EvalError
 
 INFILLING = "infilling"  # its scores: eval/infilling/<score>
 NOT_INFILLED = "the infilling job scores decoders (FIM's layout, or the prefix alone)"
+FIM_LAYOUTS = ("psm", "spm")
 
 
 class Infilling(HeldoutText):
@@ -68,10 +70,12 @@ class Infilling(HeldoutText):
         max_examples: int = 200,
         max_words: int = 24,
         middle_words: int = 3,
+        fim_layout: str = "psm",
         examples_shown: int = 5,
     ):
         super().__init__(source, paths, text_field, hf_name, hf_config, split, data_files, max_bytes, batch_tokens)
         self.max_examples, self.max_words, self.middle_words = max_examples, max_words, middle_words
+        self.fim_layout = fim_layout  # a FIM run's: psm or spm
         self.examples_shown = examples_shown  # shown with what the run and random-init write, as a job's are
         self.examples: list[tuple[str, str, str]] = []  # (prefix, middle, suffix) texts
         self.layout = ""
@@ -81,6 +85,10 @@ class Infilling(HeldoutText):
         self.references: list[str] = []
 
     def check(self) -> None:
+        if self.fim_layout not in FIM_LAYOUTS:
+            raise EvalError(
+                f"eval.infilling.fim_layout={self.fim_layout} is unknown: use one of {', '.join(FIM_LAYOUTS)}"
+            )
         for key in ("max_examples", "max_words", "middle_words"):
             check_count(f"eval.infilling.{key}", getattr(self, key))
         if self.max_words < 3:
@@ -103,7 +111,8 @@ class Infilling(HeldoutText):
     def setup(self, vocab, tokenizer, model_length: int, infills: bool = False) -> None:
         if not self.examples:
             self.check()
-        self.vocab, self.tokenizer, self.layout = vocab, tokenizer, "fim" if infills and vocab.fim else "prefix"
+        self.vocab, self.tokenizer = vocab, tokenizer
+        self.layout = self.fim_layout if infills and vocab.fim else "prefix"
         encode = lambda texts: [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]  # noqa: E731
         prefixes, middles, suffixes = (encode([e[k] for e in self.examples]) for k in range(3))
         self.rows, self.middles, kept, digest = [], [], [], hashlib.sha256()
@@ -113,9 +122,11 @@ class Infilling(HeldoutText):
                 continue
             while len(p) + len(m) + len(s) > room:  # the longer side loses its far end
                 p, s = (p[1:], s) if len(p) >= len(s) else (p, s[:-1])
-            if self.layout == "fim":
-                pre, mid, suf = vocab.fim_ids
+            pre, mid, suf = vocab.fim_ids if vocab.fim else (None, None, None)
+            if self.layout == "psm":
                 row = [pre, *p, suf, *s, mid, *m]
+            elif self.layout == "spm":
+                row = [pre, suf, *s, mid, *p, *m]
             else:
                 row = [vocab.eos_id, *p, *m]
             self.rows.append(row)

@@ -248,6 +248,7 @@ class Evaluation(TaskScores, JobScores):
                 "max_examples": job.max_examples,
                 "max_words": job.max_words,
                 "middle_words": job.middle_words,
+                "fim_layout": job.fim_layout,
             }
         for name, task in self.tasks.items():
             encoded = self.encoded.get(name)

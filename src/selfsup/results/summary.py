@@ -147,8 +147,9 @@ LM_EVAL_NOTE = (
 JOB_NOTE = (
     "loss: the target's per-token loss under teacher forcing, its margin random-init's minus the run's (positive: "
     "lower than random-init); F1: greedy decoding's token F1 (SQuAD's), its margin the run's minus random-init's; "
-    "each the mean over fine-tuning seeds, paired bootstrap 95% interval; copy-input and frequent-target F1: the "
-    "simple baselines, copying the input and writing the most frequent training target"
+    "each the mean over fine-tuning seeds (the infilling job: zero-shot, not fine-tuned), paired bootstrap 95% "
+    "interval; copy-input and frequent-target F1: the simple baselines, copying the input and writing the most "
+    "frequent training target"
 )
 
 

@@ -213,8 +213,10 @@ def with_init(cfg: DictConfig) -> DictConfig:
 
 
 def evaluates(eval: Mapping) -> bool:
-    """Whether the `eval` settings evaluate anything (eval=none: no exam, pairs, tasks or generation jobs)."""
-    return bool(eval.get("fixed") or eval.get("pairs") or eval.get("tasks") or eval.get("generation"))
+    """Whether the `eval` settings evaluate anything (eval=none: no exam, pairs, held-out text, infilling job, tasks
+    or generation jobs)."""
+    parts = ("fixed", "pairs", "heldout", "infilling", "tasks", "generation")
+    return any(bool(eval.get(part)) for part in parts)
 
 
 def make_evaluation(eval: Mapping) -> Evaluation | None:

@@ -7,7 +7,9 @@ Hydra's and OmegaConf's own config errors are folded into one line too (config_e
 from __future__ import annotations
 
 import math
+import os
 import re
+import traceback
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -85,6 +87,26 @@ def check_devices(cfg: DictConfig) -> None:
             f"(torch.cuda.is_available() is False): use trainer=cpu or trainer=ddp_cpu, "
             f"or install a CUDA build of torch"
         )
+
+
+def null_part(err: BaseException, overrides: list[str]) -> str | None:
+    """One line for a setting put inside a part of the config that is null (`eval=none eval.heldout.max_bytes=100`,
+    `eval.heldout={max_bytes: 100}`): Hydra cannot merge into a null node, and OmegaConf raises a bare
+    AttributeError or AssertionError naming NoneType. None for any other error."""
+    if not isinstance(err, (AttributeError, AssertionError)) or "NoneType" not in str(err):
+        return None
+    frames = traceback.extract_tb(err.__traceback__)
+    if not any(f"{os.sep}omegaconf{os.sep}" in frame.filename for frame in frames):
+        return None
+    keyed = [o for o in overrides if "=" in o and not o.startswith("~") and o.split("=", 1)[0].lstrip("+").count(".")]
+    named = re.search(r"full_key: ([\w.]+)", str(err))
+    key = named[1] if named else None
+    culprit = next((o for o in keyed if key and o.lstrip("+").startswith(key)), keyed[-1] if keyed else "a setting")
+    part = key or culprit.split("=", 1)[0].lstrip("+").rpartition(".")[0]
+    return (
+        f"{culprit}: {part} is null (off) in this config, and a setting cannot be put inside a null part: start from "
+        f"a config option where it is on (e.g. eval=default) and set the parts you do not want to null"
+    )
 
 
 def config_error_line(err: BaseException) -> str:

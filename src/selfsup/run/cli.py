@@ -45,7 +45,7 @@ from selfsup.run.build import (
     settle,
     with_init,
 )
-from selfsup.run.checks import config_error_line
+from selfsup.run.checks import config_error_line, null_part
 from selfsup.run.lifecycle import fit
 from selfsup.run.run_dir import join_sweep, requeue_checkpoint, resumed_config
 from selfsup.run.schema import config_dir, register
@@ -174,6 +174,10 @@ def main() -> None:
             raise
         if isinstance(err, UserError):  # re-raised by a job for Optuna's sweeper
             print(f"error: {error_line(err)}", file=sys.stderr)
+            raise SystemExit(2) from None
+        null = null_part(err, sys.argv[1:])
+        if null is not None:  # a setting inside a part the config turns off: Hydra cannot merge into null
+            print(f"error: {null}", file=sys.stderr)
             raise SystemExit(2) from None
         frames = traceback.extract_tb(err.__traceback__)
         hydra_cli = isinstance(err, ValueError) and f"{os.sep}hydra{os.sep}" in frames[-1].filename  # e.g. -m --cfg

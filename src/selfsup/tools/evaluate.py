@@ -127,6 +127,7 @@ def eval_config(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from selfsup.run.checks import null_part
     from selfsup.run.cli import CONF_DIR
     from selfsup.run.schema import register
 
@@ -149,6 +150,11 @@ def eval_config(overrides: list[str]) -> DictConfig:
             return compose("train", overrides=overrides).eval
     except (HydraException, OmegaConfBaseException) as err:
         raise config_error(err) from None
+    except (AttributeError, AssertionError) as err:  # a setting inside a part that is null
+        null = null_part(err, overrides)
+        if null is None:
+            raise
+        raise UserError(null) from None
 
 
 def config_error(err: Exception) -> UserError:
