@@ -149,20 +149,13 @@ class JobScores:
             fresh = self.fresh_model(model)
             for name in self.written:
                 path = self.writer_entry(fresh, name, k)
-
-                def read(p: Path, n=len(self.written[name].sources)):
-                    found = json.loads(p.read_text())
-                    ok = set(found) == {*SCORES, "predictions"} and all(len(v) == n for v in found.values())
-                    if not ok or not all(isinstance(t, str) for t in found["predictions"]):
-                        return None
-                    return {s: torch.tensor(found[s], dtype=torch.float64) for s in SCORES}, found["predictions"]
-
-                def write(value, f):
-                    f.write(
-                        json.dumps({**{s: v.tolist() for s, v in value[0].items()}, "predictions": value[1]}).encode()
-                    )
-
-                scores, predictions = cached(path, lambda name=name, k=k: self.write(fresh, name, k), read, write)
+                n = len(self.written[name].sources)
+                scores, predictions = cached(
+                    path,
+                    lambda name=name, k=k: self.write(fresh, name, k),
+                    lambda p, n=n: read_written(p, n),
+                    write_written,
+                )
                 runs[name].append(scores)
                 if not k:
                     self.random_init_written[name] = {i: predictions[i] for i in self.shown(name)}
@@ -192,14 +185,19 @@ class JobScores:
     def infilling_metrics(self, model: torch.nn.Module) -> dict[str, float]:
         """The infilling job's scores (selfsup.evaluation.infilling) as a generation job's: eval/infilling/<score>,
         its _se and its margin over untrained models of the run's shape scored the same way (the probe's
-        random-init seeds; computed once a run, zero-shot), with the shown examples' writing."""
+        random-init seeds, zero-shot; once a run, and read from <cache_dir>/infilling-random-init/ when an earlier
+        run of the shape, layout and examples computed them), with the shown examples' writing."""
         job, name = self.infilling, INFILLING
         if not self.infilling_baselines:
             runs = []
             for k in range(self.random_init_seeds):
                 boundary(f"the infilling job's random-init seed {k + 1} of {self.random_init_seeds}")
                 torch.manual_seed(stream_seed("probe-random-init", self.seed, k))
-                scores, predictions = job.scores(self.fresh_model(model))
+                fresh = self.fresh_model(model)
+                path, n = self.infilling_entry(fresh, k), len(job.references)
+                scores, predictions = cached(
+                    path, lambda fresh=fresh: job.scores(fresh), lambda p, n=n: read_written(p, n), write_written
+                )
                 runs.append(scores)
                 if not k:
                     self.random_init_written[name] = {i: predictions[i] for i in self.shown_infills()}
@@ -213,10 +211,32 @@ class JobScores:
         ]
         return {**self.scored(name, [found]), **self.infilling_baselines}
 
+    def infilling_entry(self, fresh: torch.nn.Module, k: int) -> Path | None:
+        """The cache entry of the infilling job's scores on the untrained `fresh` of random-init seed k: the same for
+        every run of the shape, layout and examples."""
+        if self.cache_dir is None:
+            return None
+        how = ["infilling", self.seed, k, self.infilling.layout]
+        key = untrained_key(fresh, infilling=how, tokenizer=self.tokenizer_hash, examples=self.infilling.fingerprint)
+        return self.cache_dir / "infilling-random-init" / f"{key}.json"
+
     def shown_infills(self) -> list[int]:
         n = len(self.infilling.references)
         rng = np.random.default_rng(stream_seed("shown-examples", self.seed))
         return sorted(rng.choice(n, size=min(self.infilling.examples_shown, n), replace=False).tolist())
+
+
+def read_written(path: Path, n: int):
+    """A cache entry of scores of n written examples and what was written, or None where it holds anything else."""
+    found = json.loads(path.read_text())
+    ok = set(found) == {*SCORES, "predictions"} and all(len(v) == n for v in found.values())
+    if not ok or not all(isinstance(t, str) for t in found["predictions"]):
+        return None
+    return {s: torch.tensor(found[s], dtype=torch.float64) for s in SCORES}, found["predictions"]
+
+
+def write_written(value, f) -> None:
+    f.write(json.dumps({**{s: v.tolist() for s, v in value[0].items()}, "predictions": value[1]}).encode())
 
 
 def written_lines(written_examples: dict[str, list[list]], width: int = 100) -> list[str]:

@@ -295,14 +295,16 @@ def plan(evaluation, model: torch.nn.Module, pending: set | None = None) -> Plan
             steps.append(Step(f"generation job {name}", what, one * (ev.finetune.seeds + todo), baselines, cached))
         job = ev.infilling
         if job is not None and job.rows:
-            seeds = 0 if ev.infilling_baselines else ev.random_init_seeds
+            seeds = range(0 if ev.infilling_baselines else ev.random_init_seeds)
+            todo, cached = counted(ev.infilling_entry(untrained(k), k) for k in seeds)
             tick = time.perf_counter()
             job.sample(32).scores(model)
             one = (time.perf_counter() - tick) * len(job.rows) / min(32, len(job.rows))
             what = (
-                f"{len(job.rows):,} examples zero-shot in the {job.layout} layout + {seeds} random-init, the first "
+                f"{len(job.rows):,} examples zero-shot in the {job.layout} layout + "
+                f"{seeds_said(ev.random_init_seeds, cached)}, the first "
                 f"{job.max_words} words of each of the first {job.max_examples} documents (eval.infilling.max_examples, "
                 f"max_words), middles of 1 to {job.middle_words} words"
             )
-            steps.append(Step("the infilling job", what, one * (1 + seeds), seeds, 0))
+            steps.append(Step("the infilling job", what, one * (1 + todo), todo + cached, cached))
     return Plan(steps, time.perf_counter() - started)
