@@ -141,10 +141,10 @@ def test_the_tokenizer_trains_on_a_bounded_sample_of_the_training_split(corpus_d
     seen = []
     real = corpus_module.train_tokenizer
 
-    def recording(sample, vocab_size, n_sentinels):
+    def recording(sample, vocab_size, n_sentinels, fim=True):
         sample = list(sample)
         seen.extend(sample)
-        return real(sample, vocab_size, n_sentinels)
+        return real(sample, vocab_size, n_sentinels, fim=fim)
 
     monkeypatch.setattr(corpus_module, "train_tokenizer", recording)
     c = corpus(corpus_dir, tmp_path / "c", tokenizer_sample_chars=5_000)

@@ -25,6 +25,8 @@ class DataConfig:
     vocab_size: int = 4096  # byte-level BPE trained on (a sample of) the training split
     tokenizer: Optional[str] = None  # a pretrained tokenizer.json or hub name instead of BPE (vocab_size: its own)
     n_sentinels: int = 100  # <extra_id_N> tokens for span corruption
+    fim_tokens: bool = True  # the tokenizer holds <fim_prefix> <fim_middle> <fim_suffix> (false: the layout before
+    #                          them, which resume=RUN_DIR keeps for a run made before them)
     val_fraction: float = 0.05  # documents held out for validation
     seq_len: int = 128  # model input length
     batch_size: int = field(default=16, metadata=SAME_TOKENS)  # per device, per micro-batch

@@ -188,7 +188,7 @@ class Corpus:
             "vocab_size": None if spec else self.vocab_size,
             "tokenizer": spec,
             "n_sentinels": self.n_sentinels,
-            "fim": list(FIM_SPECIALS),  # the special tokens' layout (selfsup.data.vocab)
+            "fim": list(FIM_SPECIALS) if self.fim_tokens else [],  # the special tokens' layout (selfsup.data.vocab)
             "tokenizer_sample_chars": None if spec else self.tokenizer_sample_chars,
             "max_documents": self.max_documents,
             "shard_chars": self.shard_chars,
@@ -232,8 +232,9 @@ class Corpus:
         """The tokenizer: BPE trained on an iterator over (a sample of) the training documents, or the pretrained
         one of data.tokenizer in the lab's layout (selfsup.data.pretrained_tokenizer)."""
         if self.pretrained_tokenizer:
-            return lab_layout(load_pretrained(self.pretrained_tokenizer), self.n_sentinels, self.pretrained_tokenizer)
-        return train_tokenizer(sample, self.vocab_size, self.n_sentinels)
+            tokenizer = load_pretrained(self.pretrained_tokenizer)
+            return lab_layout(tokenizer, self.n_sentinels, self.pretrained_tokenizer, fim=self.fim_tokens)
+        return train_tokenizer(sample, self.vocab_size, self.n_sentinels, fim=self.fim_tokens)
 
     # ---- tokens ----------------------------------------------------------------------------
 

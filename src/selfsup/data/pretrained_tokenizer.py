@@ -77,7 +77,7 @@ def load_pretrained(spec: str, hub_cache: str | None = None) -> Tokenizer:
         ) from None
 
 
-def lab_layout(tokenizer: Tokenizer, n_sentinels: int, spec: str = "") -> Tokenizer:
+def lab_layout(tokenizer: Tokenizer, n_sentinels: int, spec: str = "", fim: bool = True) -> Tokenizer:
     """The tokenizer renumbered so that the lab's special tokens come first (module docstring)."""
     data = json.loads(tokenizer.to_str())
     model = data["model"]
@@ -102,7 +102,7 @@ def lab_layout(tokenizer: Tokenizer, n_sentinels: int, spec: str = "") -> Tokeni
             f"{n_sentinels} needs more than it has room for: set data.n_sentinels={own_sentinels} or fewer"
         )
     roles, taken = [], set()
-    for role in special_tokens(n_sentinels):
+    for role in special_tokens(n_sentinels, fim):
         candidates = OWN_NAMES.get(role, (role,)) if role not in BASE_SPECIALS[4:] else (role,)
         own = next((by_name[c] for c in candidates if c in by_name and by_name[c] not in taken), None)
         if own is not None:

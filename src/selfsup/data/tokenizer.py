@@ -37,7 +37,7 @@ def _finish(tokenizer: Tokenizer) -> Tokenizer:
     return tokenizer
 
 
-def train_tokenizer(documents: Iterable[str], vocab_size: int, n_sentinels: int) -> Tokenizer:
+def train_tokenizer(documents: Iterable[str], vocab_size: int, n_sentinels: int, fim: bool = True) -> Tokenizer:
     """Train byte-level BPE on `documents`; the special tokens get ids 0..n_special-1 in order.
 
     The vocabulary can come out smaller than `vocab_size` when the text holds fewer merges seen
@@ -45,7 +45,7 @@ def train_tokenizer(documents: Iterable[str], vocab_size: int, n_sentinels: int)
     decode(encode(x)) == x for text that does not begin with a space.
     """
     check_vocab_size(vocab_size, n_sentinels)
-    specials = special_tokens(n_sentinels)
+    specials = special_tokens(n_sentinels, fim)  # fim False: the layout before the fill-in-the-middle tokens
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tokenizer.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Strip(" ", 1, 0)])

@@ -232,9 +232,14 @@ def merged_config(run_dir: Path, overrides: list[str]) -> DictConfig:
     """The run's recorded config with this command's key=value overrides on top (and init.from's settings)."""
     from selfsup.run.build import with_init
 
+    recorded = OmegaConf.load(run_dir / RECORDED_CONFIG)
+    tokenizer = run_dir / "tokenizer.json"
+    if isinstance(recorded.get("data"), DictConfig) and "fim_tokens" not in recorded.data and tokenizer.is_file():
+        # a run recorded before data.fim_tokens: its tokenizer's layout, so that the tokenizer trained again is its own
+        recorded.data.fim_tokens = "<fim_prefix>" in tokenizer.read_text()
     return with_init(
         OmegaConf.merge(
-            OmegaConf.load(run_dir / RECORDED_CONFIG),
+            recorded,
             OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides(overrides, run_dir)]),
         )
     )
