@@ -96,8 +96,8 @@ def test_config_mistakes_in_one_line(cache_dir, overrides, words):
 
 def test_a_setting_inside_a_part_that_is_off_is_one_line(train, tmp_path):
     """eval=none turns the held-out text off (null); OmegaConf cannot merge a setting into null, and said so in a
-    traceback."""
-    out = train("eval=none", "eval.heldout.max_bytes=100", tiny=False)
+    traceback. The setting named is the one inside the null part, whatever comes after it."""
+    out = train("eval=none", "eval.heldout.max_bytes=100", "trainer.max_steps=3", tiny=False)
     assert_refused(out, "eval.heldout.max_bytes=100: eval.heldout is null (off) in this config", "eval=default")
     assert len(out.stderr.strip().splitlines()) == 1 and out.returncode == 2 and not (tmp_path / "run").exists()
 

@@ -117,7 +117,7 @@ def test_fixed_exam_split_by_kind_of_target_sums_back_to_its_loss(cache_dir, fam
     from selfsup.evaluation.fixed import KINDS, UNSCORED
     from selfsup.evaluation.scoring import unigram_logprobs
 
-    cfg = config(cache_dir, f"objective={family}", "eval.tasks=null", "eval.fixed.max_tokens=null")
+    cfg = config(cache_dir, f"objective={family}", "eval.tasks=null", "eval.fixed.max_tokens=8192")
     run = build(RunSettings.of(cfg))
     model, exam = run.model, run.module.evaluation.exam
     model.eval()

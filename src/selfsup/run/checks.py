@@ -89,24 +89,49 @@ def check_devices(cfg: DictConfig) -> None:
         )
 
 
-def null_part(err: BaseException, overrides: list[str]) -> str | None:
+def null_part(err: BaseException, overrides: list[str], composed=None) -> str | None:
     """One line for a setting put inside a part of the config that is null (`eval=none eval.heldout.max_bytes=100`,
     `eval.heldout={max_bytes: 100}`): Hydra cannot merge into a null node, and OmegaConf raises a bare
-    AttributeError or AssertionError naming NoneType. None for any other error."""
+    AttributeError or AssertionError naming NoneType. None for any other error. composed(choices): the config
+    that the command's group choices (`eval=none`) compose, in which the setting's part is looked up."""
     if not isinstance(err, (AttributeError, AssertionError)) or "NoneType" not in str(err):
         return None
     frames = traceback.extract_tb(err.__traceback__)
     if not any(f"{os.sep}omegaconf{os.sep}" in frame.filename for frame in frames):
         return None
-    keyed = [o for o in overrides if "=" in o and not o.startswith("~") and o.split("=", 1)[0].lstrip("+").count(".")]
+    keyed = [o for o in overrides if "=" in o and not o.startswith("~") and "." in override_key(o)]
+    keyed = [o for o in keyed if not override_key(o).startswith("hydra.")] or keyed
     named = re.search(r"full_key: ([\w.]+)", str(err))
-    key = named[1] if named else None
-    culprit = next((o for o in keyed if key and o.lstrip("+").startswith(key)), keyed[-1] if keyed else "a setting")
-    part = key or culprit.split("=", 1)[0].lstrip("+").rpartition(".")[0]
+    parts = {o: null_parent(o, composed, overrides) for o in keyed} if composed and not named else {}
+    found = next(((o, part) for o, part in parts.items() if part), None)
+    if named:
+        key = named[1]
+        culprit = next((o for o in keyed if override_key(o).startswith(key)), keyed[-1] if keyed else "a setting")
+        part = key
+    elif found:
+        culprit, part = found
+    else:
+        culprit = keyed[-1] if keyed else "a setting"
+        part = override_key(culprit).rpartition(".")[0]
     return (
         f"{culprit}: {part} is null (off) in this config, and a setting cannot be put inside a null part: start from "
         f"a config option where it is on (e.g. eval=default) and set the parts you do not want to null"
     )
+
+
+def null_parent(override: str, composed, overrides: list[str]) -> str | None:
+    """The part of `override`'s key that is null in the config the command's group choices compose, or None."""
+    choices = [o for o in overrides if "=" in o and "." not in override_key(o) and not o.startswith("~")]
+    try:
+        cfg = composed(choices)
+    except Exception:  # noqa: BLE001 - the choices themselves do not compose: no part to name
+        return None
+    path = override_key(override).split(".")
+    for depth in range(1, len(path)):
+        part = ".".join(path[:depth])
+        if OmegaConf.select(cfg, part, default="missing") is None:
+            return part
+    return None
 
 
 def config_error_line(err: BaseException) -> str:

@@ -149,6 +149,16 @@ def optimized_value(settings: RunSettings, summary: dict) -> float | None:
     return values.get(settings.optimized_metric)
 
 
+def composed(choices: list[str]) -> DictConfig:
+    """The config that group choices (`eval=none`, `experiment=compare`) compose, without the command's settings."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("train", overrides=[c for c in choices if not c.startswith("hydra")])
+
+
 def main() -> None:
     register()
     logging.raiseExceptions = False  # a log file that cannot be written (a full disk): no traceback per line
@@ -175,7 +185,7 @@ def main() -> None:
         if isinstance(err, UserError):  # re-raised by a job for Optuna's sweeper
             print(f"error: {error_line(err)}", file=sys.stderr)
             raise SystemExit(2) from None
-        null = null_part(err, sys.argv[1:])
+        null = null_part(err, sys.argv[1:], composed)
         if null is not None:  # a setting inside a part the config turns off: Hydra cannot merge into null
             print(f"error: {null}", file=sys.stderr)
             raise SystemExit(2) from None
