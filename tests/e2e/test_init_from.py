@@ -117,7 +117,10 @@ def gpt2(corpus, tmp_path_factory):
         (["data.tokenizer=t5.json"], "brings its own tokenizer, data.tokenizer=t5.json another: drop data.tokenizer"),
         (["objective=mlm"], "is architecture=decoder: objective=mlm cannot train architecture=decoder"),
         (["objective=clm", "data.seq_len=100"], "has 64 positions, this run's sequences take 100: set data.seq_len=64"),
-        (["objective=clm", "init.from=/nowhere/gpt2"], "init.from=/nowhere/gpt2 does not exist: pass a transformers"),
+        (
+            ["objective=clm", "init.from=/nowhere/gpt2"],
+            "init.from=/nowhere/gpt2 does not exist: pass a lab run dir, a transformers",
+        ),
         (["objective=clm", "init.from={weights}"], "has no tokenizer.json: save the model and its fast tokenizer in"),
         (["objective=clm", "init.from=nobody/no-model"], "init.from=nobody/no-model is not in the local Hugging Fac"),
         (["objective=clm", "init.form=gpt2"], "Key 'form' is not in struct"),

@@ -52,16 +52,28 @@ def score_keys(row: dict) -> list[str]:
 
 
 def setting_label(row: dict) -> str:
-    """What a row's run was, seed aside: its objective and swept values."""
-    swept = {k: v for k, v in (row.get("swept") or {}).items() if k != "seed"}
+    """What a row's run was, seed aside: its objective (a continued run: its chain, `clm 600 → mlm 600`) and swept
+    values (an experiment's arm=NAME aside: the objective or chain says what the arm trained)."""
+    swept = {k: v for k, v in (row.get("swept") or {}).items() if k not in ("seed", "arm")}
     parts = [f"{k.split('.')[-1]}={shown(v)}" for k, v in swept.items()]
-    return " ".join([row.get("objective") or "?", *parts])
+    return " ".join([row.get("chain") or row.get("objective") or "?", *parts])
+
+
+def stages(rows: list[dict]) -> set[str]:
+    """The run dirs of rows that another row continues (init.from=RUN_DIR): a stage of that row's chain, which
+    stands for it as one arm."""
+    return {str(Path(r["parent"]["run_dir"]).resolve()) for r in rows if (r.get("parent") or {}).get("run_dir")}
+
+
+def is_stage(row: dict, staged: set[str]) -> bool:
+    return bool(row.get("run_dir")) and str(Path(row["run_dir"]).resolve()) in staged
 
 
 def groups_of(rows: list[dict]) -> list[Group]:
     found: dict[str, list[dict]] = {}
+    staged = stages(rows)
     for row in rows:
-        if row.get("status") == "finished" and row.get("eval"):
+        if row.get("status") == "finished" and row.get("eval") and not is_stage(row, staged):
             found.setdefault(setting_label(row), []).append(row)
     return [Group(label, members) for label, members in found.items()]
 

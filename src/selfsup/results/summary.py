@@ -239,6 +239,11 @@ def run_lines(row: dict) -> list[str]:
         if p
     ]
     lines = [head, "  " + "  ".join(scores)] if scores else [head]
+    if row.get("chain"):  # continued pretraining (init.from=RUN_DIR): the chain as one arm, its totals
+        lines.append(
+            f"  continued from {shown_path((row.get('parent') or {}).get('run_dir'))}: {row['chain']} "
+            f"({row.get('chain_steps')} steps, {_fmt('flops_seen', row.get('chain_flops_seen'))} FLOPs in all)"
+        )
     lines += ["  " + line for line in task_lines(row.get("eval") or {})]
     lines += ["  " + line for line in job_lines(row.get("eval") or {})]
     lines += ["  " + line for line in split_lines(row.get("eval") or {})]

@@ -111,7 +111,8 @@ def held_equal(rows: list[dict]) -> str:
         ("flops_seen", "FLOPs"),
         ("targets_seen", "scored targets"),
     ):
-        values = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        # a continued run counts its whole chain (selfsup.run.continued)
+        values = [float(r.get(f"chain_{key}", r[key])) for r in rows if isinstance(r.get(key), (int, float))]
         if not values:
             continue
         low, high = min(values), max(values)

@@ -147,7 +147,9 @@ def check_objective(cfg: DictConfig) -> None:
     size = max(cfg.data.vocab_size, 1_000_000)
     vocab = Vocab(size=size, n_sentinels=cfg.data.n_sentinels, word_start=torch.ones(size, dtype=torch.bool))
     objective = make_objective(cfg.objective, cfg.data.seq_len, cfg.architecture.name, vocab)
-    if init_source(cfg):
+    from selfsup.run.continued import is_run_dir
+
+    if init_source(cfg) and not is_run_dir(init_source(cfg)):  # (a run dir's positions: when its weights load)
         from selfsup.interop.hf_import import check_positions
 
         check_positions(init_source(cfg), model_length(cfg.data.seq_len, objective))
@@ -163,12 +165,18 @@ def init_source(cfg: DictConfig) -> str | None:
     return (cfg.get("init") or {}).get("from")
 
 
-def with_init(cfg: DictConfig) -> DictConfig:
+def with_init(cfg: DictConfig, run_dir: Path | None = None) -> DictConfig:
     """A run from init.from=<checkpoint>: its architecture settings are the checkpoint's (selfsup.interop.hf_import.
-    run_settings: its checkpoints, a resume and the export record them) and data.tokenizer its tokenizer."""
+    run_settings: its checkpoints, a resume and the export record them) and data.tokenizer its tokenizer. From a lab
+    run dir (continued pretraining, selfsup.run.continued): its architecture settings, init.from its resolved dir
+    (run_dir: the run whose recorded config this is, for a `sweep:` reference)."""
     source = init_source(cfg)
     if not source:
         return cfg
+    from selfsup.run.continued import is_run_dir, resolve, with_parent
+
+    if is_run_dir(source):
+        return with_parent(cfg, resolve(source, run_dir))
     if cfg.data.tokenizer not in (None, source):
         raise UserError(
             f"init.from={source} brings its own tokenizer, data.tokenizer={cfg.data.tokenizer} another: drop "
@@ -177,8 +185,8 @@ def with_init(cfg: DictConfig) -> DictConfig:
     folder = Path(source).expanduser()
     if not folder.exists() and is_path(source):
         raise UserError(
-            f"init.from={source} does not exist: pass a transformers folder (config.json, weights, tokenizer.json) "
-            f"or a hub name such as gpt2"
+            f"init.from={source} does not exist: pass a lab run dir, a transformers folder (config.json, weights, "
+            f"tokenizer.json) or a hub name such as gpt2"
         )
     try:  # (T5 v1.1's hub repositories hold spiece.model, no tokenizer.json)
         load_pretrained(source)
@@ -296,6 +304,7 @@ class Run:
     objective: Objective
     model: torch.nn.Module
     module: "SelfSupModule"  # noqa: F821
+    parent: object = None  # init.from's lab run (selfsup.run.continued.Parent), if it continues one
 
 
 def build(settings: RunSettings, prepared: tuple | None = None) -> Run:
@@ -312,10 +321,16 @@ def build(settings: RunSettings, prepared: tuple | None = None) -> Run:
         model = shape.build(vocab.size, max_len)
     except ValueError as err:
         raise UserError(f"architecture: {err}") from None
+    parent = continued_from(settings, corpus)
     if settings.init_from and not settings.ckpt_path:  # (a checkpoint of the run holds its weights)
-        from selfsup.interop.hf_import import start_from
+        if parent is not None:
+            from selfsup.run.continued import load_weights
 
-        start_from(settings.init_from, model, corpus.tokenizer, vocab.bos_id)
+            load_weights(parent, model)
+        else:
+            from selfsup.interop.hf_import import start_from
+
+            start_from(settings.init_from, model, corpus.tokenizer, vocab.bos_id)
     if settings.trainer.compile:
         # Dynamo keeps compiled graphs per code object across models: the jobs of a multirun in one process
         # (e.g. a d_model sweep) would add theirs to one cache until its recompile limit, then run eagerly
@@ -347,5 +362,25 @@ def build(settings: RunSettings, prepared: tuple | None = None) -> Run:
         max_tokens=t.max_tokens,
         max_flops=t.max_flops,
         evaluation=evaluation,
+        spent=(parent.flops, parent.tokens) if parent is not None else (0.0, 0.0),
     )
-    return Run(SelfSupDataModule(corpus), objective, model, module)
+    return Run(SelfSupDataModule(corpus), objective, model, module, parent)
+
+
+def continued_from(settings: RunSettings, corpus: Corpus):
+    """The lab run that init.from continues (selfsup.run.continued.Parent), checked against this run's tokenizer
+    and budget; None for a run from scratch or from a transformers checkpoint."""
+    from selfsup.run.continued import check_tokenizer, is_run_dir, read_parent
+
+    if not is_run_dir(settings.init_from):
+        return None
+    parent = read_parent(settings.init_from)
+    check_tokenizer(parent, corpus.tokenizer.to_str(), settings.resolved.get("data") or {})
+    t = settings.trainer
+    for budget, spent, what in ((t.max_flops, parent.flops, "FLOPs"), (t.max_tokens, parent.tokens, "tokens")):
+        if budget and spent >= budget:
+            raise UserError(
+                f"init.from={settings.init_from} spent {spent:.3g} training {what} already, trainer.max_"
+                f"{what.lower()}={budget:.3g} leaves none: a budget counts the whole chain, raise it"
+            )
+    return parent

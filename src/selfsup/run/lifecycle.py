@@ -168,6 +168,11 @@ def train_and_evaluate(
     if rank_zero and not loggers_first:
         loggers[:] = start_wandb(make_loggers(settings, run_dir), run_dir)
     summary["parameters"] = run.model.num_parameters()
+    if run.parent is not None:  # continued pretraining: the lineage, in summary.json and W&B
+        from selfsup.run.loggers import use_parent_model
+
+        summary["parent"] = run.parent.record()
+        use_parent_model(loggers, run.parent)
     callbacks = make_callbacks(settings, run_dir)
 
     def preempted():  # the signal that preempted the run, if one did (callbacks.preemption may be dropped)
@@ -183,6 +188,13 @@ def train_and_evaluate(
         # so nothing validated; the final validation and evaluation run now
         trainer.validate(module, datamodule=dm, verbose=False)
     summary.update(trained_values(trainer, module, callbacks))
+    if run.parent is not None:  # the chain as one arm, and its totals (what equal-compute comparisons count)
+        summary.update(
+            chain=run.parent.chain(summary["objective"], summary["steps"]),
+            chain_steps=run.parent.chain_steps + summary["steps"],
+            chain_tokens_seen=run.parent.tokens + summary["tokens_seen"],
+            chain_flops_seen=run.parent.flops + summary["flops_seen"],
+        )
     pruning = callbacks.get("pruning")
     status = "preempted" if preempted() else "pruned" if pruning is not None and pruning.pruned else "finished"
     summary["status"] = status
@@ -466,8 +478,11 @@ def swept_values(settings: RunSettings) -> dict:
     """{key: value} of the settings this sweep varies (selfsup.run.sweep sets SELFSUP_SWEPT), seed included;
     config groups (objective=..., architecture=...) have their own columns."""
     out = {}
+    choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
     for key in filter(None, os.environ.get("SELFSUP_SWEPT", "").split(",")):
         value = settings.get(key)
+        if value is None and choices.get(key) is not None:  # a group that is no setting (arm=clm_then_mlm)
+            value = choices[key]
         if not isinstance(value, dict):
             out[key] = value
     return out

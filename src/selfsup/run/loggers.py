@@ -16,7 +16,16 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from omegaconf import OmegaConf
 
-from selfsup.common.names import MULTIRUN, WANDB_DIR, WANDB_IDENTITY, WANDB_RUN_ID, override_key, shown
+from selfsup.common.names import (
+    MULTIRUN,
+    TOKENIZER,
+    WANDB_DIR,
+    WANDB_IDENTITY,
+    WANDB_RUN_ID,
+    RunSummary,
+    override_key,
+    shown,
+)
 from selfsup.common.upstream import drop_anonymous, forget_wandb_run, kill_wandb_service, wandb_run
 from selfsup.common.wandb_utils import api_key_configured, wandb_mode
 from selfsup.reliability.redact import redact, register_secrets
@@ -155,6 +164,24 @@ def wandb_summary(loggers: list, values: dict) -> None:
             lg.set_summary(values)
 
 
+def use_parent_model(loggers: list, parent) -> None:
+    """W&B lineage of continued pretraining: the run *uses* its parent's model artifact, `model-<parent's W&B run
+    id>` with the files logger.log_model logs (its checkpoints and tokenizer: the same digest, so the same
+    version where the parent logged it; else the artifact is made as this run's input). Never raises."""
+    summary = RunSummary.read(parent.run_dir).values
+    files = [
+        Path(p)
+        for p in dict.fromkeys(
+            [summary.get("best_checkpoint"), summary.get("last_checkpoint"), str(parent.run_dir / TOKENIZER)]
+        )
+        if p and Path(p).is_file()
+    ]
+    name = f"model-{parent.wandb_id or parent.run_dir.name}"
+    for lg in loggers:
+        if isinstance(lg, SafeWandbLogger) and files:
+            lg.use_files(files, name, parent.record())
+
+
 def finish_wandb(loggers: list, exit_code: int) -> str | None:
     """Finish the W&B run (never raises); its local folder, for `wandb sync`, or None."""
     folders = [lg.finish(exit_code) for lg in loggers if isinstance(lg, SafeWandbLogger)]
@@ -243,6 +270,26 @@ class SafeWandbLogger(WandbLogger):
 
         if wandb_run(self) is not None:
             self._guard(upload)
+
+    def use_files(self, files: list[Path], name: str, metadata: dict) -> None:
+        """Files as a W&B model artifact `name` that this run uses (an input of the run, in W&B's lineage), and
+        `metadata` as the run config's `parent`. W&B's use_artifact refuses offline runs; an offline run records the
+        artifact as W&B does for the draft artifact use_artifact takes online (use_after_commit), which `wandb sync`
+        uploads and marks used. A failure is one warning: the run's logging goes on."""
+        run = wandb_run(self)
+        if run is None:
+            return
+        try:
+            run.config.update({"parent": metadata}, allow_val_change=True)
+            artifact = _wandb().Artifact(name, type="model", metadata=metadata)
+            for path in files:
+                artifact.add_file(str(path), name=path.name)
+            if run.settings._offline:
+                run._log_artifact(artifact, aliases=[], is_user_created=True, use_after_commit=True)
+            else:
+                run.use_artifact(artifact)
+        except Exception as err:  # noqa: BLE001 - the lineage is a record; training and its logging go on
+            log.warning(f"W&B could not record the parent's model artifact {name} ({type(err).__name__}: {err})")
 
     def set_summary(self, values: dict) -> None:
         """Values of the run's W&B summary that are not metrics (the verdict's text)."""

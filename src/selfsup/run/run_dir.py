@@ -81,6 +81,9 @@ class RunDirGuard(Callback):
 
             settings = settle(cfg, overrides)
             corpus = prepare(settings)[0]  # the data's cache built (the run reads it back), or bad data refused
+            from selfsup.run.build import continued_from
+
+            continued_from(settings, corpus)  # a run dir it continues fits its tokenizer and budget
             # the checkpoint it starts from was trained on these settings and this data
             checkpoint = resume_checkpoint(run_dir, overrides) if config.resume else settings.ckpt_path
             if checkpoint and Path(checkpoint).is_file():
@@ -241,7 +244,8 @@ def merged_config(run_dir: Path, overrides: list[str]) -> DictConfig:
         OmegaConf.merge(
             recorded,
             OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides(overrides, run_dir)]),
-        )
+        ),
+        run_dir,
     )
 
 

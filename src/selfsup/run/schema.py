@@ -82,8 +82,10 @@ class TrainConfig:
     optimized_metric: str = "val/loss"  # the value a sweep's job returns (Optuna's objective)
     trial: Optional[Any] = None  # set by the selfsup_optuna sweeper: {storage, study, id} of this job's trial
     ckpt_path: Optional[str] = None  # start from this checkpoint, in a new run dir
-    # init.from: start from a transformers checkpoint (a folder or hub name) of a class selfsup-export writes: its
-    # architecture settings, tokenizer and weights (a dataclass cannot name a field `from`: a mapping, typos refused)
+    # init.from: start from a lab run dir (continued pretraining, selfsup.run.continued: its last weights and
+    # architecture settings; in a sweep, sweep:KEY=VALUE names an earlier job) or a transformers checkpoint (a folder
+    # or hub name) of a class selfsup-export writes: its architecture settings, tokenizer and weights (a dataclass
+    # cannot name a field `from`: a mapping, typos refused)
     init: Dict[str, Optional[str]] = field(default_factory=lambda: {"from": None})
     resume: Optional[str] = None  # a run dir: continue that run (its config, last checkpoint, W&B run)
 

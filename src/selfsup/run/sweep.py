@@ -209,12 +209,20 @@ def check_jobs(jobs: list[list[str]], label: str = "job") -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from selfsup.run.build import settle, with_init
+    from selfsup.run.build import init_source, settle, with_init
     from selfsup.run.checks import config_error_line
+    from selfsup.run.continued import SIBLING, check_sibling
+
+    def family_of(job: list[str]) -> str:
+        return compose(config_name="train", overrides=job).architecture.name
 
     for number, overrides in enumerate(jobs):
         try:
             cfg = compose(config_name="train", overrides=overrides)
+            source = init_source(cfg)
+            if source and source.startswith(SIBLING):  # an earlier job's run dir, which does not exist yet
+                check_sibling(source, overrides, jobs[:number], family_of)
+                cfg.init["from"] = None
             settle(with_init(cfg), overrides)
         except (HydraException, OmegaConfBaseException) as err:
             problem = config_error_line(err)

@@ -90,6 +90,7 @@ class SelfSupModule(L.LightningModule):
         max_tokens: int | None = None,
         max_flops: float | None = None,
         evaluation=None,
+        spent: tuple[float, float] = (0.0, 0.0),
     ):
         super().__init__()
         self.automatic_optimization = False  # to normalise by scored tokens across micro-batches
@@ -99,6 +100,8 @@ class SelfSupModule(L.LightningModule):
         self.max_steps, self.accumulate, self.seed = max_steps, accumulate, seed
         self.max_tokens = max_tokens  # stop once this many input tokens were read (equal-text comparisons)
         self.max_flops = max_flops  # stop once this many training FLOPs were spent (equal-compute comparisons)
+        # the FLOPs and input tokens of the runs this one continues (init.from=RUN_DIR): the budgets count them
+        self.spent_flops, self.spent_tokens = spent
         self.evaluation = evaluation  # selfsup.evaluation.Evaluation: fixed exam and probes, at validations
         self.tokens_seen = 0  # global input tokens consumed by training so far
         self.targets_seen = 0  # global scored targets so far
@@ -175,8 +178,8 @@ class SelfSupModule(L.LightningModule):
         last = self.global_step >= self.trainer.max_steps > 0
         if (
             last
-            or (self.max_tokens and self.tokens_seen >= self.max_tokens)
-            or (self.max_flops and self.flops_seen >= self.max_flops)
+            or (self.max_tokens and self.spent_tokens + self.tokens_seen >= self.max_tokens)
+            or (self.max_flops and self.spent_flops + self.flops_seen >= self.max_flops)
         ):
             # stopping this way, Lightning validates once more (at max_steps alone it would not): the
             # run's final val metrics and best checkpoint are those of its last step
@@ -228,9 +231,9 @@ class SelfSupModule(L.LightningModule):
         optim.lr_decay_steps says otherwise: runs at equal compute each get their whole schedule."""
         steps = [self.max_steps] if self.max_steps > 0 else []
         if self.max_flops and self.flops_per_batch:
-            steps.append(math.ceil(self.max_flops / self.flops_per_batch))
+            steps.append(math.ceil((self.max_flops - self.spent_flops) / self.flops_per_batch))
         if self.max_tokens and inputs_per_step:
-            steps.append(math.ceil(self.max_tokens / inputs_per_step))
+            steps.append(math.ceil((self.max_tokens - self.spent_tokens) / inputs_per_step))
         self.planned_steps = min(steps) if steps else None  # an objective.schedule without steps spans them
         if not hasattr(self.optim, "lr_decay_steps") or self.optim.lr_decay_steps is not None:
             return
