@@ -773,6 +773,9 @@ def wait_for(condition, proc, timeout):
         time.sleep(0.05)
 
 
+# a fresh interpreter (~12 s); the default suite: the in-process SIGUSR1 checkpoint above, and SIGTERM through
+# selfsup-train (exit 0, status preempted) in tests/e2e/test_stop.py
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path):
     """A real training process (a script, a fresh interpreter) gets SIGTERM after step 3."""
     script, marker, run_dir = tmp_path / "run.py", tmp_path / "step3", tmp_path / "run"

@@ -178,3 +178,38 @@ def test_a_chain_is_one_arm_of_the_verdict_and_its_first_stage_is_not_an_arm():
     assert setting_label(chain) == "clm 300 → mlm 300" and setting_label(whole) == "mlm"
     assert [g.label for g in groups_of([whole, stage, chain])] == ["mlm", "clm 300 → mlm 300"]
     assert held_equal([whole, chain]) == "held equal: 600 steps, 60k tokens"
+
+
+# experiment=compare_continued end to end at debug=tiny (7 runs, ~40 s); the default suite: each piece above
+@pytest.mark.slow
+def test_compare_continued_reports_each_chain_as_one_arm_and_a_chain_resumes(cache_dir, tmp_path):
+    import html
+    import re
+
+    sweep = tmp_path / "sweep"
+    out = selfsup_train(
+        "experiment=compare_continued",
+        "debug=tiny",
+        "seed=0",
+        f"data.cache_dir={cache_dir}",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = {summary_of(sweep / str(j))["swept"]["arm"]: sweep / str(j) for j in range(7)}
+    assert list(jobs) == ["mlm", "clm", "gpt_bert", "clm_half", "mlm_half", "clm_then_mlm", "mlm_then_clm"]
+    assert summary_of(jobs["clm_then_mlm"])["parent"]["run_dir"] == str(jobs["clm_half"].resolve())
+    assert summary_of(jobs["mlm_then_clm"])["chain"] == "mlm 6 → clm 6"
+    printed = out.stdout[out.stdout.index("Verdict (margin") : out.stdout.index("Sweep outputs:")]
+    assert "clm 6 → mlm 6" in printed and "mlm 6 → clm 6" in printed and "held equal: 6 steps" not in printed
+    done = forked.run(
+        ["selfsup-report", str(sweep), "--out", str(tmp_path / "r.html")], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = html.unescape((tmp_path / "r.html").read_text())
+    verdict = re.search(r'<div id="verdict">(.*?)</div>', text, re.S).group(1)
+    assert "clm 6 → mlm 6" in verdict and "clm_half" not in verdict
+    # a continued job of a sweep resumes: its sweep:arm=clm_half is found again from its own records
+    resumed = selfsup_train(f"resume={jobs['clm_then_mlm']}", "trainer.max_steps=8")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    again = summary_of(jobs["clm_then_mlm"])
+    assert again["steps"] == 8 and again["chain"] == "clm 6 → mlm 8"

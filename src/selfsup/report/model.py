@@ -150,6 +150,8 @@ class Run:
             return "n/a"
         if key not in self.config and f"{key}.name" in self.config:  # a config group (objective=mlm,clm)
             return self.config[f"{key}.name"]
+        if key not in self.config and key in (self.summary.get("swept") or {}):  # a group that is no setting (arm=)
+            return self.summary["swept"][key]
         return self.config.get(key)
 
 
