@@ -26,7 +26,7 @@ import time
 import weakref
 from pathlib import Path
 
-# wandb.sdk.launch: what wandb.init imports when a run starts
+# wandb.sdk.launch: what wandb.init imports when a run starts; sklearn: what an evaluation imports
 PRELOADED = [
     "torch",
     "lightning.pytorch",
@@ -37,6 +37,8 @@ PRELOADED = [
     "optuna",
     "wandb",
     "wandb.sdk.launch",
+    "sklearn.linear_model",  # the probe's TF-IDF + logistic-regression baseline (~1 s a command)
+    "sklearn.feature_extraction.text",
 ]
 # the temporary folders wandb makes when imported and deletes at exit (module, attribute, suffix of the name)
 WANDB_FOLDERS = [
