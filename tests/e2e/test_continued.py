@@ -19,6 +19,7 @@ from selfsup.reliability.checkpoints import load_checkpoint_safely
 from selfsup.results.groups import groups_of, setting_label
 from selfsup.results.verdict import held_equal
 from selfsup.run.build import build, with_init
+from selfsup.run.run_dir import merged_config
 from selfsup.run.settings import RunSettings
 
 QUICK = ["debug=tiny", "eval=none"]
@@ -103,6 +104,13 @@ def test_a_decoder_continues_as_an_encoder_with_its_lineage_and_a_budget_that_co
     assert used["name"] == logged["name"] == f"model-{wandb_run_record(parent)['run_id']}"
     assert used["digest"] == logged["digest"] and used["use_after_commit"] and not logged.get("use_after_commit")
     assert json.loads(used["metadata"])["chain"] == "clm 6"
+    # its recorded config reads back (selfsup-eval, the report) without the parent: its own checkpoint holds its shape
+    copy = tmp_path / "copied"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("wandb"))
+    recorded = (copy / ".hydra" / "config.yaml").read_text().replace(str(parent), str(tmp_path / "gone"))
+    (copy / ".hydra" / "config.yaml").write_text(recorded)
+    settings = RunSettings.of(merged_config(copy, []))
+    assert settings.family == "encoder" and settings.architecture["d_model"] == 32
 
 
 @pytest.mark.parametrize("objective,stack", [("clm", "decoder"), ("mlm", "encoder")])

@@ -25,6 +25,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from selfsup.common.names import LAST_CHECKPOINT, RunSummary
 from selfsup.data import Corpus
 from selfsup.data.builtin import stdlib_docstrings
 from selfsup.data.pretrained_tokenizer import is_path, load_pretrained
@@ -173,8 +174,11 @@ def with_init(cfg: DictConfig, run_dir: Path | None = None) -> DictConfig:
     source = init_source(cfg)
     if not source:
         return cfg
-    from selfsup.run.continued import is_run_dir, resolve, with_parent
+    from selfsup.run.continued import is_run_dir, resolve, with_own_record, with_parent
 
+    continued = run_dir is not None and bool(RunSummary.read(run_dir).values.get("parent"))
+    if continued and (run_dir / LAST_CHECKPOINT).is_file():  # a continued run's own record, read again
+        return with_own_record(cfg, source, run_dir)
     if is_run_dir(source):
         return with_parent(cfg, resolve(source, run_dir))
     if cfg.data.tokenizer not in (None, source):
@@ -326,7 +330,7 @@ def build(settings: RunSettings, prepared: tuple | None = None) -> Run:
         if parent is not None:
             from selfsup.run.continued import load_weights
 
-            load_weights(parent, model)
+            load_weights(parent, model, settings.family)
         else:
             from selfsup.interop.hf_import import start_from
 

@@ -198,6 +198,18 @@ def with_parent(cfg: DictConfig, source: str) -> DictConfig:
     return OmegaConf.merge(cfg, {"architecture": architecture, "init": {"from": str(parent.run_dir)}})
 
 
+def with_own_record(cfg: DictConfig, source: str, run_dir: Path) -> DictConfig:
+    """A continued run's recorded config read again (selfsup-eval, a resume): the architecture its own last.ckpt
+    was trained with, so that its parent need not be there; init.from resolved where it can be (a resume's budget
+    and lineage read the parent, and say so in one line where it is gone)."""
+    architecture = trained_config(run_dir / LAST_CHECKPOINT, source)["architecture"]
+    try:
+        source = resolve(source, run_dir)
+    except UserError:
+        pass
+    return OmegaConf.merge(cfg, {"architecture": architecture, "init": {"from": source}})
+
+
 def check_tokenizer(parent: Parent, tokenizer_json: str, data: dict) -> None:
     """The run's tokenizer is its parent's (the weights' rows belong to its tokens), or a one-line refusal that
     names the data settings that differ."""
@@ -217,8 +229,9 @@ def check_tokenizer(parent: Parent, tokenizer_json: str, data: dict) -> None:
     )
 
 
-def load_weights(parent: Parent, model) -> None:
-    """The parent's last weights into `model`: an encoder's stack into a decoder's and back, its first positions."""
+def load_weights(parent: Parent, model, family: str) -> None:
+    """The parent's last weights into `model` (of `family`): an encoder's stack into a decoder's and back, its first
+    positions."""
     from selfsup.interop.pretrained import _state_dict
     from selfsup.reliability.checkpoints import load_checkpoint_safely
 
@@ -226,10 +239,8 @@ def load_weights(parent: Parent, model) -> None:
     path = parent.run_dir / LAST_CHECKPOINT
     weights = _state_dict(load_checkpoint_safely(path, map_location="cpu"), path)
     stacks = {ENCODER: "encoder.", DECODER: "decoder."}
-    child = DECODER if hasattr(model, "decoder") and not hasattr(model, "encoder") else None
-    child = child or (ENCODER if not hasattr(model, "decoder") else None)
-    if child and parent.family in stacks and parent.family != child:
-        old, new = stacks[parent.family], stacks[child]
+    if parent.family != family and {parent.family, family} == set(stacks):
+        old, new = stacks[parent.family], stacks[family]
         weights = {(new + k.removeprefix(old) if k.startswith(old) else k): v for k, v in weights.items()}
     own = model.state_dict()
     for key, value in list(weights.items()):
