@@ -75,18 +75,23 @@ class Parent:
         return ARROW.join([*self.stages, f"{objective} {steps}"])
 
 
-def sibling(reference: str, sweep_dir: Path, overrides: list[str]) -> Path:
-    """The job dir of `sweep:KEY=VALUE`: the earlier job of sweep_dir whose overrides are `overrides` with KEY=VALUE."""
+def same_job_but(reference: str, overrides: list[str]):
+    """For `sweep:KEY=VALUE`: (whether a job's overrides are `overrides` with KEY=VALUE instead, KEY=VALUE)."""
     wanted = reference.removeprefix(SIBLING)
-    key = override_key(wanted)
     if "=" not in wanted:
         raise UserError(f"init.from={reference} names no job: use init.from=sweep:KEY=VALUE (e.g. sweep:arm=clm_half)")
+    key = override_key(wanted)
     expected = sorted([o for o in overrides if override_key(o) not in (key, "init.from")] + [wanted])
+    return (lambda theirs: sorted(o for o in theirs if override_key(o) != "init.from") == expected), wanted
+
+
+def sibling(reference: str, sweep_dir: Path, overrides: list[str]) -> Path:
+    """The job dir of `sweep:KEY=VALUE`: the earlier job of sweep_dir whose overrides are `overrides` with KEY=VALUE."""
+    matches, wanted = same_job_but(reference, overrides)
     for job in sorted(p for p in sweep_dir.iterdir() if (p / HYDRA_DIR / "overrides.yaml").is_file()):
-        theirs = yaml.safe_load((job / HYDRA_DIR / "overrides.yaml").read_text()) or []
-        if sorted(o for o in theirs if override_key(o) != "init.from") == expected:
+        if matches(yaml.safe_load((job / HYDRA_DIR / "overrides.yaml").read_text()) or []):
             return job
-    others = " ".join(o for o in overrides if override_key(o) not in (key, "init.from"))
+    others = " ".join(o for o in overrides if override_key(o) not in (override_key(wanted), "init.from"))
     raise UserError(
         f"init.from={reference}: no job of the sweep {sweep_dir} ran {wanted} with this job's other settings "
         f"({others or 'none'}): list {wanted} before the jobs that continue from it"
@@ -115,11 +120,9 @@ def resolve(source: str, run_dir: Path | None = None) -> str:
 def check_sibling(source: str, overrides: list[str], earlier: list[list[str]], family_of) -> None:
     """Before a sweep starts: `sweep:KEY=VALUE` is an earlier job of the sweep whose family fits this one's
     (family_of(overrides) composes a job's architecture)."""
-    wanted = source.removeprefix(SIBLING)
-    key = override_key(wanted)
-    expected = sorted([o for o in overrides if override_key(o) not in (key, "init.from")] + [wanted])
+    matches, wanted = same_job_but(source, overrides)
     for job in earlier:
-        if sorted(o for o in job if override_key(o) != "init.from") == expected:
+        if matches(job):
             parent, child = family_of(job), family_of(overrides)
             if not fits(parent, child):
                 raise UserError(
